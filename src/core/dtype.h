@@ -1,0 +1,50 @@
+// core/dtype.h — tensor element types and their block geometry.
+//
+// Numeric ids equal GGML's `ggml_type` values as stored in GGUF tensor infos
+// (GGUF spec, docs/gguf.md in the ggml repository). Quantized types store blocks
+// of `block_size` elements in `type_size` bytes; layouts are in
+// kernels/quant_blocks.h. Does not convert or compute anything.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+namespace specula {
+
+enum class DType : uint32_t {
+  F32 = 0,
+  F16 = 1,
+  Q4_0 = 2,
+  Q4_1 = 3,
+  Q5_0 = 6,
+  Q5_1 = 7,
+  Q8_0 = 8,
+  Q8_1 = 9,   // activations only (not loaded from files)
+  Q4_K = 12,
+  Q5_K = 13,
+  Q6_K = 14,
+  Q8_K = 15,  // activations only (not loaded from files)
+  BF16 = 30,
+};
+
+struct DTypeInfo {
+  DType type;
+  std::string_view name;
+  int64_t block_size;  // elements per block (1 for F32/F16/BF16)
+  size_t type_size;    // bytes per block
+};
+
+// Info for a type, or nullopt for an id specula does not know.
+std::optional<DTypeInfo> dtype_info(uint32_t ggml_type_id);
+const DTypeInfo& dtype_info(DType t);
+std::string_view dtype_name(DType t);
+
+// Bytes for a row of n elements; n must be a multiple of block_size (checked by callers).
+inline size_t row_bytes(DType t, int64_t n) {
+  const DTypeInfo& i = dtype_info(t);
+  return static_cast<size_t>(n / i.block_size) * i.type_size;
+}
+
+}  // namespace specula

@@ -1,0 +1,65 @@
+// kernels/kernels.h — the kernel table: every hot loop specula runs on the CPU.
+//
+// Declared once here, implemented per ISA in its own translation unit and namespace
+// (kernels/generic/*.cpp: specula::kernels::generic, the readable reference;
+// kernels/avx2/*.cpp: specula::kernels::avx2, compiled with -mavx2 -mfma -mf16c).
+// `active()` picks one table at first use from cpuid + OS support (XSAVE/YMM
+// state); `SPECULA_ISA=generic` forces the fallback. Kernels never allocate.
+//
+// Weight matrices are row-major `[N, K]` rows of `w_type` (K a multiple of the
+// block size). Activations `x [M, K]` f32 are first quantized row by row to the
+// weight type's `vec_dot_type` (Q8_0 for Q4_0/Q5_0/Q8_0, Q8_1 for Q4_1/Q5_1, Q8_K
+// for K-quants, F32 for F32/F16/BF16), as llama.cpp does.
+//
+// Batch invariance: every output element y[i, r] is computed by the same sequence
+// of floating-point operations whatever M, the tile it falls in, or the thread
+// count — so a row's result never depends on the other rows of the batch.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace specula::kernels {
+
+constexpr int kNumDTypeSlots = 32;  // indexed by static_cast<uint32_t>(DType)
+
+struct TypeKernels {
+  bool supported = false;
+  // x [n] of this type -> y [n] f32. n is a multiple of the block size.
+  void (*dequantize_row)(const void* x, float* y, int64_t n) = nullptr;
+  // Activation type used for dot products with weights of this type.
+  DType vec_dot_type = DType::F32;
+  // For activation types only (F32, Q8_0, Q8_1, Q8_K): x [n] f32 -> y [n] this type.
+  void (*quantize_row)(const float* x, void* y, int64_t n) = nullptr;
+  // y[i * ldy + r] = dot(w row r, xq row i) for r in [0, n_rows), i in [0, m).
+  //  w:  n_rows rows of this type, w_stride bytes apart, K elements each
+  //  xq: m rows of vec_dot_type, xq_stride bytes apart, K elements each
+  void (*gemm)(int64_t K, const void* w, size_t w_stride, int64_t n_rows, const void* xq,
+               size_t xq_stride, int64_t m, float* y, int64_t ldy) = nullptr;
+};
+
+struct KernelTable {
+  const char* isa = "generic";
+  TypeKernels types[kNumDTypeSlots];
+  // Dense f32 helpers for attention and norms.
+  float (*dot_f32)(int64_t n, const float* a, const float* b) = nullptr;     // sum a*b
+  void (*axpy_f32)(int64_t n, float alpha, const float* x, float* y) = nullptr;  // y += alpha*x
+  void (*scale_f32)(int64_t n, float alpha, float* y) = nullptr;                 // y *= alpha
+
+  const TypeKernels& of(DType t) const { return types[static_cast<uint32_t>(t)]; }
+};
+
+// The reference table (always available).
+const KernelTable& generic_table();
+// The AVX2+FMA+F16C table, or nullptr if this CPU/OS cannot run it or it was not built.
+const KernelTable* avx2_table();
+// The table in use: chosen once (SPECULA_ISA=generic|avx2 overrides detection;
+// an unavailable ISA named there falls back to generic with a warning on stderr).
+const KernelTable& active();
+
+// Bytes of one quantized activation row of K elements for weights of type w.
+size_t activation_row_bytes(DType w, int64_t K);
+
+}  // namespace specula::kernels

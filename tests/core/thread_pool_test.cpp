@@ -1,0 +1,38 @@
+// Tests for core/thread_pool: every thread runs each job once; split covers [0,n).
+#include "core/thread_pool.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+
+namespace specula {
+TEST(ThreadPool, RunsEveryThreadOncePerJob) {
+  ThreadPool pool(3);
+  for (int rep = 0; rep < 1000; ++rep) {
+    std::atomic<int> mask{0};
+    pool.run([&](int ith, int nth) {
+      EXPECT_EQ(nth, 3);
+      mask.fetch_or(1 << ith);
+    });
+    ASSERT_EQ(mask.load(), 7);
+  }
+}
+
+TEST(ThreadPool, SplitCoversRangeAligned) {
+  for (int64_t n : {0, 1, 7, 64, 1000, 262144}) {
+    for (int nth : {1, 2, 3, 8}) {
+      int64_t expect = 0;
+      for (int i = 0; i < nth; ++i) {
+        auto [b, e] = ThreadPool::split(n, i, nth, 16);
+        EXPECT_EQ(b, expect);
+        EXPECT_GE(e, b);
+        if (e < n) {
+          EXPECT_EQ(e % 16, 0);
+        }
+        expect = e;
+      }
+      EXPECT_EQ(expect, n);
+    }
+  }
+}
+}  // namespace specula
