@@ -1,0 +1,75 @@
+// kernels/generic/generic.h — declarations shared by the generic (reference) kernel
+// files: per-type row dequantizers, activation quantizers and row dot products.
+//
+// Everything here is plain scalar C++ that follows the GGML block formats
+// (kernels/quant_blocks.h; ggml `ggml-common.h`, gguf-py `gguf/quants.py`) and
+// llama.cpp's reference dot products (integer sums inside a block, one float
+// multiply-add per block). It is the oracle the fast ISA kernels are tested against,
+// so it favours clarity over speed. Does not pick tables or threads (table.cpp,
+// dispatch.cpp do), and never allocates.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace specula::kernels::generic {
+
+// ---- dequantize: x [n] of the type -> y [n] f32 (dequant.cpp). n % block == 0.
+void dequantize_row_f32(const void* x, float* y, int64_t n);
+void dequantize_row_f16(const void* x, float* y, int64_t n);
+void dequantize_row_bf16(const void* x, float* y, int64_t n);
+void dequantize_row_q4_0(const void* x, float* y, int64_t n);
+void dequantize_row_q4_1(const void* x, float* y, int64_t n);
+void dequantize_row_q5_0(const void* x, float* y, int64_t n);
+void dequantize_row_q5_1(const void* x, float* y, int64_t n);
+void dequantize_row_q8_0(const void* x, float* y, int64_t n);
+void dequantize_row_q8_1(const void* x, float* y, int64_t n);
+void dequantize_row_q4_k(const void* x, float* y, int64_t n);
+void dequantize_row_q5_k(const void* x, float* y, int64_t n);
+void dequantize_row_q6_k(const void* x, float* y, int64_t n);
+void dequantize_row_q8_k(const void* x, float* y, int64_t n);
+
+// ---- quantize activations: x [n] f32 -> y [n] of the type (quantize.cpp).
+void quantize_row_f32(const float* x, void* y, int64_t n);   // copy
+void quantize_row_q8_0(const float* x, void* y, int64_t n);  // d = amax/127, roundf
+void quantize_row_q8_1(const float* x, void* y, int64_t n);  // as Q8_0, plus s = d*sum(q)
+void quantize_row_q8_k(const float* x, void* y, int64_t n);  // iscale = -127/x[argmax|x|]
+
+// ---- dot of one weight row (K elements) with one activation row of the weight
+// type's vec_dot_type (dot.cpp).
+float vec_dot_f32_f32(int64_t K, const void* w, const void* x);
+float vec_dot_f16_f32(int64_t K, const void* w, const void* x);
+float vec_dot_bf16_f32(int64_t K, const void* w, const void* x);
+float vec_dot_q4_0_q8_0(int64_t K, const void* w, const void* x);
+float vec_dot_q4_1_q8_1(int64_t K, const void* w, const void* x);
+float vec_dot_q5_0_q8_0(int64_t K, const void* w, const void* x);
+float vec_dot_q5_1_q8_1(int64_t K, const void* w, const void* x);
+float vec_dot_q8_0_q8_0(int64_t K, const void* w, const void* x);
+float vec_dot_q4_k_q8_k(int64_t K, const void* w, const void* x);
+float vec_dot_q5_k_q8_k(int64_t K, const void* w, const void* x);
+float vec_dot_q6_k_q8_k(int64_t K, const void* w, const void* x);
+
+// gemm signature of TypeKernels::gemm, one instantiation per dot (dot.cpp).
+using VecDotFn = float (*)(int64_t K, const void* w, const void* x);
+template <VecDotFn kDot>
+void gemm(int64_t K, const void* w, size_t w_stride, int64_t n_rows, const void* xq,
+          size_t xq_stride, int64_t m, float* y, int64_t ldy) {
+  const auto* wb = static_cast<const uint8_t*>(w);
+  const auto* xb = static_cast<const uint8_t*>(xq);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t r = 0; r < n_rows; ++r) {
+      y[i * ldy + r] = kDot(K, wb + static_cast<size_t>(r) * w_stride,
+                            xb + static_cast<size_t>(i) * xq_stride);
+    }
+  }
+}
+
+// Q4_K/Q5_K packed 6-bit scale and min of sub-block j in [0,8) (dequant.cpp).
+void k_scale_min(const uint8_t scales[12], int j, int* sc, int* m);
+
+// ---- dense f32 helpers (dense.cpp).
+float dot_f32(int64_t n, const float* a, const float* b);
+void axpy_f32(int64_t n, float alpha, const float* x, float* y);
+void scale_f32(int64_t n, float alpha, float* y);
+
+}  // namespace specula::kernels::generic
