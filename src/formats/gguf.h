@@ -1,13 +1,16 @@
 // formats/gguf.h — GGUF v2/v3 reader over a memory-mapped file.
 //
 // Source: the GGUF specification (ggml repository, docs/gguf.md). Parses the header,
-// every metadata key/value (all 13 value types, arrays nested to any depth) and the
-// tensor infos; checks every count, length, offset and size against the file before
-// it is used, so a truncated or corrupted file yields a Status naming the field
+// every metadata key/value (all 13 value types, arrays nested to any depth up to
+// kMaxArrayDepth) and the tensor infos; checks every count, length, offset and size
+// against the bytes that remain before it is used or allocated, so a truncated or
+// corrupted file yields a Status naming the field
 // ("[gguf] tensor 'blk.3.attn_q.weight': data [123, 456) past end of file (size 400)"),
-// never a crash or an out-of-bounds read. Tensor data stays in the mapping; callers
-// get non-owning pointers valid while the GgufFile lives.
-// Does not interpret metadata for any model (that is model/ and tokenizer/).
+// never a crash, an out-of-bounds read or a huge allocation. Tensor data stays in the
+// mapping; callers get non-owning pointers valid while the GgufFile (or a copy of it)
+// lives. Little-endian files only (a big-endian file is rejected by its version).
+// Does not interpret metadata for any model (that is model/ and tokenizer/), and does
+// not convert or validate tensor contents.
 #pragma once
 
 #include <cstdint>
@@ -30,11 +33,20 @@ enum class ValueType : uint32_t {
   STRING = 8, ARRAY = 9, U64 = 10, I64 = 11, F64 = 12,
 };
 std::string_view value_type_name(ValueType t);
+// Bytes of one scalar element (0 for STRING and ARRAY).
+size_t value_type_size(ValueType t);
 
-// One metadata value. Scalars are widened (integers to int64/uint64, floats to
-// double); strings are copied; arrays hold element values (possibly nested arrays).
-// Very large arrays of scalars (e.g. 262144 token scores) are kept compactly:
-// read them through the typed accessors below.
+// Arrays nested deeper than this are rejected (keeps recursion bounded).
+inline constexpr int kMaxArrayDepth = 16;
+
+// One metadata value. Scalars are widened: unsigned integers and BOOL to `u`, signed
+// integers to `i`, F32/F64 to `f`; strings are copied into `str`.
+// Arrays are stored compactly by element kind (`count` elements of `elem_type`):
+//   - scalars: `raw` holds the packed little-endian elements as in the file
+//     (262144 token scores are one 1 MiB buffer, not 262144 Values);
+//   - STRING: `strs`;
+//   - ARRAY (nested): `arr`, one Value per element.
+// Read arrays through GgufFile's typed getters, or element by element with at().
 struct Value {
   ValueType type = ValueType::U8;
   ValueType elem_type = ValueType::U8;  // for ARRAY
@@ -42,7 +54,14 @@ struct Value {
   int64_t i = 0;         // signed integers
   double f = 0;          // F32 / F64
   std::string str;       // STRING
-  std::vector<Value> arr;  // ARRAY of ARRAY / STRING / scalars
+  uint64_t count = 0;              // ARRAY: number of elements
+  std::vector<uint8_t> raw;        // ARRAY of scalars: count * value_type_size(elem_type) bytes
+  std::vector<std::string> strs;   // ARRAY of STRING
+  std::vector<Value> arr;          // ARRAY of ARRAY
+
+  bool is_array() const { return type == ValueType::ARRAY; }
+  // Element i of an ARRAY as a standalone Value (a copy); i < count is checked.
+  Value at(size_t i) const;
 };
 
 struct TensorInfo {
@@ -68,8 +87,12 @@ class GgufFile {
   uint64_t alignment() const { return alignment_; }
   const std::string& path() const { return origin_; }
   size_t file_size() const { return size_; }
+  // Byte offset of the data section (aligned end of the header) in the file.
+  uint64_t data_offset() const { return data_offset_; }
 
   const std::map<std::string, Value>& metadata() const { return kv_; }
+  // Metadata keys in file order.
+  const std::vector<std::string>& metadata_keys() const { return keys_; }
   const Value* find(const std::string& key) const;
 
   // Typed getters. Errors name the key: missing, or wrong type.
@@ -80,23 +103,29 @@ class GgufFile {
   Result<bool> get_bool(const std::string& key) const;
   Result<std::vector<std::string>> get_string_array(const std::string& key) const;
   Result<std::vector<float>> get_f32_array(const std::string& key) const;    // F32/F64 elems
-  Result<std::vector<int32_t>> get_i32_array(const std::string& key) const;  // integer elems
+  Result<std::vector<int32_t>> get_i32_array(const std::string& key) const;  // integer elems that fit
 
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
   const TensorInfo* find_tensor(const std::string& name) const;
 
  private:
+  friend class Parser;
   std::shared_ptr<MappedFile> file_;  // null when parsed from memory
   std::string origin_;
   size_t size_ = 0;
   uint32_t version_ = 0;
   uint64_t alignment_ = 32;
+  uint64_t data_offset_ = 0;
   std::map<std::string, Value> kv_;
+  std::vector<std::string> keys_;
   std::vector<TensorInfo> tensors_;
   std::map<std::string, size_t> tensor_index_;
 };
 
-// Human-readable dump: metadata (long arrays abbreviated) and the tensor table.
+// Human-readable dump for `specula info FILE`: version, alignment, every metadata key
+// with its type and value (arrays: element type, length, first few elements; long
+// strings abbreviated), then the tensor table (name, type, shape, offset, bytes) and
+// totals per type.
 std::string describe(const GgufFile& f);
 
 }  // namespace specula::gguf
