@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# scripts/install_deps.sh — installs the Debian 12 packages needed to build and
+# test specula (compiler, CMake, Ninja, ccache, GoogleTest/GoogleMock, Google
+# Benchmark, nlohmann-json, CLI11, Python 3 with pip).
+# Idempotent: a fast no-op (one dpkg-query) when everything is present; runs
+# `apt-get update` at most once, and only when something is missing.
+# Does NOT install Python packages (see tools/install_reference.sh) or models
+# (see scripts/fetch_model.sh).
+set -euo pipefail
+
+packages=(build-essential cmake ninja-build ccache git python3
+          libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev libcli11-dev)
+
+# One dpkg-query for all packages; a package it does not know prints nothing.
+declare -A installed=()
+while read -r name state; do
+  [[ "$state" == "install ok installed" ]] && installed["${name%%:*}"]=1
+done < <(dpkg-query -W -f='${Package} ${Status}\n' "${packages[@]}" 2>/dev/null || true)
+missing=()
+for pkg in "${packages[@]}"; do
+  [[ -n "${installed[$pkg]:-}" ]] || missing+=("$pkg")
+done
+# pip: only when no pip works for python3 (it may come from pyenv, a venv, ...).
+if ! command -v python3 >/dev/null 2>&1 || ! python3 -c "import pip" >/dev/null 2>&1; then
+  status=$(dpkg-query -W -f='${Status}' python3-pip 2>/dev/null || true)
+  [[ "$status" == "install ok installed" ]] || missing+=(python3-pip)
+fi
+
+if (( ${#missing[@]} == 0 )); then
+  exit 0
+fi
+
+if ! command -v apt-get >/dev/null 2>&1; then
+  echo "[install_deps] missing packages: ${missing[*]}; apt-get not found (this script targets Debian 12)" >&2
+  exit 1
+fi
+sudo_cmd=()
+if [[ "$(id -u)" != 0 ]]; then
+  if command -v sudo >/dev/null 2>&1; then
+    sudo_cmd=(sudo)
+  else
+    echo "[install_deps] missing packages: ${missing[*]}; not root and sudo not available" >&2
+    exit 1
+  fi
+fi
+
+echo "[install_deps] installing: ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+"${sudo_cmd[@]}" apt-get update
+"${sudo_cmd[@]}" apt-get install -y --no-install-recommends "${missing[@]}"
