@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""Generate the quantization fixtures in tests/fixtures/quant/ (the oracle for the
+generic kernels' dequantizers and the Q8_0 activation quantizer).
+
+Oracle: the `gguf` Python package's reference (de)quantizers, gguf/quants.py.
+
+Outputs (little-endian, no header; the test derives counts from the file size):
+  <type>.bin          raw blocks of <type>, then float32 gguf.quants.dequantize(raw)
+                      for F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q5_K Q6_K.
+                      Quant bytes are random; fp16 scales are overwritten with finite
+                      moderate values (d, m in [-2, 2], K-quant dmin in (0, 2]).
+  q8_0_quantize.bin   float32 input [n], then gguf.quants.quantize(input, Q8_0) bytes.
+                      Includes an all-zero block and a block with exact rounding ties.
+
+Deterministic (fixed seed). Run: python3 tools/make_quant_fixtures.py
+Does not cover Q8_1/Q8_K (gguf-py has no quantizer for them).
+"""
+import os
+
+import numpy as np
+from gguf import GGMLQuantizationType as T
+from gguf import quants
+
+OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures", "quant")
+
+# type -> (block elements, block bytes, n_blocks, {offset: kind}) where kind says how to
+# fill the fp16 at that byte offset: "d" uniform [-2, 2], "dmin" uniform (0, 2].
+QUANT = {
+    T.Q4_0: (32, 18, 32, {0: "d"}),
+    T.Q4_1: (32, 20, 32, {0: "d", 2: "d"}),
+    T.Q5_0: (32, 22, 32, {0: "d"}),
+    T.Q5_1: (32, 24, 32, {0: "d", 2: "d"}),
+    T.Q8_0: (32, 34, 32, {0: "d"}),
+    T.Q4_K: (256, 144, 8, {0: "d", 2: "dmin"}),
+    T.Q5_K: (256, 176, 8, {0: "d", 2: "dmin"}),
+    T.Q6_K: (256, 210, 8, {208: "d"}),
+}
+
+
+def fp16_bytes(rng, kind, n):
+    if kind == "d":
+        v = rng.uniform(-2.0, 2.0, n)
+    else:
+        v = rng.uniform(1e-3, 2.0, n)
+    return v.astype(np.float16).view(np.uint8).reshape(n, 2)
+
+
+def write(name, raw, floats):
+    path = os.path.join(OUT, name)
+    with open(path, "wb") as f:
+        f.write(np.ascontiguousarray(raw).view(np.uint8).tobytes())
+        f.write(np.ascontiguousarray(floats, dtype="<f4").tobytes())
+    print(f"{name}: {os.path.getsize(path)} bytes")
+
+
+def main():
+    os.makedirs(OUT, exist_ok=True)
+    rng = np.random.default_rng(20240611)
+
+    for qtype, (bs, ts, nb, fields) in QUANT.items():
+        raw = rng.integers(0, 256, size=(nb, ts), dtype=np.uint8)
+        for off, kind in fields.items():
+            raw[:, off:off + 2] = fp16_bytes(rng, kind, nb)
+        out = quants.dequantize(raw.reshape(-1), qtype).astype(np.float32).reshape(-1)
+        assert out.size == nb * bs and np.all(np.isfinite(out)), qtype.name
+        write(f"{qtype.name.lower()}.bin", raw, out)
+
+    n = 512
+    f32 = rng.standard_normal(n).astype(np.float32)
+    write("f32.bin", f32.view(np.uint8), quants.dequantize(f32.view(np.uint8), T.F32))
+    f16 = (rng.standard_normal(n) * 4).astype(np.float16)
+    f16[:4] = np.array([0.0, -0.0, 6.0e-8, -65504.0], dtype=np.float16)  # zero, subnormal, max
+    write("f16.bin", f16.view(np.uint8), quants.dequantize(f16.view(np.uint8), T.F16))
+    bf = (rng.standard_normal(n) * 4).astype(np.float32).view(np.uint32) >> 16
+    bf = bf.astype(np.uint16)
+    write("bf16.bin", bf.view(np.uint8), quants.dequantize(bf.view(np.uint8), T.BF16))
+
+    # Q8_0 quantize: blocks of varying magnitude, an all-zero block, and a block whose
+    # scale is exactly 1 so x*id lands on .5 ties (roundf rounds them away from zero).
+    nb = 64
+    x = (rng.standard_normal((nb, 32)) * rng.uniform(1e-3, 50.0, (nb, 1))).astype(np.float32)
+    x[1] = 0.0
+    x[2] = np.array([127.0] + [(k - 15) + 0.5 for k in range(31)], dtype=np.float32)
+    x = x.reshape(-1)
+    q = quants.quantize(x, T.Q8_0)
+    path = os.path.join(OUT, "q8_0_quantize.bin")
+    with open(path, "wb") as f:
+        f.write(x.astype("<f4").tobytes())
+        f.write(np.ascontiguousarray(q).view(np.uint8).tobytes())
+    print(f"q8_0_quantize.bin: {os.path.getsize(path)} bytes")
+
+
+if __name__ == "__main__":
+    main()
