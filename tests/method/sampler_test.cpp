@@ -1,0 +1,643 @@
+// Tests for method/sampler: validation, RNG stream, greedy, the truncation chain
+// against a float64 reference written here, penalties, distribution of draws
+// (chi-square), top_logprobs, and speed on a 262144-token vocabulary.
+// Does not test model integration (that belongs to the method/engine tests).
+#include "method/sampler.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <map>
+#include <numeric>
+#include <vector>
+
+namespace specula {
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// ------------------------------------------------------------------ helpers
+
+// Test data from the sampler's own well-defined RNG (not std distributions).
+std::vector<float> normal_logits(int32_t n, float stddev, uint64_t seed) {
+  SamplerRng rng(seed);
+  std::vector<float> v(n);
+  for (int32_t i = 0; i < n; ++i) {
+    const double u1 = (static_cast<double>(rng.next_u64() >> 11) + 1.0) / 9007199254740993.0;
+    const double u2 = static_cast<double>(rng.next_u64() >> 11) / 9007199254740992.0;
+    v[i] = static_cast<float>(stddev * std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
+  }
+  return v;
+}
+
+SamplingParams no_truncation(float temperature = 1.0f) {
+  SamplingParams p;
+  p.temperature = temperature;
+  p.top_k = 0;
+  p.top_p = 1.0f;
+  p.min_p = 0.0f;
+  return p;
+}
+
+int32_t ref_argmax(const std::vector<float>& l) {
+  int32_t best = 0;
+  for (int32_t i = 1; i < static_cast<int32_t>(l.size()); ++i)
+    if (l[i] > l[best]) best = i;
+  return best;
+}
+
+// float64 reference of steps 4-7 of the chain (logits already biased/penalised):
+// returns id -> final probability for the kept candidates.
+std::map<int32_t, double> ref_chain(const std::vector<float>& logits, const SamplingParams& p) {
+  struct C {
+    int32_t id;
+    double l;
+  };
+  std::vector<C> c;
+  for (int32_t i = 0; i < static_cast<int32_t>(logits.size()); ++i) c.push_back({i, logits[i]});
+  std::sort(c.begin(), c.end(), [](const C& a, const C& b) { return a.l > b.l || (a.l == b.l && a.id < b.id); });
+  auto softmax = [](const std::vector<C>& v, double t) {
+    std::vector<double> pr(v.size());
+    double z = 0;
+    for (size_t i = 0; i < v.size(); ++i) z += pr[i] = std::exp((v[i].l - v[0].l) / t);
+    for (double& x : pr) x /= z;
+    return pr;
+  };
+  if (p.top_k > 0 && p.top_k < static_cast<int32_t>(c.size())) c.resize(p.top_k);
+  if (p.top_p < 1.0f) {
+    const auto pr = softmax(c, 1.0);
+    double cum = 0;
+    for (size_t i = 0; i < c.size(); ++i) {
+      cum += pr[i];
+      if (cum >= p.top_p) {
+        c.resize(i + 1);
+        break;
+      }
+    }
+  }
+  if (p.min_p > 0.0f) {
+    const auto pr = softmax(c, 1.0);
+    size_t keep = 0;
+    while (keep < c.size() && pr[keep] >= p.min_p * pr[0]) ++keep;
+    c.resize(keep);
+  }
+  const auto pr = softmax(c, p.temperature);
+  std::map<int32_t, double> out;
+  for (size_t i = 0; i < c.size(); ++i) out[c[i].id] = pr[i];
+  return out;
+}
+
+// Checks the sampler's final distribution against the reference: same ids,
+// probabilities within tol.
+void expect_matches_reference(const std::vector<float>& logits, const SamplingParams& params, double tol = 1e-5) {
+  Sampler s(params);
+  const auto got = s.probabilities(logits.data(), static_cast<int32_t>(logits.size()));
+  const auto want = ref_chain(logits, params);
+  std::map<int32_t, double> got_map;
+  double sum = 0;
+  for (const auto& [id, pr] : got) {
+    EXPECT_TRUE(got_map.emplace(id, pr).second) << "duplicate id " << id;
+    sum += pr;
+  }
+  EXPECT_NEAR(sum, 1.0, 1e-5);
+  ASSERT_EQ(got_map.size(), want.size()) << "top_k=" << params.top_k << " top_p=" << params.top_p
+                                         << " min_p=" << params.min_p << " T=" << params.temperature;
+  for (const auto& [id, pr] : want) {
+    auto it = got_map.find(id);
+    ASSERT_NE(it, got_map.end()) << "reference keeps id " << id << " but sampler does not";
+    EXPECT_NEAR(it->second, pr, tol) << "id " << id;
+  }
+}
+
+std::vector<int32_t> kept_ids(Sampler& s, const std::vector<float>& logits) {
+  std::vector<int32_t> ids;
+  for (const auto& [id, pr] : s.probabilities(logits.data(), static_cast<int32_t>(logits.size()))) ids.push_back(id);
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
+std::vector<float> logits_from_probs(const std::vector<double>& probs) {
+  std::vector<float> l;
+  for (double p : probs) l.push_back(static_cast<float>(std::log(p)));
+  return l;
+}
+
+// ------------------------------------------------------------------ validate
+
+TEST(SamplerParams, DefaultsAreLlamaCppCliDefaults) {
+  SamplingParams p;
+  EXPECT_FLOAT_EQ(p.temperature, 0.8f);
+  EXPECT_EQ(p.top_k, 40);
+  EXPECT_FLOAT_EQ(p.top_p, 0.95f);
+  EXPECT_FLOAT_EQ(p.min_p, 0.05f);
+  EXPECT_FLOAT_EQ(p.repeat_penalty, 1.0f);
+  EXPECT_EQ(p.repeat_last_n, 64);
+  EXPECT_TRUE(p.validate(262144).is_ok()) << p.validate(262144).message();
+}
+
+TEST(SamplerParams, ValidateRejectsBadParams) {
+  auto err = [](auto mutate) {
+    SamplingParams p;
+    mutate(p);
+    return p.validate(100).message();
+  };
+  EXPECT_EQ(err([](SamplingParams& p) { p.top_p = 1.5f; }), "[sampler] top_p must be in (0, 1], got 1.5");
+  EXPECT_EQ(err([](SamplingParams& p) { p.top_p = 0.0f; }), "[sampler] top_p must be in (0, 1], got 0");
+  EXPECT_EQ(err([](SamplingParams& p) { p.top_p = std::nanf(""); }).rfind("[sampler] top_p must be in (0, 1]", 0), 0u);
+  EXPECT_EQ(err([](SamplingParams& p) { p.temperature = -0.5f; }),
+            "[sampler] temperature must be finite and >= 0, got -0.5");
+  EXPECT_EQ(err([](SamplingParams& p) { p.temperature = kInf; }),
+            "[sampler] temperature must be finite and >= 0, got inf");
+  EXPECT_EQ(err([](SamplingParams& p) { p.min_p = 1.25f; }), "[sampler] min_p must be in [0, 1], got 1.25");
+  EXPECT_EQ(err([](SamplingParams& p) { p.min_p = -0.1f; }), "[sampler] min_p must be in [0, 1], got -0.1");
+  EXPECT_EQ(err([](SamplingParams& p) { p.repeat_penalty = 0.0f; }),
+            "[sampler] repeat_penalty must be finite and > 0, got 0");
+  EXPECT_EQ(err([](SamplingParams& p) { p.repeat_last_n = -2; }),
+            "[sampler] repeat_last_n must be >= -1 (-1 = all tokens), got -2");
+  EXPECT_EQ(err([](SamplingParams& p) { p.presence_penalty = kInf; }),
+            "[sampler] presence_penalty must be finite, got inf");
+  EXPECT_EQ(err([](SamplingParams& p) { p.frequency_penalty = std::nanf(""); }).rfind(
+                "[sampler] frequency_penalty must be finite", 0),
+            0u);
+  EXPECT_EQ(err([](SamplingParams& p) { p.logit_bias = {{5, 1.0f}, {100, 2.0f}}; }),
+            "[sampler] logit_bias token 100 out of range [0, 100)");
+  EXPECT_EQ(err([](SamplingParams& p) { p.logit_bias = {{-1, 1.0f}}; }),
+            "[sampler] logit_bias token -1 out of range [0, 100)");
+  EXPECT_EQ(err([](SamplingParams& p) { p.logit_bias = {{3, kInf}}; }),
+            "[sampler] logit_bias for token 3 must be finite or -inf, got inf");
+  EXPECT_EQ(SamplingParams{}.validate(0).message(), "[sampler] n_vocab must be positive, got 0");
+
+  // Accepted edge values.
+  SamplingParams ok;
+  ok.temperature = 0.0f;
+  ok.top_p = 1.0f;
+  ok.min_p = 0.0f;
+  ok.top_k = -1;
+  ok.repeat_last_n = -1;
+  ok.logit_bias = {{0, -kInf}, {99, 3.0f}};
+  EXPECT_TRUE(ok.validate(100).is_ok()) << ok.validate(100).message();
+
+  SamplingParams bad;
+  bad.top_p = 2.0f;
+  auto r = Sampler::create(bad, 100);
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.message(), "[sampler] top_p must be in (0, 1], got 2");
+  EXPECT_TRUE(Sampler::create(SamplingParams{}, 100).is_ok());
+}
+
+// ------------------------------------------------------------------ RNG
+
+TEST(SamplerRng, MatchesReferenceXoshiro256StarStar) {
+  // Values from an independent Python implementation of splitmix64 seeding +
+  // xoshiro256** 1.0.
+  SamplerRng a(0);
+  EXPECT_EQ(a.next_u64(), 0x99ec5f36cb75f2b4ull);
+  EXPECT_EQ(a.next_u64(), 0xbf6e1f784956452aull);
+  EXPECT_EQ(a.next_u64(), 0x1a5f849d4933e6e0ull);
+  SamplerRng b(12345);
+  EXPECT_EQ(b.next_u64(), 0xbe6a36374160d49bull);
+  EXPECT_EQ(b.next_u64(), 0x214aaa0637a688c6ull);
+  EXPECT_EQ(b.next_u64(), 0xf69d16de9954d388ull);
+  // next_float: top 24 bits, in [0, 1).
+  SamplerRng c(0);
+  EXPECT_EQ(c.next_float(), static_cast<float>(0x99ec5f36cb75f2b4ull >> 40) / 16777216.0f);
+  SamplerRng d(7);
+  double mean = 0;
+  for (int i = 0; i < 100000; ++i) {
+    const float f = d.next_float();
+    ASSERT_GE(f, 0.0f);
+    ASSERT_LT(f, 1.0f);
+    mean += f;
+  }
+  EXPECT_NEAR(mean / 100000, 0.5, 0.005);
+}
+
+// ------------------------------------------------------------------ greedy
+
+TEST(Sampler, GreedyIsArgmaxLowestIdOnTies) {
+  SamplingParams p;
+  p.temperature = 0.0f;
+  Sampler s(p);
+  const std::vector<float> l = {0.5f, 2.0f, -1.0f, 3.0f, 1.0f, 3.0f, 3.0f, -kInf};
+  EXPECT_EQ(s.sample(l.data(), 8), 3);
+  const std::vector<float> all_eq(17, 1.25f);
+  EXPECT_EQ(s.sample(all_eq.data(), 17), 0);
+  for (uint64_t seed = 1; seed <= 20; ++seed) {
+    const auto r = normal_logits(1000, 3.0f, seed);
+    EXPECT_EQ(s.sample(r.data(), 1000), ref_argmax(r));
+  }
+  const auto pr = s.probabilities(l.data(), 8);
+  ASSERT_EQ(pr.size(), 1u);
+  EXPECT_EQ(pr[0].first, 3);
+  EXPECT_EQ(pr[0].second, 1.0f);
+  // Negative temperature (not valid input) still means greedy.
+  p.temperature = -1.0f;
+  Sampler neg(p);
+  EXPECT_EQ(neg.sample(l.data(), 8), 3);
+}
+
+TEST(Sampler, TopK1IsGreedyAtAnyTemperature) {
+  for (float t : {0.05f, 0.8f, 1.0f, 5.0f, 100.0f}) {
+    SamplingParams p;
+    p.temperature = t;
+    p.top_k = 1;
+    p.seed = 99;
+    Sampler s(p);
+    for (uint64_t seed = 1; seed <= 30; ++seed) {
+      auto l = normal_logits(3000, 1.0f, seed);
+      l[2000] = l[1000] = l[500] = *std::max_element(l.begin(), l.end()) + 0.5f;  // tie at the max
+      EXPECT_EQ(s.sample(l.data(), 3000), 500) << "T=" << t;
+      l[500] = -kInf;
+      EXPECT_EQ(s.sample(l.data(), 3000), 1000) << "T=" << t;
+    }
+  }
+}
+
+// ------------------------------------------------------------------ seeds
+
+std::vector<int32_t> run_sequence(uint64_t seed, int n_steps) {
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.top_k = 0;
+  p.top_p = 0.99f;
+  p.min_p = 0.0f;
+  p.seed = seed;
+  Sampler s(p);
+  std::vector<int32_t> out;
+  for (int step = 0; step < n_steps; ++step) {
+    const auto l = normal_logits(512, 0.5f, 1000 + step);  // flat-ish: many candidates
+    const int32_t t = s.sample(l.data(), 512);
+    s.accept(t);
+    out.push_back(t);
+  }
+  return out;
+}
+
+TEST(Sampler, SameSeedSameTokensDifferentSeedsDiffer) {
+  const auto a = run_sequence(42, 100);
+  const auto b = run_sequence(42, 100);
+  const auto c = run_sequence(43, 100);
+  const auto d = run_sequence(0, 100);
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+  EXPECT_NE(a, d);
+  EXPECT_NE(c, d);
+  int same = 0;
+  for (int i = 0; i < 100; ++i) same += a[i] == c[i];
+  EXPECT_LT(same, 20) << "seeds 42 and 43 agree on too many steps";
+
+  // A copied sampler continues the same stream independently.
+  SamplingParams p = no_truncation();
+  p.seed = 5;
+  Sampler s1(p);
+  const auto l = normal_logits(64, 0.3f, 3);
+  s1.sample(l.data(), 64);
+  Sampler s2 = s1;
+  for (int i = 0; i < 50; ++i) EXPECT_EQ(s1.sample(l.data(), 64), s2.sample(l.data(), 64));
+}
+
+// ------------------------------------------------------------------ truncation sets
+
+TEST(Sampler, TopKKeepsExactlyTheKLargest) {
+  const std::vector<float> l = {1.0f, 3.0f, 2.0f, 0.5f, 2.5f, -1.0f, 3.0f, 0.0f};
+  SamplingParams p = no_truncation();
+  p.top_k = 3;
+  Sampler s(p);
+  EXPECT_EQ(kept_ids(s, l), (std::vector<int32_t>{1, 4, 6}));
+  expect_matches_reference(l, p);
+  p.top_k = 4;  // ties: 1 and 6 both kept, then 4, then 2
+  Sampler s4(p);
+  EXPECT_EQ(kept_ids(s4, l), (std::vector<int32_t>{1, 2, 4, 6}));
+  p.top_k = 8;  // == n: no truncation
+  Sampler s8(p);
+  EXPECT_EQ(kept_ids(s8, l).size(), 8u);
+  p.top_k = 1000;  // > n
+  Sampler sbig(p);
+  EXPECT_EQ(kept_ids(sbig, l).size(), 8u);
+  // Tie at the k-th place goes to the lower id.
+  const std::vector<float> tie = {1.0f, 2.0f, 2.0f, 2.0f, 0.0f};
+  p.top_k = 2;
+  Sampler st(p);
+  EXPECT_EQ(kept_ids(st, tie), (std::vector<int32_t>{1, 2}));
+}
+
+TEST(Sampler, TopPKeepsShortestPrefixReachingP) {
+  // probabilities 0.05, 0.5, 0.15, 0.3 (ids 0..3)
+  const auto l = logits_from_probs({0.05, 0.5, 0.15, 0.3});
+  SamplingParams p = no_truncation();
+  const std::vector<std::pair<float, std::vector<int32_t>>> cases = {
+      {0.4f, {1}}, {0.7f, {1, 3}}, {0.85f, {1, 2, 3}}, {0.9f, {1, 2, 3}}, {0.99f, {0, 1, 2, 3}}};
+  for (const auto& [top_p, want] : cases) {
+    p.top_p = top_p;
+    Sampler s(p);
+    EXPECT_EQ(kept_ids(s, l), want) << "top_p=" << top_p;
+    expect_matches_reference(l, p);
+  }
+}
+
+TEST(Sampler, MinPKeepsTokensAboveFractionOfMax) {
+  const auto l = logits_from_probs({0.05, 0.5, 0.15, 0.3});
+  SamplingParams p = no_truncation();
+  const std::vector<std::pair<float, std::vector<int32_t>>> cases = {
+      {0.2f, {1, 2, 3}}, {0.5f, {1, 3}}, {0.61f, {1}}, {0.05f, {0, 1, 2, 3}}, {1.0f, {1}}};
+  for (const auto& [min_p, want] : cases) {
+    p.min_p = min_p;
+    Sampler s(p);
+    EXPECT_EQ(kept_ids(s, l), want) << "min_p=" << min_p;
+    expect_matches_reference(l, p);
+  }
+}
+
+TEST(Sampler, ChainOrderTopKThenTopPThenMinPThenTemperature) {
+  // top_p is computed after top_k (renormalised over the k kept), and
+  // temperature does not change which tokens survive.
+  const auto l = logits_from_probs({0.30, 0.25, 0.20, 0.15, 0.10});
+  SamplingParams p = no_truncation(5.0f);
+  p.top_k = 3;     // keeps 0.30, 0.25, 0.20 -> renormalised 0.4, 0.333, 0.267
+  p.top_p = 0.7f;  // over the k kept: 0.4 + 0.333 = 0.733 >= 0.7 -> {0, 1}
+  Sampler s(p);
+  EXPECT_EQ(kept_ids(s, l), (std::vector<int32_t>{0, 1}));
+  expect_matches_reference(l, p);
+  p.top_k = 0;  // over all five: 0.30 + 0.25 + 0.20 = 0.75 >= 0.7 -> {0, 1, 2}
+  Sampler s2(p);
+  EXPECT_EQ(kept_ids(s2, l), (std::vector<int32_t>{0, 1, 2}));
+  expect_matches_reference(l, p);
+  p.min_p = 0.7f;  // 0.20 < 0.7 * 0.30 -> {0, 1}
+  Sampler s3(p);
+  EXPECT_EQ(kept_ids(s3, l), (std::vector<int32_t>{0, 1}));
+  expect_matches_reference(l, p);
+}
+
+TEST(Sampler, RandomConfigsMatchFloat64Reference) {
+  SamplerRng cfg(2024);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int32_t n = 1 + static_cast<int32_t>(cfg.next_u64() % 400);
+    auto l = normal_logits(n, 0.5f + 3.0f * cfg.next_float(), 500 + trial);
+    if (trial % 5 == 0 && n > 3) l[n / 2] = l[n / 3];  // a tie
+    if (trial % 7 == 0 && n > 3) l[1] = -kInf;          // a banned token
+    SamplingParams p;
+    p.temperature = 0.1f + 2.0f * cfg.next_float();
+    const uint64_t r = cfg.next_u64();
+    p.top_k = (r & 1) ? 0 : 1 + static_cast<int32_t>((r >> 8) % 60);
+    p.top_p = (r & 2) ? 1.0f : 0.3f + 0.69f * cfg.next_float();
+    p.min_p = (r & 4) ? 0.0f : 0.3f * cfg.next_float();
+    expect_matches_reference(l, p, 2e-5);
+    if (HasFatalFailure()) return;
+  }
+}
+
+TEST(Sampler, LargeVocabTopPMinPMatchReference) {
+  // Exercises the widening-window path of top_p without top_k.
+  const int32_t n = 262144;
+  for (float stddev : {1.0f, 4.0f}) {
+    const auto l = normal_logits(n, stddev, 77);
+    for (float top_p : {0.5f, 0.9f}) {
+      for (float min_p : {0.0f, 0.05f}) {
+        SamplingParams p = no_truncation(0.7f);
+        p.top_p = top_p;
+        p.min_p = min_p;
+        expect_matches_reference(l, p, 1e-5);
+      }
+    }
+  }
+}
+
+// ------------------------------------------------------------------ penalties and bias
+
+// Recovers the chain's modified logits up to a constant: log p_i - log p_ref.
+std::vector<double> logit_deltas(Sampler& s, const std::vector<float>& l, int32_t ref_id) {
+  auto pr = s.probabilities(l.data(), static_cast<int32_t>(l.size()));
+  std::sort(pr.begin(), pr.end());
+  EXPECT_EQ(pr.size(), l.size());
+  std::vector<double> out;
+  for (const auto& [id, p] : pr) out.push_back(std::log(static_cast<double>(p)) - std::log(static_cast<double>(pr[ref_id].second)));
+  return out;
+}
+
+TEST(Sampler, PenaltiesChangeExactlyTheRightLogits) {
+  const std::vector<float> l = {0.0f, 2.0f, -1.5f, 1.0f, -0.5f, 0.0f, 3.0f, -2.0f};
+  SamplingParams p = no_truncation(1.0f);
+  p.repeat_penalty = 1.5f;
+  p.presence_penalty = 0.25f;
+  p.frequency_penalty = 0.125f;
+  Sampler s(p);
+  for (int32_t t : {1, 2, 2, 5, 1, 1}) s.accept(t);
+  // Token 0 is untouched and serves as the reference (logit 0).
+  std::vector<double> want(l.begin(), l.end());
+  want[1] = 2.0 / 1.5 - 3 * 0.125 - 0.25;   // positive: divided; count 3
+  want[2] = -1.5 * 1.5 - 2 * 0.125 - 0.25;  // negative: multiplied; count 2
+  want[5] = 0.0 * 1.5 - 1 * 0.125 - 0.25;   // zero: multiplied (stays 0); count 1
+  const auto got = logit_deltas(s, l, 0);
+  for (size_t i = 0; i < l.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5) << "token " << i;
+
+  // Repetition penalty alone (CTRL): only 1, 2, 5 change.
+  SamplingParams rp = no_truncation(1.0f);
+  rp.repeat_penalty = 2.0f;
+  Sampler r(rp);
+  for (int32_t t : {1, 2, 5}) r.accept(t);
+  const auto got_r = logit_deltas(r, l, 0);
+  const std::vector<double> want_r = {0.0, 1.0, -3.0, 1.0, -0.5, 0.0, 3.0, -2.0};
+  for (size_t i = 0; i < l.size(); ++i) EXPECT_NEAR(got_r[i], want_r[i], 1e-5) << "token " << i;
+}
+
+TEST(Sampler, PenaltyWindowIsLastNTokens) {
+  const std::vector<float> l = {0.0f, 1.0f, 1.0f, 1.0f, 1.0f};
+  SamplingParams p = no_truncation(1.0f);
+  p.presence_penalty = 1.0f;
+  p.repeat_last_n = 2;
+  Sampler s(p);
+  for (int32_t t : {1, 2, 3, 3, 4}) s.accept(t);  // window = {3, 4}
+  auto got = logit_deltas(s, l, 0);
+  const std::vector<double> want = {0.0, 1.0, 1.0, 0.0, 0.0};
+  for (size_t i = 0; i < l.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5) << "token " << i;
+
+  p.repeat_last_n = -1;  // all tokens
+  Sampler all(p);
+  for (int32_t t : {1, 2, 3, 3, 4}) all.accept(t);
+  got = logit_deltas(all, l, 0);
+  for (size_t i = 1; i < l.size(); ++i) EXPECT_NEAR(got[i], 0.0, 1e-5) << "token " << i;
+
+  p.repeat_last_n = 0;  // off
+  Sampler off(p);
+  for (int32_t t : {1, 2, 3, 3, 4}) off.accept(t);
+  got = logit_deltas(off, l, 0);
+  for (size_t i = 1; i < l.size(); ++i) EXPECT_NEAR(got[i], 1.0, 1e-5) << "token " << i;
+
+  all.reset_history();
+  got = logit_deltas(all, l, 0);
+  for (size_t i = 1; i < l.size(); ++i) EXPECT_NEAR(got[i], 1.0, 1e-5) << "token " << i;
+
+  // Greedy sees penalties too.
+  SamplingParams g;
+  g.temperature = 0.0f;
+  g.repeat_penalty = 10.0f;
+  Sampler gs(g);
+  const std::vector<float> lg = {1.0f, 5.0f, 4.0f};
+  EXPECT_EQ(gs.sample(lg.data(), 3), 1);
+  gs.accept(1);
+  EXPECT_EQ(gs.sample(lg.data(), 3), 2);
+}
+
+TEST(Sampler, LogitBiasIsAddedBeforePenalties) {
+  const std::vector<float> l = {0.0f, 2.0f, 1.0f, -1.0f};
+  SamplingParams g;
+  g.temperature = 0.0f;
+  g.logit_bias = {{1, -kInf}};
+  EXPECT_EQ(Sampler(g).sample(l.data(), 4), 2);
+  g.logit_bias = {{3, 2.0f}, {3, 1.5f}};  // repeated ids add up: -1 + 3.5 = 2.5
+  EXPECT_EQ(Sampler(g).sample(l.data(), 4), 3);
+
+  // Bias makes token 3's logit positive (+1.5 -> 0.5) so the repetition
+  // penalty divides it: 0.5 / 2 = 0.25.
+  SamplingParams p = no_truncation(1.0f);
+  p.logit_bias = {{3, 1.5f}};
+  p.repeat_penalty = 2.0f;
+  Sampler s(p);
+  s.accept(3);
+  const auto got = logit_deltas(s, l, 0);
+  EXPECT_NEAR(got[3], 0.25, 1e-5);
+  EXPECT_NEAR(got[1], 2.0, 1e-5);
+
+  // A banned token is never sampled.
+  SamplingParams b = no_truncation(2.0f);
+  b.logit_bias = {{1, -kInf}};
+  Sampler sb(b);
+  for (int i = 0; i < 2000; ++i) ASSERT_NE(sb.sample(l.data(), 4), 1);
+}
+
+// ------------------------------------------------------------------ distribution
+
+// Chi-square critical values at p = 0.001 for df = 1..7.
+constexpr double kChi2Crit001[] = {0, 10.828, 13.816, 16.266, 18.467, 20.515, 22.458, 24.322};
+
+void expect_draws_match(const std::vector<float>& l, const SamplingParams& p, int expected_kept) {
+  const auto want = ref_chain(l, p);
+  ASSERT_EQ(static_cast<int>(want.size()), expected_kept);
+  Sampler s(p);
+  const int kDraws = 20000;
+  std::map<int32_t, int> counts;
+  for (int i = 0; i < kDraws; ++i) ++counts[s.sample(l.data(), static_cast<int32_t>(l.size()))];
+  double chi2 = 0;
+  for (const auto& [id, c] : counts) ASSERT_TRUE(want.count(id)) << "drew truncated token " << id;
+  for (const auto& [id, pr] : want) {
+    const double e = pr * kDraws;
+    const double o = counts.count(id) ? counts[id] : 0;
+    chi2 += (o - e) * (o - e) / e;
+  }
+  const int df = expected_kept - 1;
+  std::printf("[sampler] chi-square %.3f (df %d, critical %.3f at p = 0.001)\n", chi2, df, kChi2Crit001[df]);
+  // Reject the "sampler matches the chain's distribution" hypothesis only at p < 0.001.
+  EXPECT_LT(chi2, kChi2Crit001[df]);
+}
+
+TEST(Sampler, DrawFrequenciesMatchChainDistributionChiSquare) {
+  const std::vector<float> l = {1.0f, 2.0f, -1.0f, 1.5f, 0.5f, -5.0f, 0.0f, -3.0f};
+  // top_k=6 keeps {1,3,0,4,6,2}; top_p=0.95 over them keeps 5 (cum 0.979);
+  // min_p=0.05 keeps all 5; temperature 0.7 reshapes.
+  SamplingParams p;
+  p.temperature = 0.7f;
+  p.top_k = 6;
+  p.top_p = 0.95f;
+  p.min_p = 0.05f;
+  p.seed = 1234;
+  expect_draws_match(l, p, 5);
+  // min_p alone (unsorted path): floor 2 + log(0.02) = -1.91 keeps 6 tokens.
+  SamplingParams q = no_truncation(1.3f);
+  q.min_p = 0.02f;
+  q.seed = 99;
+  expect_draws_match(l, q, 6);
+  // No truncation, plain softmax.
+  const std::vector<float> small = {0.0f, 0.5f, 1.0f, -0.5f};
+  SamplingParams r = no_truncation(1.0f);
+  r.seed = 7;
+  expect_draws_match(small, r, 4);
+}
+
+// ------------------------------------------------------------------ top_logprobs
+
+TEST(Sampler, TopLogprobsIsLogSoftmaxOfRawLogits) {
+  const std::vector<float> l = {1.0f, 3.0f, 2.0f, 3.0f, -kInf, 0.5f};
+  double z = 0;
+  for (float v : l) z += std::exp(static_cast<double>(v));
+  const auto top = top_logprobs(l.data(), 6, 3);
+  ASSERT_EQ(top.size(), 3u);
+  const std::vector<int32_t> ids = {1, 3, 2};  // tie 1/3 by lower id
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(top[i].first, ids[i]);
+    EXPECT_NEAR(top[i].second, l[ids[i]] - std::log(z), 1e-6);
+  }
+  EXPECT_TRUE(top_logprobs(l.data(), 6, 0).empty());
+  const auto all = top_logprobs(l.data(), 6, 100);  // clamped to n_vocab
+  ASSERT_EQ(all.size(), 6u);
+  EXPECT_EQ(all.back().first, 4);
+  EXPECT_EQ(all.back().second, -kInf);
+  double sum = 0;
+  for (const auto& [id, lp] : all) sum += std::exp(static_cast<double>(lp));
+  EXPECT_NEAR(sum, 1.0, 1e-6);
+
+  // Large vocabulary against a float64 reference.
+  const int32_t n = 262144;
+  const auto big = normal_logits(n, 3.0f, 11);
+  double m = *std::max_element(big.begin(), big.end());
+  double zb = 0;
+  for (float v : big) zb += std::exp(v - m);
+  std::vector<int32_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::partial_sort(order.begin(), order.begin() + 20, order.end(),
+                    [&](int32_t a, int32_t b) { return big[a] > big[b] || (big[a] == big[b] && a < b); });
+  const auto tb = top_logprobs(big.data(), n, 20);
+  ASSERT_EQ(tb.size(), 20u);
+  for (int i = 0; i < 20; ++i) {
+    EXPECT_EQ(tb[i].first, order[i]);
+    EXPECT_NEAR(tb[i].second, big[order[i]] - m - std::log(zb), 1e-4);
+  }
+}
+
+// ------------------------------------------------------------------ speed
+
+TEST(Sampler, FastOnGemmaSizedVocabulary) {
+  const int32_t n = 262144;
+  std::vector<std::vector<float>> rows;
+  for (uint64_t i = 0; i < 4; ++i) rows.push_back(normal_logits(n, 3.0f, 900 + i));
+  struct Case {
+    const char* name;
+    SamplingParams p;
+  };
+  SamplingParams defaults;  // top_k 40, top_p 0.95, min_p 0.05, T 0.8
+  SamplingParams no_k = defaults;
+  no_k.top_k = 0;
+  SamplingParams no_k_no_min = no_k;
+  no_k_no_min.min_p = 0.0f;
+  SamplingParams penalised = defaults;
+  penalised.repeat_penalty = 1.1f;
+  penalised.logit_bias = {{7, 1.0f}};
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  const std::vector<Case> cases = {{"default chain", defaults},
+                                   {"top_k off", no_k},
+                                   {"top_k+min_p off", no_k_no_min},
+                                   {"full softmax", no_truncation()},
+                                   {"penalties+bias", penalised},
+                                   {"greedy", greedy}};
+  for (const auto& c : cases) {
+    Sampler s(c.p);
+    for (int i = 0; i < 64; ++i) s.accept(i * 1000);
+    s.sample(rows[0].data(), n);  // warm-up (scratch allocation)
+    const int kIters = 20;
+    const auto t0 = std::chrono::steady_clock::now();
+    int64_t sink = 0;
+    for (int i = 0; i < kIters; ++i) sink += s.sample(rows[i % rows.size()].data(), n);
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / kIters;
+    std::printf("[sampler] %-16s %.3f ms per sample over %d logits (sink %lld)\n", c.name, ms, n,
+                static_cast<long long>(sink));
+    EXPECT_LT(ms, 20.0) << c.name;
+  }
+}
+
+}  // namespace
+}  // namespace specula
