@@ -1,6 +1,60 @@
-// kernels/avx2/table.cpp — the AVX2/FMA/F16C kernel table (placeholder).
+// kernels/avx2/table.cpp — the AVX2/FMA/F16C kernel table: wires the AVX2
+// quantizers, dequantizers, gemms and dense helpers (avx2.h) for every type the
+// generic table supports, with the same vec_dot_type per weight type. Does not
+// detect CPU features (dispatch.cpp does; it only calls this on a capable CPU).
+#include "kernels/avx2/avx2.h"
 #include "kernels/kernels.h"
 
 namespace specula::kernels::avx2 {
-const KernelTable* table_if_built() { return nullptr; }
+namespace {
+
+using RowFn = void (*)(const void*, float*, int64_t);
+using QuantFn = void (*)(const float*, void*, int64_t);
+using GemmFn = void (*)(int64_t, const void*, size_t, int64_t, const void*, size_t, int64_t,
+                        float*, int64_t);
+
+void set_weight(KernelTable& k, DType t, RowFn dequantize, DType vec_dot_type, GemmFn gemm) {
+  TypeKernels& tk = k.types[static_cast<uint32_t>(t)];
+  tk.supported = true;
+  tk.dequantize_row = dequantize;
+  tk.vec_dot_type = vec_dot_type;
+  tk.gemm = gemm;
+}
+
+void set_activation(KernelTable& k, DType t, RowFn dequantize, QuantFn quantize) {
+  TypeKernels& tk = k.types[static_cast<uint32_t>(t)];
+  tk.supported = true;
+  tk.dequantize_row = dequantize;
+  tk.quantize_row = quantize;
+}
+
+}  // namespace
+
+const KernelTable* table_if_built() {
+  static const KernelTable t = [] {
+    KernelTable k;
+    k.isa = "avx2";
+    set_weight(k, DType::F32, dequantize_row_f32, DType::F32, gemm_f32);
+    set_weight(k, DType::F16, dequantize_row_f16, DType::F32, gemm_f16);
+    set_weight(k, DType::BF16, dequantize_row_bf16, DType::F32, gemm_bf16);
+    set_weight(k, DType::Q4_0, dequantize_row_q4_0, DType::Q8_0, gemm_q4_0);
+    set_weight(k, DType::Q4_1, dequantize_row_q4_1, DType::Q8_1, gemm_q4_1);
+    set_weight(k, DType::Q5_0, dequantize_row_q5_0, DType::Q8_0, gemm_q5_0);
+    set_weight(k, DType::Q5_1, dequantize_row_q5_1, DType::Q8_1, gemm_q5_1);
+    set_weight(k, DType::Q8_0, dequantize_row_q8_0, DType::Q8_0, gemm_q8_0);
+    set_weight(k, DType::Q4_K, dequantize_row_q4_k, DType::Q8_K, gemm_q4_k);
+    set_weight(k, DType::Q5_K, dequantize_row_q5_k, DType::Q8_K, gemm_q5_k);
+    set_weight(k, DType::Q6_K, dequantize_row_q6_k, DType::Q8_K, gemm_q6_k);
+    set_activation(k, DType::F32, dequantize_row_f32, quantize_row_f32);
+    set_activation(k, DType::Q8_0, dequantize_row_q8_0, quantize_row_q8_0);
+    set_activation(k, DType::Q8_1, dequantize_row_q8_1, quantize_row_q8_1);
+    set_activation(k, DType::Q8_K, dequantize_row_q8_k, quantize_row_q8_k);
+    k.dot_f32 = dot_f32;
+    k.axpy_f32 = axpy_f32;
+    k.scale_f32 = scale_f32;
+    return k;
+  }();
+  return &t;
+}
+
 }  // namespace specula::kernels::avx2

@@ -1,0 +1,155 @@
+// kernels/avx2/gemm_legacy.cpp — AVX2 gemm for the 32-element block types: Q4_0,
+// Q5_0, Q8_0 (with Q8_0 activations) and Q4_1, Q5_1 (with Q8_1 activations).
+//
+// Per block: the exact int32 sum of qw*qx is formed with maddubs/madd (unsigned
+// weights times signed activations; the Q4_0/Q5_0 centring offset is subtracted as
+// offset*sum(qx), Q8_0 uses the sign trick), converted to float and folded into an
+// 8-lane accumulator with one FMA by (d_w*d_x); Q4_1/Q5_1 add m_w*s_x into lane 0.
+// Same block formulas as llama.cpp's ggml_vec_dot_q*_q8_* (facts only). Tiling and
+// batch invariance: avx2.h. Does not quantize activations (convert.cpp).
+#include "kernels/avx2/avx2.h"
+#include "kernels/quant_blocks.h"
+
+namespace specula::kernels::avx2 {
+namespace {
+
+// Activation blocks Q8_0: q, d and offset*sum over pairs (for centred weights).
+template <int kOffset>
+struct XQ8_0 {
+  __m256i q;
+  __m256i off;  // int16 pairs: kOffset * (q[2i] + q[2i+1])
+  __m256 d;
+};
+
+template <int kOffset>
+inline void load_x_q8_0(const uint8_t* row, int64_t b, XQ8_0<kOffset>& x) {
+  const BlockQ8_0* blk = reinterpret_cast<const BlockQ8_0*>(row) + b;
+  x.q = loadu256(blk->qs);
+  if constexpr (kOffset != 0) x.off = _mm256_maddubs_epi16(_mm256_set1_epi8(kOffset), x.q);
+  x.d = _mm256_set1_ps(h2f(blk->d));
+}
+
+struct UnsignedW {
+  __m256i q;  // unsigned quants 0..31
+  __m256 d;
+};
+
+template <int kOffset>
+inline __m256 dot_centred(const UnsignedW& w, const XQ8_0<kOffset>& x, __m256 acc) {
+  const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(w.q, x.q), x.off);
+  return _mm256_fmadd_ps(_mm256_mul_ps(w.d, x.d), _mm256_cvtepi32_ps(sum_pairs16(p)), acc);
+}
+
+struct QuantBase {
+  using Acc = __m256;
+  static constexpr int kBlock = kQK;
+  static Acc zero() { return _mm256_setzero_ps(); }
+  static float finish(Acc acc, const uint8_t*, const uint8_t*, int64_t) { return hsum(acc); }
+};
+
+struct Q4_0 : QuantBase {
+  using W = UnsignedW;
+  using X = XQ8_0<8>;
+  static void load_w(const uint8_t* row, int64_t b, W& w) {
+    const BlockQ4_0* blk = reinterpret_cast<const BlockQ4_0*>(row) + b;
+    w.q = unpack_nibbles16(blk->qs);
+    w.d = _mm256_set1_ps(h2f(blk->d));
+  }
+  static void load_x(const uint8_t* row, int64_t b, X& x) { load_x_q8_0(row, b, x); }
+  static Acc dot(const W& w, const X& x, Acc acc) { return dot_centred(w, x, acc); }
+};
+
+struct Q5_0 : QuantBase {
+  using W = UnsignedW;
+  using X = XQ8_0<16>;
+  static void load_w(const uint8_t* row, int64_t b, W& w) {
+    const BlockQ5_0* blk = reinterpret_cast<const BlockQ5_0*>(row) + b;
+    uint32_t qh;
+    __builtin_memcpy(&qh, blk->qh, 4);
+    w.q = _mm256_or_si256(unpack_nibbles16(blk->qs), bits_to_0x10(qh));
+    w.d = _mm256_set1_ps(h2f(blk->d));
+  }
+  static void load_x(const uint8_t* row, int64_t b, X& x) { load_x_q8_0(row, b, x); }
+  static Acc dot(const W& w, const X& x, Acc acc) { return dot_centred(w, x, acc); }
+};
+
+struct Q8_0 : QuantBase {
+  struct W {
+    __m256i q;
+    __m256i aq;
+    __m256 d;
+  };
+  using X = XQ8_0<0>;
+  static void load_w(const uint8_t* row, int64_t b, W& w) {
+    const BlockQ8_0* blk = reinterpret_cast<const BlockQ8_0*>(row) + b;
+    w.q = loadu256(blk->qs);
+    w.aq = _mm256_abs_epi8(w.q);
+    w.d = _mm256_set1_ps(h2f(blk->d));
+  }
+  static void load_x(const uint8_t* row, int64_t b, X& x) { load_x_q8_0(row, b, x); }
+  static Acc dot(const W& w, const X& x, Acc acc) {
+    const __m256i p = _mm256_maddubs_epi16(w.aq, _mm256_sign_epi8(x.q, w.q));
+    return _mm256_fmadd_ps(_mm256_mul_ps(w.d, x.d), _mm256_cvtepi32_ps(sum_pairs16(p)), acc);
+  }
+};
+
+// Q4_1 / Q5_1 with Q8_1 activations: sum_b (d_w*d_x)*sum(q*qx) + m_w*s_x.
+struct AffineW {
+  __m256i q;
+  __m256 d;
+  float m;
+};
+struct XQ8_1 {
+  __m256i q;
+  __m256 d;
+  float s;
+};
+inline void load_x_q8_1(const uint8_t* row, int64_t b, XQ8_1& x) {
+  const BlockQ8_1* blk = reinterpret_cast<const BlockQ8_1*>(row) + b;
+  x.q = loadu256(blk->qs);
+  x.d = _mm256_set1_ps(h2f(blk->d));
+  x.s = h2f(blk->s);
+}
+inline __m256 dot_affine(const AffineW& w, const XQ8_1& x, __m256 acc) {
+  const __m256i p = _mm256_maddubs_epi16(w.q, x.q);
+  acc = _mm256_fmadd_ps(_mm256_mul_ps(w.d, x.d), _mm256_cvtepi32_ps(sum_pairs16(p)), acc);
+  return _mm256_add_ps(acc, _mm256_setr_ps(w.m * x.s, 0, 0, 0, 0, 0, 0, 0));
+}
+
+struct Q4_1 : QuantBase {
+  using W = AffineW;
+  using X = XQ8_1;
+  static void load_w(const uint8_t* row, int64_t b, W& w) {
+    const BlockQ4_1* blk = reinterpret_cast<const BlockQ4_1*>(row) + b;
+    w.q = unpack_nibbles16(blk->qs);
+    w.d = _mm256_set1_ps(h2f(blk->d));
+    w.m = h2f(blk->m);
+  }
+  static void load_x(const uint8_t* row, int64_t b, X& x) { load_x_q8_1(row, b, x); }
+  static Acc dot(const W& w, const X& x, Acc acc) { return dot_affine(w, x, acc); }
+};
+
+struct Q5_1 : QuantBase {
+  using W = AffineW;
+  using X = XQ8_1;
+  static void load_w(const uint8_t* row, int64_t b, W& w) {
+    const BlockQ5_1* blk = reinterpret_cast<const BlockQ5_1*>(row) + b;
+    uint32_t qh;
+    __builtin_memcpy(&qh, blk->qh, 4);
+    w.q = _mm256_or_si256(unpack_nibbles16(blk->qs), bits_to_0x10(qh));
+    w.d = _mm256_set1_ps(h2f(blk->d));
+    w.m = h2f(blk->m);
+  }
+  static void load_x(const uint8_t* row, int64_t b, X& x) { load_x_q8_1(row, b, x); }
+  static Acc dot(const W& w, const X& x, Acc acc) { return dot_affine(w, x, acc); }
+};
+
+}  // namespace
+
+SPECULA_AVX2_GEMM(gemm_q4_0) { gemm_tiled<Q4_0, 4, 2, 4>(K, w, w_stride, n_rows, xq, xq_stride, m, y, ldy); }
+SPECULA_AVX2_GEMM(gemm_q5_0) { gemm_tiled<Q5_0, 4, 2, 4>(K, w, w_stride, n_rows, xq, xq_stride, m, y, ldy); }
+SPECULA_AVX2_GEMM(gemm_q8_0) { gemm_tiled<Q8_0, 4, 2, 4>(K, w, w_stride, n_rows, xq, xq_stride, m, y, ldy); }
+SPECULA_AVX2_GEMM(gemm_q4_1) { gemm_tiled<Q4_1, 4, 2, 4>(K, w, w_stride, n_rows, xq, xq_stride, m, y, ldy); }
+SPECULA_AVX2_GEMM(gemm_q5_1) { gemm_tiled<Q5_1, 4, 2, 4>(K, w, w_stride, n_rows, xq, xq_stride, m, y, ldy); }
+
+}  // namespace specula::kernels::avx2

@@ -1,0 +1,311 @@
+// tests/kernels/avx2_test.cpp — the AVX2 kernel table against the generic reference.
+//
+// For every weight type: random valid blocks (finite fp16 scales), odd shapes, gemm
+// NMSE vs generic; batch invariance (a row's output is bitwise the same at m=1, inside
+// m=13, and whatever the n_rows split). Activation quantizers and all dequantizers
+// must match generic bit for bit (including rounding ties). Dense helpers within float
+// rounding. Skipped when this CPU has no AVX2 table. Does not benchmark (bench/).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/fp16.h"
+#include "kernels/kernels.h"
+#include "kernels/quant_blocks.h"
+
+namespace specula::kernels {
+namespace {
+
+const DType kWeightTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q4_0,
+                              DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0,
+                              DType::Q4_K, DType::Q5_K, DType::Q6_K};
+
+#define SKIP_WITHOUT_AVX2()                                          \
+  if (avx2_table() == nullptr) GTEST_SKIP() << "no AVX2/FMA/F16C on this CPU"
+
+uint16_t rand_half(std::mt19937& rng, float lo, float hi) {
+  return fp32_to_fp16(std::uniform_real_distribution<float>(lo, hi)(rng));
+}
+
+// n_rows rows of K elements of type t with random quants and finite scales.
+std::vector<uint8_t> random_weights(DType t, int64_t K, int64_t n_rows, std::mt19937& rng) {
+  const size_t rb = row_bytes(t, K);
+  std::vector<uint8_t> w(rb * static_cast<size_t>(n_rows));
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (auto& b : w) b = static_cast<uint8_t>(byte(rng));
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const int64_t n = K * n_rows;
+  switch (t) {
+    case DType::F32: {
+      auto* f = reinterpret_cast<float*>(w.data());
+      for (int64_t i = 0; i < n; ++i) f[i] = nd(rng);
+      break;
+    }
+    case DType::F16: {
+      auto* h = reinterpret_cast<uint16_t*>(w.data());
+      for (int64_t i = 0; i < n; ++i) h[i] = fp32_to_fp16(nd(rng));
+      break;
+    }
+    case DType::BF16: {
+      auto* h = reinterpret_cast<uint16_t*>(w.data());
+      for (int64_t i = 0; i < n; ++i) h[i] = fp32_to_bf16(nd(rng));
+      break;
+    }
+    case DType::Q4_0:
+      for (auto* b = reinterpret_cast<BlockQ4_0*>(w.data()); b < reinterpret_cast<BlockQ4_0*>(w.data() + w.size()); ++b)
+        b->d = rand_half(rng, -0.1f, 0.1f);
+      break;
+    case DType::Q4_1:
+      for (auto* b = reinterpret_cast<BlockQ4_1*>(w.data()); b < reinterpret_cast<BlockQ4_1*>(w.data() + w.size()); ++b) {
+        b->d = rand_half(rng, 0.0f, 0.1f);
+        b->m = rand_half(rng, -1.0f, 0.0f);
+      }
+      break;
+    case DType::Q5_0:
+      for (auto* b = reinterpret_cast<BlockQ5_0*>(w.data()); b < reinterpret_cast<BlockQ5_0*>(w.data() + w.size()); ++b)
+        b->d = rand_half(rng, -0.1f, 0.1f);
+      break;
+    case DType::Q5_1:
+      for (auto* b = reinterpret_cast<BlockQ5_1*>(w.data()); b < reinterpret_cast<BlockQ5_1*>(w.data() + w.size()); ++b) {
+        b->d = rand_half(rng, 0.0f, 0.1f);
+        b->m = rand_half(rng, -1.0f, 0.0f);
+      }
+      break;
+    case DType::Q8_0:
+      for (auto* b = reinterpret_cast<BlockQ8_0*>(w.data()); b < reinterpret_cast<BlockQ8_0*>(w.data() + w.size()); ++b)
+        b->d = rand_half(rng, -0.01f, 0.01f);
+      break;
+    case DType::Q4_K:
+      for (auto* b = reinterpret_cast<BlockQ4_K*>(w.data()); b < reinterpret_cast<BlockQ4_K*>(w.data() + w.size()); ++b) {
+        b->d = rand_half(rng, 0.0f, 0.01f);
+        b->dmin = rand_half(rng, 0.0f, 0.01f);
+      }
+      break;
+    case DType::Q5_K:
+      for (auto* b = reinterpret_cast<BlockQ5_K*>(w.data()); b < reinterpret_cast<BlockQ5_K*>(w.data() + w.size()); ++b) {
+        b->d = rand_half(rng, 0.0f, 0.01f);
+        b->dmin = rand_half(rng, 0.0f, 0.01f);
+      }
+      break;
+    case DType::Q6_K:
+      for (auto* b = reinterpret_cast<BlockQ6_K*>(w.data()); b < reinterpret_cast<BlockQ6_K*>(w.data() + w.size()); ++b)
+        b->d = rand_half(rng, -0.01f, 0.01f);
+      break;
+    default:
+      ADD_FAILURE() << "unexpected type";
+  }
+  return w;
+}
+
+std::vector<float> random_floats(int64_t n, std::mt19937& rng) {
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(n));
+  for (auto& v : x) v = nd(rng);
+  return x;
+}
+
+// m activation rows of K, quantized by the generic quantizer to vec_dot_type of w.
+std::vector<uint8_t> quantized_acts(DType w, int64_t K, int64_t m, std::mt19937& rng) {
+  const DType vt = generic_table().of(w).vec_dot_type;
+  const size_t rb = row_bytes(vt, K);
+  std::vector<uint8_t> xq(rb * static_cast<size_t>(m));
+  const std::vector<float> x = random_floats(K * m, rng);
+  for (int64_t i = 0; i < m; ++i) {
+    generic_table().of(vt).quantize_row(x.data() + i * K, xq.data() + rb * static_cast<size_t>(i), K);
+  }
+  return xq;
+}
+
+int64_t test_k(DType t) {
+  const int64_t bs = dtype_info(t).block_size;
+  if (bs == 1) return 100;  // not a multiple of 16: exercises the float tail
+  return bs * 3;            // 96 for legacy types, 768 for K-quants
+}
+
+void gemm_with(const KernelTable& k, DType t, int64_t K, const std::vector<uint8_t>& w, int64_t n_rows,
+               const std::vector<uint8_t>& xq, int64_t m, std::vector<float>& y, int64_t ldy,
+               int64_t row0 = 0) {
+  const size_t ws = row_bytes(t, K);
+  const size_t xs = activation_row_bytes(t, K);
+  k.of(t).gemm(K, w.data() + ws * static_cast<size_t>(row0), ws, n_rows, xq.data(), xs, m,
+               y.data() + row0, ldy);
+}
+
+TEST(Avx2Kernels, TableCoversGeneric) {
+  SKIP_WITHOUT_AVX2();
+  const KernelTable& a = *avx2_table();
+  const KernelTable& g = generic_table();
+  EXPECT_STREQ(a.isa, "avx2");
+  for (int i = 0; i < kNumDTypeSlots; ++i) {
+    if (!g.types[i].supported) continue;
+    SCOPED_TRACE(i);
+    EXPECT_TRUE(a.types[i].supported);
+    EXPECT_EQ(a.types[i].dequantize_row != nullptr, g.types[i].dequantize_row != nullptr);
+    EXPECT_EQ(a.types[i].quantize_row != nullptr, g.types[i].quantize_row != nullptr);
+    EXPECT_EQ(a.types[i].gemm != nullptr, g.types[i].gemm != nullptr);
+    EXPECT_EQ(a.types[i].vec_dot_type, g.types[i].vec_dot_type);
+  }
+  EXPECT_NE(a.dot_f32, nullptr);
+  EXPECT_NE(a.axpy_f32, nullptr);
+  EXPECT_NE(a.scale_f32, nullptr);
+}
+
+TEST(Avx2Kernels, GemmMatchesGeneric) {
+  SKIP_WITHOUT_AVX2();
+  std::mt19937 rng(42);
+  for (DType t : kWeightTypes) {
+    for (int64_t K : {test_k(t), test_k(t) == 100 ? int64_t{640} : test_k(t) / 3 * 8}) {
+      for (int64_t n_rows : {1, 3, 17, 64}) {
+        const auto w = random_weights(t, K, n_rows, rng);
+        for (int64_t m : {1, 2, 3, 5, 8, 13}) {
+          SCOPED_TRACE(::testing::Message() << dtype_name(t) << " K=" << K << " n_rows=" << n_rows
+                                            << " m=" << m);
+          const auto xq = quantized_acts(t, K, m, rng);
+          const int64_t ldy = n_rows + 3;
+          std::vector<float> ya(static_cast<size_t>(m * ldy), -7.0f), yg = ya;
+          gemm_with(*avx2_table(), t, K, w, n_rows, xq, m, ya, ldy);
+          gemm_with(generic_table(), t, K, w, n_rows, xq, m, yg, ldy);
+          double err = 0, ref = 0;
+          for (int64_t i = 0; i < m; ++i) {
+            for (int64_t r = 0; r < ldy; ++r) {
+              const float a = ya[i * ldy + r], g = yg[i * ldy + r];
+              if (r >= n_rows) {
+                ASSERT_EQ(a, -7.0f) << "wrote outside n_rows";
+                continue;
+              }
+              ASSERT_TRUE(std::isfinite(a));
+              err += (double(a) - g) * (double(a) - g);
+              ref += double(g) * g;
+            }
+          }
+          ASSERT_GT(ref, 0.0);
+          EXPECT_LT(err / ref, 1e-10);
+        }
+      }
+    }
+  }
+}
+
+TEST(Avx2Kernels, GemmIsBatchInvariant) {
+  SKIP_WITHOUT_AVX2();
+  std::mt19937 rng(7);
+  const KernelTable& k = *avx2_table();
+  for (DType t : kWeightTypes) {
+    SCOPED_TRACE(dtype_name(t));
+    const int64_t K = test_k(t), n_rows = 17, m = 13;
+    const auto w = random_weights(t, K, n_rows, rng);
+    const auto xq = quantized_acts(t, K, m, rng);
+    const size_t xs = activation_row_bytes(t, K);
+    std::vector<float> full(static_cast<size_t>(m * n_rows));
+    gemm_with(k, t, K, w, n_rows, xq, m, full, n_rows);
+    // Each activation row alone (m = 1), and rows 4..6 as a batch of 3.
+    for (int64_t i = 0; i < m; ++i) {
+      std::vector<uint8_t> xi(xq.begin() + static_cast<ptrdiff_t>(xs * i),
+                              xq.begin() + static_cast<ptrdiff_t>(xs * (i + 1)));
+      std::vector<float> yi(static_cast<size_t>(n_rows));
+      gemm_with(k, t, K, w, n_rows, xi, 1, yi, n_rows);
+      for (int64_t r = 0; r < n_rows; ++r) ASSERT_EQ(yi[r], full[i * n_rows + r]) << "m=1 row " << i;
+    }
+    {
+      std::vector<uint8_t> x3(xq.begin() + static_cast<ptrdiff_t>(xs * 4),
+                              xq.begin() + static_cast<ptrdiff_t>(xs * 7));
+      std::vector<float> y3(static_cast<size_t>(3 * n_rows));
+      gemm_with(k, t, K, w, n_rows, x3, 3, y3, n_rows);
+      for (int64_t i = 0; i < 3; ++i)
+        for (int64_t r = 0; r < n_rows; ++r) ASSERT_EQ(y3[i * n_rows + r], full[(i + 4) * n_rows + r]);
+    }
+    // n_rows split as a thread pool would: [0,5) + [5,6) + [6,17).
+    std::vector<float> split(static_cast<size_t>(m * n_rows));
+    gemm_with(k, t, K, w, 5, xq, m, split, n_rows, 0);
+    gemm_with(k, t, K, w, 1, xq, m, split, n_rows, 5);
+    gemm_with(k, t, K, w, 11, xq, m, split, n_rows, 6);
+    for (size_t i = 0; i < split.size(); ++i) ASSERT_EQ(split[i], full[i]) << "split index " << i;
+  }
+}
+
+void expect_quantize_exact(DType t, const std::vector<float>& x) {
+  const int64_t n = static_cast<int64_t>(x.size());
+  const size_t rb = row_bytes(t, n);
+  std::vector<uint8_t> a(rb, 0xAA), g(rb, 0x55);
+  avx2_table()->of(t).quantize_row(x.data(), a.data(), n);
+  generic_table().of(t).quantize_row(x.data(), g.data(), n);
+  for (size_t i = 0; i < rb; ++i) ASSERT_EQ(a[i], g[i]) << dtype_name(t) << " byte " << i;
+}
+
+TEST(Avx2Kernels, QuantizeRowIsBitExact) {
+  SKIP_WITHOUT_AVX2();
+  std::mt19937 rng(3);
+  for (DType t : {DType::F32, DType::Q8_0, DType::Q8_1, DType::Q8_K}) {
+    SCOPED_TRACE(dtype_name(t));
+    const int64_t n = 256 * 4;
+    std::vector<float> x = random_floats(n, rng);
+    expect_quantize_exact(t, x);
+    // Scaled widely, with zero blocks and a block of huge values.
+    for (int64_t i = 0; i < n; ++i) x[i] *= std::ldexp(1.0f, static_cast<int>(i / 64) - 8);
+    std::fill(x.begin(), x.begin() + 256, 0.0f);
+    expect_quantize_exact(t, x);
+    // Rounding ties: amax 127 makes the scale exactly 1 (Q8_0/Q8_1) or -1 (Q8_K).
+    for (int64_t i = 0; i < n; ++i) {
+      x[i] = static_cast<float>(static_cast<int>(i % 253) - 126) + ((i % 3 == 0) ? 0.5f : -0.5f);
+      if (i % 32 == 0) x[i] = (i % 64 == 0) ? 127.0f : -127.0f;
+    }
+    expect_quantize_exact(t, x);
+    // Ties in |x| between elements of opposite sign (Q8_K picks the first).
+    for (int64_t i = 0; i < n; ++i) x[i] = (i % 5 == 0) ? 2.0f : -1.0f;
+    for (int64_t i = 0; i < n; i += 7) x[i] = -2.0f;
+    expect_quantize_exact(t, x);
+  }
+}
+
+TEST(Avx2Kernels, DequantizeRowIsBitExact) {
+  SKIP_WITHOUT_AVX2();
+  std::mt19937 rng(5);
+  std::vector<DType> types(std::begin(kWeightTypes), std::end(kWeightTypes));
+  types.push_back(DType::Q8_1);
+  types.push_back(DType::Q8_K);
+  for (DType t : types) {
+    SCOPED_TRACE(dtype_name(t));
+    const int64_t n = 256 * 3;
+    std::vector<uint8_t> w;
+    if (t == DType::Q8_1 || t == DType::Q8_K) {
+      const std::vector<float> x = random_floats(n, rng);
+      w.resize(row_bytes(t, n));
+      generic_table().of(t).quantize_row(x.data(), w.data(), n);
+    } else {
+      w = random_weights(t, n, 1, rng);
+    }
+    std::vector<float> a(static_cast<size_t>(n)), g(static_cast<size_t>(n));
+    avx2_table()->of(t).dequantize_row(w.data(), a.data(), n);
+    generic_table().of(t).dequantize_row(w.data(), g.data(), n);
+    ASSERT_EQ(std::memcmp(a.data(), g.data(), a.size() * sizeof(float)), 0);
+  }
+}
+
+TEST(Avx2Kernels, DenseHelpers) {
+  SKIP_WITHOUT_AVX2();
+  std::mt19937 rng(9);
+  const KernelTable& a = *avx2_table();
+  const KernelTable& g = generic_table();
+  for (int64_t n : {1, 7, 8, 31, 33, 256, 1000}) {
+    SCOPED_TRACE(n);
+    const auto x = random_floats(n, rng), y = random_floats(n, rng);
+    const float da = a.dot_f32(n, x.data(), y.data()), dg = g.dot_f32(n, x.data(), y.data());
+    double mag = 0;
+    for (int64_t i = 0; i < n; ++i) mag += std::fabs(double(x[i]) * y[i]);
+    EXPECT_NEAR(da, dg, 1e-6 * mag + 1e-30);
+    auto ya = y, yg = y;
+    a.axpy_f32(n, 0.37f, x.data(), ya.data());
+    g.axpy_f32(n, 0.37f, x.data(), yg.data());
+    for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(ya[i], yg[i], 1e-6f * (std::fabs(yg[i]) + 1.0f));
+    a.scale_f32(n, -1.7f, ya.data());
+    g.scale_f32(n, -1.7f, yg.data());
+    for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(ya[i], yg[i], 2e-6f * (std::fabs(yg[i]) + 1.0f));
+  }
+}
+
+}  // namespace
+}  // namespace specula::kernels
