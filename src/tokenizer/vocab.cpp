@@ -42,6 +42,50 @@ Status read_flag(const gguf::GgufFile& f, const char* key, bool* out) {
   return Status::ok();
 }
 
+// Load-time type fixes that llama.cpp applies (src/llama-vocab.cpp, load()) because
+// GGUF files lack per-token attributes; needed to tokenize token for token alike.
+// Tokens with these texts are end-of-generation or fill-in-the-middle markers and are
+// promoted to control type when the file says otherwise (Gemma 3 stores "</s>" as
+// user-defined: llama.cpp then neither splits it out of text without parse_special
+// nor renders it without render_special).
+constexpr std::string_view kControlLooking[] = {
+    "</s>", "<EOT>", "<MID>", "<PAD>", "<PRE>", "<REPO>", "<SUF>", "<end_of_turn>", "<end_of_utterance>",
+    "<eos>", "<fim-middle>", "<fim-pad>", "<fim-prefix>", "<fim-repo>", "<fim-suffix>", "<fim_middle>",
+    "<fim_pad>", "<fim_prefix>", "<fim_suffix>", "<reponame>", "<turn|>", "<|calls|>", "<|call|>",
+    "<|code_middle|>", "<|code_prefix|>", "<|code_suffix|>", "<|end_of_text|>", "<|endoftext|>", "<|end|>",
+    "<|eom_id|>", "<|eot_id|>", "<|file_sep|>", "<|fim_middle|>", "<|fim_pad|>", "<|fim_prefix|>",
+    "<|fim_repo|>", "<|fim_suffix|>", "<|flush|>", "<|im_end|>", "<|middle|>", "<|prefix|>", "<|repo_name|>",
+    "<|return|>", "<|suffix|>", "<|tool_response>", "[EOS]", "[EOT]", "[PAD]", "[e~[", "_<EOT>",
+    "\xE2\x96\x81<MID>", "\xE2\x96\x81<PRE>", "\xE2\x96\x81<SUF>",
+    "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>",  // <｜end▁of▁sentence｜>
+    "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "begin\xEF\xBD\x9C>",
+    "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "end\xEF\xBD\x9C>",
+    "<\xEF\xBD\x9C" "fim\xE2\x96\x81hole\xEF\xBD\x9C>",
+};
+// Harmony-format markers that llama.cpp forces to user-defined.
+constexpr std::string_view kForcedUserDefined[] = {"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"};
+
+void apply_type_overrides(VocabData* d) {
+  std::unordered_map<std::string_view, size_t> index;
+  index.reserve(d->tokens.size() * 2);
+  for (size_t i = 0; i < d->tokens.size(); ++i) index[d->tokens[i]] = i;
+  const auto find = [&](std::string_view t) -> int64_t {
+    auto it = index.find(t);
+    return it == index.end() ? -1 : static_cast<int64_t>(it->second);
+  };
+  // A vocab with these markers has an ordinary "</s>" (llama.cpp: gemma4, plamo).
+  const bool normal_s = find("<|tool_response>") >= 0 || find("<|plamo:eos|>") >= 0;
+  for (std::string_view name : kControlLooking) {
+    const int64_t id = find(name);
+    if (id < 0 || (normal_s && name == "</s>")) continue;
+    d->types[id] = static_cast<int32_t>(TokenType::kControl);
+  }
+  for (std::string_view name : kForcedUserDefined) {
+    const int64_t id = find(name);
+    if (id >= 0) d->types[id] = static_cast<int32_t>(TokenType::kUserDefined);
+  }
+}
+
 }  // namespace
 
 Result<Vocab> Vocab::from_gguf(const gguf::GgufFile& f) {
@@ -80,6 +124,7 @@ Result<Vocab> Vocab::from_gguf(const gguf::GgufFile& f) {
   SPECULA_RETURN_IF_ERROR(read_flag(f, kKeyAddBos, &d.add_bos));
   SPECULA_RETURN_IF_ERROR(read_flag(f, kKeyAddEos, &d.add_eos));
   SPECULA_RETURN_IF_ERROR(read_flag(f, kKeyAddSpacePrefix, &d.add_space_prefix));
+  if (!d.types.empty() && d.types.size() == d.tokens.size()) apply_type_overrides(&d);
   return from_data(std::move(d));
 }
 
