@@ -1,14 +1,16 @@
 // method/sampler.cpp — the sampling chain, RNG and top_logprobs (see sampler.h
 // for the chain order and its source).
 //
-// Speed: never sorts the whole vocabulary in the common cases. top_k uses one
-// scan with a k-sized heap; without top_k, min_p and top_p first collect the
-// tokens above a logit threshold (min_p's, or a widening window below the max
-// until it holds top_p's mass), and only that subset is sorted.
-// Does not: vectorise by hand (the scans are simple enough for the compiler).
+// Speed (262144-token vocabularies): never sorts the whole vocabulary. top_k
+// uses one scan with a k-sized heap; min_p alone is a threshold filter; top_p
+// without top_k bins the tokens by logit, finds the bin where the cumulative
+// mass crosses top_p and sorts only that bin. exp is a branch-free
+// polynomial (below) that the compiler vectorises; sums are in double.
+// Does not: use ISA-specific intrinsics (the loops are plain C++).
 #include "method/sampler.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -79,28 +81,124 @@ void select_top_k(const float* l, int32_t n, int32_t k, std::vector<C>& out) {
   std::sort_heap(out.begin(), out.end(), better);  // ascending under Better = best first
 }
 
-int32_t argmax(const float* l, int32_t n) {
-  int32_t best = 0;
-  float best_v = l[0];
-  for (int32_t i = 1; i < n; ++i) {
-    if (l[i] > best_v) {
-      best_v = l[i];
-      best = i;
-    }
+// exp(x) in float for x <= 0 (the only use here: logit - max): Cody-Waite
+// range reduction x = n*ln2 + r, |r| <= ln2/2, then the degree-7 Taylor
+// polynomial of exp(r) (truncation error < 5e-9 relative), scaled by 2^n
+// through the exponent bits; relative error about 2 ulp. Results below 2^-126
+// (x < about -87.3), and -inf, give exactly 0 so banned tokens keep
+// probability 0. Integer bit operations only, no branches or float selects,
+// so GCC vectorises the loops without -ffast-math, and no float->int
+// conversion can overflow.
+inline float exp_f32(float x) {
+  constexpr float kLog2e = 1.44269504088896341f;
+  constexpr float kRound = 12582912.0f;          // 1.5 * 2^23: t's low bits hold round(x*log2e)
+  constexpr float kLn2Hi = 0.693359375f;         // ln 2 split so n*kLn2Hi is exact
+  constexpr float kLn2Lo = -2.12194440e-4f;
+  const float t = x * kLog2e + kRound;
+  const float n = t - kRound;
+  const int32_t ni = std::bit_cast<int32_t>(t) - std::bit_cast<int32_t>(kRound);
+  const float r = (x - n * kLn2Hi) - n * kLn2Lo;
+  float p = 1.0f / 5040.0f;
+  p = p * r + 1.0f / 720.0f;
+  p = p * r + 1.0f / 120.0f;
+  p = p * r + 1.0f / 24.0f;
+  p = p * r + 1.0f / 6.0f;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  const float scale = std::bit_cast<float>(static_cast<int32_t>(static_cast<uint32_t>(ni + 127) << 23));
+  const int32_t keep = ~((ni + 126) >> 31);  // all ones when ni >= -126, else 0
+  return std::bit_cast<float>(std::bit_cast<int32_t>(p * scale) & keep);
+}
+
+// out[i] = exp((l[i] - max) * inv_t) for i in [0, n).
+void exp_shifted(const float* l, int32_t n, float max, float inv_t, float* out) {
+  for (int32_t i = 0; i < n; ++i) out[i] = exp_f32((l[i] - max) * inv_t);
+}
+
+// Sum of v[0..n) in double, eight interleaved partial sums (fixed order).
+double sum_f64(const float* v, int32_t n) {
+  double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int32_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int j = 0; j < 8; ++j) acc[j] += static_cast<double>(v[i + j]);
   }
-  return best;
+  for (; i < n; ++i) acc[0] += static_cast<double>(v[i]);
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+// Sum of exp(l[i] - max) without a vocabulary-sized buffer.
+double sum_exp(const float* l, int32_t n, float max) {
+  constexpr int32_t kChunk = 512;
+  float buf[kChunk];
+  double s = 0.0;
+  for (int32_t i = 0; i < n; i += kChunk) {
+    const int32_t m = std::min(kChunk, n - i);
+    exp_shifted(l + i, m, max, 1.0f, buf);
+    s += sum_f64(buf, m);
+  }
+  return s;
 }
 
 float max_of(const float* l, int32_t n) {
-  float m = l[0];
-  for (int32_t i = 1; i < n; ++i) m = std::max(m, l[i]);
+  float acc[8];
+  for (float& a : acc) a = l[0];
+  int32_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int j = 0; j < 8; ++j) acc[j] = acc[j] < l[i + j] ? l[i + j] : acc[j];
+  }
+  for (; i < n; ++i) acc[0] = acc[0] < l[i] ? l[i] : acc[0];
+  float m = acc[0];
+  for (float a : acc) m = m < a ? a : m;
   return m;
 }
 
-double sum_exp(const float* l, int32_t n, float max) {
-  double s = 0.0;
-  for (int32_t i = 0; i < n; ++i) s += static_cast<double>(std::exp(l[i] - max));
-  return s;
+// Lowest id holding the maximum logit.
+int32_t argmax(const float* l, int32_t n) {
+  const float m = max_of(l, n);
+  for (int32_t i = 0; i < n; ++i) {
+    if (l[i] == m) return i;
+  }
+  return 0;  // only when every logit is NaN
+}
+
+// Dense draw over weights w [n] by id: first id whose cumulative weight exceeds
+// u * total. Chunk sums locate the chunk, then a sequential scan inside it.
+int32_t draw_dense(const float* w, int32_t n, float u) {
+  constexpr int32_t kChunk = 1024;
+  const int32_t n_chunks = (n + kChunk - 1) / kChunk;
+  std::vector<double> chunk_sum(n_chunks);
+  double total = 0.0;
+  for (int32_t c = 0; c < n_chunks; ++c) {
+    chunk_sum[c] = sum_f64(w + static_cast<int64_t>(c) * kChunk, std::min(kChunk, n - c * kChunk));
+    total += chunk_sum[c];
+  }
+  const double target = static_cast<double>(u) * total;
+  double cum = 0.0;
+  int32_t last_positive = -1;
+  for (int32_t c = 0; c < n_chunks; ++c) {
+    if (chunk_sum[c] <= 0.0) continue;
+    const int32_t begin = c * kChunk;
+    const int32_t end = std::min(n, begin + kChunk);
+    if (cum + chunk_sum[c] > target) {
+      double inner = cum;
+      for (int32_t i = begin; i < end; ++i) {
+        if (w[i] <= 0.0f) continue;
+        inner += static_cast<double>(w[i]);
+        last_positive = i;
+        if (inner > target) return i;
+      }
+    } else {
+      for (int32_t i = end - 1; i >= begin; --i) {
+        if (w[i] > 0.0f) {
+          last_positive = i;
+          break;
+        }
+      }
+    }
+    cum += chunk_sum[c];
+  }
+  return last_positive >= 0 ? last_positive : 0;  // rounding at the very top of the range
 }
 
 }  // namespace
@@ -214,10 +312,11 @@ const float* Sampler::apply_bias_and_penalties(const float* logits, int32_t n_vo
 
 double Sampler::build_distribution(const float* l, int32_t n) {
   std::vector<Candidate>& kept = kept_;
+  dense_ = false;
   const bool use_top_k = params_.top_k > 0 && params_.top_k < n;
   const bool use_top_p = params_.top_p < 1.0f;
   const bool use_min_p = params_.min_p > 0.0f;
-  Better better;
+  const float inv_t = 1.0f / params_.temperature;
 
   float max;
   if (use_top_k) {
@@ -226,7 +325,7 @@ double Sampler::build_distribution(const float* l, int32_t n) {
   } else {
     max = max_of(l, n);
   }
-  if (max == kNegInf) {
+  if (max == kNegInf || std::isnan(max)) {
     // Every token is banned: nothing to sample from; fall back to the lowest id.
     kept.assign(1, Candidate{0, 0.0f});
     weights_.assign(1, 1.0f);
@@ -236,19 +335,18 @@ double Sampler::build_distribution(const float* l, int32_t n) {
 
   if (use_top_k) {
     if (use_top_p) {
-      double z = 0.0;
-      for (const Candidate& c : kept) z += static_cast<double>(std::exp(c.logit - max));
-      const double target = static_cast<double>(params_.top_p) * z;
+      // Probabilities over the k kept (temperature 1), cumulated in sorted order.
+      weights_.resize(kept.size());
+      for (size_t i = 0; i < kept.size(); ++i) weights_[i] = exp_f32(kept[i].logit - max);
+      const double target = static_cast<double>(params_.top_p) * sum_f64(weights_.data(), static_cast<int32_t>(kept.size()));
       double cum = 0.0;
-      size_t keep = kept.size();
       for (size_t i = 0; i < kept.size(); ++i) {
-        cum += static_cast<double>(std::exp(kept[i].logit - max));
+        cum += static_cast<double>(weights_[i]);
         if (cum >= target) {
-          keep = i + 1;
+          kept.resize(i + 1);
           break;
         }
       }
-      kept.resize(keep);
     }
     if (use_min_p) {
       size_t keep = 1;
@@ -256,52 +354,87 @@ double Sampler::build_distribution(const float* l, int32_t n) {
       kept.resize(keep);
     }
   } else if (use_top_p) {
-    // top_p's probabilities are normalised over the whole vocabulary.
-    const double z = sum_exp(l, n, max);
-    const double target = static_cast<double>(params_.top_p) * z;
-    // Collect tokens above a widening cut until they hold top_p's mass (then
-    // the sorted prefix lies inside them) or the cut reaches min_p's floor.
-    float delta = 8.0f;
-    for (;;) {
-      const float cut = std::max(min_p_floor, delta > 64.0f ? kNegInf : max - delta);
-      kept.clear();
-      double mass = 0.0;
-      for (int32_t i = 0; i < n; ++i) {
-        if (l[i] >= cut) {
-          kept.push_back(Candidate{i, l[i]});
-          mass += static_cast<double>(std::exp(l[i] - max));
-        }
-      }
-      if (mass >= target || cut <= min_p_floor) break;
-      delta *= 2.0f;
-    }
-    std::sort(kept.begin(), kept.end(), better);
-    double cum = 0.0;
-    for (size_t i = 0; i < kept.size(); ++i) {
-      cum += static_cast<double>(std::exp(kept[i].logit - max));
-      if (cum >= target) {
-        kept.resize(i + 1);
-        break;
-      }
-    }
-    // Every collected token is above min_p's floor, so min_p is applied.
-  } else {
-    // min_p alone (or no truncation): an id-ordered filter, no sort.
+    top_p_full_vocab(l, n, max, min_p_floor);
+  } else if (use_min_p) {
+    // min_p alone: an id-ordered threshold filter, no sort.
     kept.clear();
     for (int32_t i = 0; i < n; ++i) {
       if (l[i] >= min_p_floor) kept.push_back(Candidate{i, l[i]});
     }
+  } else {
+    // No truncation: dense weights by id.
+    dense_ = true;
+    weights_.resize(n);
+    exp_shifted(l, n, max, inv_t, weights_.data());
+    return sum_f64(weights_.data(), n);
   }
 
   // Temperature, then softmax weights with max subtraction (max is kept).
-  const float inv_t = 1.0f / params_.temperature;
   weights_.resize(kept.size());
-  double total = 0.0;
-  for (size_t i = 0; i < kept.size(); ++i) {
-    weights_[i] = std::exp((kept[i].logit - max) * inv_t);
-    total += static_cast<double>(weights_[i]);
+  for (size_t i = 0; i < kept.size(); ++i) weights_[i] = exp_f32((kept[i].logit - max) * inv_t);
+  return sum_f64(weights_.data(), static_cast<int32_t>(kept.size()));
+}
+
+void Sampler::top_p_full_vocab(const float* l, int32_t n, float max, float min_p_floor) {
+  // top_p's probabilities are normalised over the whole vocabulary.
+  mass_.resize(n);
+  exp_shifted(l, n, max, 1.0f, mass_.data());
+  const double target = static_cast<double>(params_.top_p) * sum_f64(mass_.data(), n);
+
+  // Bin tokens at or above min_p's floor by distance below the max: kBins - 1
+  // bins of width kRange / (kBins - 1) nats, then one tail bin. Bins are
+  // ordered by logit, so the sorted prefix top_p keeps is: every bin before
+  // the one where the cumulative mass reaches the target, plus a sorted
+  // prefix of that boundary bin. Equal logits always share a bin.
+  constexpr int32_t kBins = 2048;
+  constexpr float kRange = 32.0f;
+  constexpr uint16_t kExcluded = 0xFFFF;
+  const float scale = static_cast<float>(kBins - 1) / kRange;
+  bin_.resize(n);
+  double bin_mass[kBins] = {};
+  for (int32_t i = 0; i < n; ++i) {
+    if (!(l[i] >= min_p_floor)) {
+      bin_[i] = kExcluded;
+      continue;
+    }
+    const float d = (max - l[i]) * scale;
+    const int32_t b = d < static_cast<float>(kBins - 1) ? static_cast<int32_t>(d) : kBins - 1;
+    bin_[i] = static_cast<uint16_t>(b);
+    bin_mass[b] += static_cast<double>(mass_[i]);
   }
-  return total;
+  int32_t boundary = -1;
+  double before = 0.0;
+  for (int32_t b = 0; b < kBins; ++b) {
+    if (before + bin_mass[b] >= target) {
+      boundary = b;
+      break;
+    }
+    before += bin_mass[b];
+  }
+
+  kept_.clear();
+  if (boundary < 0) {
+    // min_p's floor cuts before top_p's mass is reached: min_p decides.
+    for (int32_t i = 0; i < n; ++i) {
+      if (bin_[i] != kExcluded) kept_.push_back(Candidate{i, l[i]});
+    }
+    return;
+  }
+  boundary_.clear();
+  for (int32_t i = 0; i < n; ++i) {
+    if (bin_[i] < boundary) {
+      kept_.push_back(Candidate{i, l[i]});
+    } else if (bin_[i] == boundary) {
+      boundary_.push_back(Candidate{i, l[i]});
+    }
+  }
+  std::sort(boundary_.begin(), boundary_.end(), Better());
+  double cum = before;
+  for (const Candidate& c : boundary_) {
+    kept_.push_back(c);
+    cum += static_cast<double>(mass_[c.id]);
+    if (cum >= target) break;
+  }
 }
 
 int32_t Sampler::sample(const float* logits, int32_t n_vocab) {
@@ -309,7 +442,9 @@ int32_t Sampler::sample(const float* logits, int32_t n_vocab) {
   const float* l = apply_bias_and_penalties(logits, n_vocab);
   if (params_.temperature <= 0.0f) return argmax(l, n_vocab);
   const double total = build_distribution(l, n_vocab);
-  const double target = static_cast<double>(rng_.next_float()) * total;
+  const float u = rng_.next_float();
+  if (dense_) return draw_dense(weights_.data(), n_vocab, u);
+  const double target = static_cast<double>(u) * total;
   double cum = 0.0;
   int32_t last_positive = kept_.front().id;
   for (size_t i = 0; i < kept_.size(); ++i) {
@@ -326,7 +461,13 @@ std::vector<std::pair<int32_t, float>> Sampler::probabilities(const float* logit
   const float* l = apply_bias_and_penalties(logits, n_vocab);
   if (params_.temperature <= 0.0f) return {{argmax(l, n_vocab), 1.0f}};
   const double total = build_distribution(l, n_vocab);
-  std::vector<std::pair<int32_t, float>> out(kept_.size());
+  std::vector<std::pair<int32_t, float>> out;
+  if (dense_) {
+    out.resize(n_vocab);
+    for (int32_t i = 0; i < n_vocab; ++i) out[i] = {i, static_cast<float>(static_cast<double>(weights_[i]) / total)};
+    return out;
+  }
+  out.resize(kept_.size());
   for (size_t i = 0; i < kept_.size(); ++i) {
     out[i] = {kept_[i].id, static_cast<float>(static_cast<double>(weights_[i]) / total)};
   }

@@ -95,8 +95,8 @@ class Sampler {
 
   // The final distribution the next sample() would draw from (same chain, no
   // RNG draw): (token id, probability) for every kept candidate, probabilities
-  // summing to 1. Order: descending logit when the chain sorted, else by id.
-  // Greedy returns {(argmax, 1)}.
+  // summing to 1, in an unspecified but deterministic order (without any
+  // truncation that is every token, by id). Greedy returns {(argmax, 1)}.
   std::vector<std::pair<int32_t, float>> probabilities(const float* logits, int32_t n_vocab);
 
   // Records an emitted token in the penalty history (ids must be >= 0).
@@ -116,9 +116,13 @@ class Sampler {
   // changes, else a pointer into work_ [n_vocab].
   const float* apply_bias_and_penalties(const float* logits, int32_t n_vocab);
   // Steps 4-7 on l [n_vocab]: fills kept_ with the kept candidates and weights_
-  // with their unnormalised final weights exp((logit - max) / temperature);
-  // returns the sum of weights_.
+  // with their unnormalised final weights exp((logit - max) / temperature), or,
+  // without truncation, sets dense_ and fills weights_ [n_vocab] by token id.
+  // Returns the sum of the weights.
   double build_distribution(const float* l, int32_t n_vocab);
+  // top_p (and min_p) without top_k over the whole vocabulary, by logit bins
+  // instead of a full sort; fills kept_.
+  void top_p_full_vocab(const float* l, int32_t n_vocab, float max, float min_p_floor);
 
   SamplingParams params_;
   SamplerRng rng_;
@@ -126,7 +130,11 @@ class Sampler {
   std::unordered_map<int32_t, int32_t> counts_;  // token id -> count within history_
   std::vector<float> work_;                    // [n_vocab] biased/penalised logits scratch
   std::vector<Candidate> kept_;                // scratch: surviving candidates
-  std::vector<float> weights_;                 // scratch: [kept_.size()] final weights
+  std::vector<float> weights_;                 // scratch: [kept_.size()] or, if dense_, [n_vocab]
+  bool dense_ = false;                         // weights_ covers every token id
+  std::vector<float> mass_;                    // scratch: [n_vocab] exp(logit - max)
+  std::vector<uint16_t> bin_;                  // scratch: [n_vocab] logit bin of each token
+  std::vector<Candidate> boundary_;            // scratch: candidates in top_p's boundary bin
 };
 
 // Log-softmax of the raw logits [n_vocab] (temperature 1, no bias or penalties),

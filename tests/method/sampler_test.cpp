@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <ctime>
 #include <limits>
 #include <map>
 #include <numeric>
@@ -599,6 +600,12 @@ TEST(Sampler, TopLogprobsIsLogSoftmaxOfRawLogits) {
 
 // ------------------------------------------------------------------ speed
 
+double thread_cpu_ms() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) * 1e-6;
+}
+
 TEST(Sampler, FastOnGemmaSizedVocabulary) {
   const int32_t n = 262144;
   std::vector<std::vector<float>> rows;
@@ -628,13 +635,16 @@ TEST(Sampler, FastOnGemmaSizedVocabulary) {
     for (int i = 0; i < 64; ++i) s.accept(i * 1000);
     s.sample(rows[0].data(), n);  // warm-up (scratch allocation)
     const int kIters = 20;
+    const double cpu0 = thread_cpu_ms();
     const auto t0 = std::chrono::steady_clock::now();
     int64_t sink = 0;
     for (int i = 0; i < kIters; ++i) sink += s.sample(rows[i % rows.size()].data(), n);
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / kIters;
-    std::printf("[sampler] %-16s %.3f ms per sample over %d logits (sink %lld)\n", c.name, ms, n,
-                static_cast<long long>(sink));
+    const double cpu_ms = (thread_cpu_ms() - cpu0) / kIters;
+    std::printf("[sampler] %-16s %.3f ms wall, %.3f ms thread CPU per sample over %d logits (sink %lld)\n",
+                c.name, ms, cpu_ms, n, static_cast<long long>(sink));
+    // Generous: the target is < 2 ms on an idle core; the machine may be shared.
     EXPECT_LT(ms, 20.0) << c.name;
   }
 }
