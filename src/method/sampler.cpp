@@ -86,9 +86,8 @@ void select_top_k(const float* l, int32_t n, int32_t k, std::vector<C>& out) {
 // polynomial of exp(r) (truncation error < 5e-9 relative), scaled by 2^n
 // through the exponent bits; relative error about 2 ulp. Results below 2^-126
 // (x < about -87.3), and -inf, give exactly 0 so banned tokens keep
-// probability 0. Integer bit operations only, no branches or float selects,
-// so GCC vectorises the loops without -ffast-math, and no float->int
-// conversion can overflow.
+// probability 0. Integer bit operations only (unsigned, so no overflow), no
+// branches or float selects, so GCC vectorises the loops without -ffast-math.
 inline float exp_f32(float x) {
   constexpr float kLog2e = 1.44269504088896341f;
   constexpr float kRound = 12582912.0f;          // 1.5 * 2^23: t's low bits hold round(x*log2e)
@@ -96,7 +95,10 @@ inline float exp_f32(float x) {
   constexpr float kLn2Lo = -2.12194440e-4f;
   const float t = x * kLog2e + kRound;
   const float n = t - kRound;
-  const int32_t ni = std::bit_cast<int32_t>(t) - std::bit_cast<int32_t>(kRound);
+  const uint32_t tb = std::bit_cast<uint32_t>(t);
+  // Exact round(x*log2e) while 2^23 <= t < 2^24; far below -126 when t is
+  // smaller; t < 0 (x < about -8.7e6, or -inf) is caught by its sign bit.
+  const uint32_t nu = tb - std::bit_cast<uint32_t>(kRound);
   const float r = (x - n * kLn2Hi) - n * kLn2Lo;
   float p = 1.0f / 5040.0f;
   p = p * r + 1.0f / 720.0f;
@@ -106,9 +108,12 @@ inline float exp_f32(float x) {
   p = p * r + 0.5f;
   p = p * r + 1.0f;
   p = p * r + 1.0f;
-  const float scale = std::bit_cast<float>(static_cast<int32_t>(static_cast<uint32_t>(ni + 127) << 23));
-  const int32_t keep = ~((ni + 126) >> 31);  // all ones when ni >= -126, else 0
-  return std::bit_cast<float>(std::bit_cast<int32_t>(p * scale) & keep);
+  const float scale = std::bit_cast<float>((nu + 127u) << 23);
+  // All ones when n >= -126 and t >= 0, else 0 (unsigned wrap-around, then
+  // arithmetic shifts of the sign bits: defined behaviour in C++20).
+  const uint32_t keep = ~static_cast<uint32_t>((static_cast<int32_t>(nu + 126u) >> 31) |
+                                               (static_cast<int32_t>(tb) >> 31));
+  return std::bit_cast<float>(std::bit_cast<uint32_t>(p * scale) & keep);
 }
 
 // out[i] = exp((l[i] - max) * inv_t) for i in [0, n).

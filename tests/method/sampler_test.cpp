@@ -407,6 +407,36 @@ TEST(Sampler, LargeVocabTopPMinPMatchReference) {
   }
 }
 
+TEST(Sampler, SoftmaxAccurateOverWideLogitRange) {
+  // Full softmax (dense path) over logits spanning 100 nats, plus -inf and
+  // huge negative values: relative error vs float64 within a few float ulps.
+  std::vector<float> l;
+  for (int i = 0; i <= 2000; ++i) l.push_back(-100.0f + 0.05f * static_cast<float>(i) + 0.013f);
+  l.push_back(-kInf);
+  l.push_back(-1e30f);
+  l.push_back(-9e6f);
+  l.push_back(-4.5e6f);
+  SamplingParams p = no_truncation(1.0f);
+  Sampler s(p);
+  const auto got = s.probabilities(l.data(), static_cast<int32_t>(l.size()));
+  ASSERT_EQ(got.size(), l.size());
+  double m = *std::max_element(l.begin(), l.end());
+  double z = 0;
+  for (float v : l) z += std::exp(v - m);
+  int checked = 0;
+  for (const auto& [id, pr] : got) {
+    const double want = std::exp(l[id] - m) / z;
+    if (want > 1e-36) {
+      EXPECT_NEAR(pr / want, 1.0, 2e-6) << "logit " << l[id];
+      ++checked;
+    } else {
+      EXPECT_LE(pr, want * 1.01 + 1e-44) << "logit " << l[id];  // flushed to 0 or tiny
+    }
+  }
+  EXPECT_GT(checked, 1500);
+  for (size_t i = l.size() - 4; i < l.size(); ++i) EXPECT_EQ(got[i].second, 0.0f) << "logit " << l[i];
+}
+
 // ------------------------------------------------------------------ penalties and bias
 
 // Recovers the chain's modified logits up to a constant: log p_i - log p_ref.
