@@ -152,7 +152,15 @@ void gemm_tiled(int64_t K, const void* w, size_t w_stride, int64_t n_rows, const
   const auto* wb = static_cast<const uint8_t*>(w);
   const auto* xb = static_cast<const uint8_t*>(xq);
   if (m == 1) {
+    // Decode streams the weights once: prefetch the rows kAhead tiles ahead, which
+    // the hardware prefetchers alone do not keep up with (RD interleaved streams).
+    constexpr int64_t kAhead = 2;
     for (int64_t r0 = 0; r0 < n_rows; r0 += RD) {
+      for (int64_t r = r0 + kAhead * RD; r < std::min<int64_t>(n_rows, r0 + (kAhead + 1) * RD); ++r) {
+        const uint8_t* p = wb + static_cast<size_t>(r) * w_stride;
+        const size_t rb = w_stride < 4096 ? w_stride : 4096;  // first page; the rest streams
+        for (size_t o = 0; o < rb; o += 64) _mm_prefetch(reinterpret_cast<const char*>(p + o), _MM_HINT_T0);
+      }
       const GemmArgs a{K, wb + static_cast<size_t>(r0) * w_stride, w_stride, xb, xq_stride,
                        y + r0, ldy};
       tile_rc<T, RD, 1>(static_cast<int>(std::min<int64_t>(RD, n_rows - r0)), 1, a);

@@ -1,0 +1,170 @@
+// bench/kernels_bench.cpp — Google Benchmark of the CPU kernels on Gemma 3 270M
+// shapes (hidden 640, ffn 2048, q 1024, vocab 262144), single-threaded.
+//
+// BM_MemRead / BM_Memcpy measure this machine's single-core memory bandwidth (a
+// 512 MiB buffer) so decode gemms can be read as a fraction of it: m=1 gemms report
+// weight bytes/s (SetBytesProcessed); m>1 gemms also report FLOP/s as items/s
+// (2*N*K*m). Weights are random valid blocks; activations are quantized once outside
+// the timed loop. Does not thread (callers split n_rows) and does not check results
+// (tests/kernels/ does).
+#include <benchmark/benchmark.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/fp16.h"
+#include "kernels/kernels.h"
+
+namespace specula::kernels {
+namespace {
+
+constexpr size_t kBwBytes = size_t{512} << 20;
+
+std::vector<uint64_t>& bw_buffer() {
+  static std::vector<uint64_t> buf = [] {
+    std::vector<uint64_t> b(kBwBytes / 8);
+    for (size_t i = 0; i < b.size(); ++i) b[i] = i * 0x9E3779B97F4A7C15ULL;
+    return b;
+  }();
+  return buf;
+}
+
+void BM_MemRead(benchmark::State& state) {
+  const auto& b = bw_buffer();
+  for (auto _ : state) {
+    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (size_t i = 0; i < b.size(); i += 4) {
+      s0 += b[i];
+      s1 += b[i + 1];
+      s2 += b[i + 2];
+      s3 += b[i + 3];
+    }
+    benchmark::DoNotOptimize(s0 + s1 + s2 + s3);
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(kBwBytes));
+}
+BENCHMARK(BM_MemRead)->Unit(benchmark::kMillisecond);
+
+void BM_Memcpy(benchmark::State& state) {
+  auto& b = bw_buffer();
+  std::vector<uint8_t> dst(kBwBytes / 2);
+  for (auto _ : state) {
+    std::memcpy(dst.data(), b.data(), dst.size());
+    benchmark::ClobberMemory();
+  }
+  // Bytes read + written.
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(kBwBytes));
+}
+BENCHMARK(BM_Memcpy)->Unit(benchmark::kMillisecond);
+
+// Random bytes, then every 16-bit word forced to a normal half of magnitude ~2^-7
+// (the scale fields sit at different offsets per type; speed does not depend on the
+// quant values, and this avoids inf/nan/denormal scales).
+std::vector<uint8_t> random_weights(DType t, int64_t K, int64_t n) {
+  std::vector<uint8_t> w(row_bytes(t, K) * static_cast<size_t>(n));
+  std::mt19937_64 rng(1);
+  for (size_t i = 0; i + 8 <= w.size(); i += 8) {
+    const uint64_t v = rng();
+    std::memcpy(&w[i], &v, 8);
+  }
+  for (size_t i = 0; i + 1 < w.size(); i += 2) {
+    uint16_t h;
+    std::memcpy(&h, &w[i], 2);
+    h = static_cast<uint16_t>((h & 0x83ffu) | 0x2000u);
+    std::memcpy(&w[i], &h, 2);
+  }
+  return w;
+}
+
+struct GemmSetup {
+  std::vector<uint8_t> w, xq;
+  std::vector<float> y;
+  size_t ws, xs;
+};
+
+GemmSetup make_setup(const KernelTable& k, DType t, int64_t n, int64_t K, int64_t m) {
+  GemmSetup s;
+  s.w = random_weights(t, K, n);
+  s.ws = row_bytes(t, K);
+  const DType vt = k.of(t).vec_dot_type;
+  s.xs = row_bytes(vt, K);
+  s.xq.resize(s.xs * static_cast<size_t>(m));
+  std::mt19937 rng(2);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(K));
+  for (int64_t i = 0; i < m; ++i) {
+    for (auto& v : x) v = nd(rng);
+    k.of(vt).quantize_row(x.data(), s.xq.data() + s.xs * static_cast<size_t>(i), K);
+  }
+  s.y.resize(static_cast<size_t>(n * m));
+  return s;
+}
+
+void run_gemm(benchmark::State& state, const KernelTable* k, DType t, int64_t n, int64_t K) {
+  if (k == nullptr) {
+    state.SkipWithError("table not available on this CPU");
+    return;
+  }
+  const int64_t m = state.range(0);
+  GemmSetup s = make_setup(*k, t, n, K, m);
+  const auto gemm = k->of(t).gemm;
+  for (auto _ : state) {
+    gemm(K, s.w.data(), s.ws, n, s.xq.data(), s.xs, m, s.y.data(), n);
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(s.w.size()));
+  state.SetItemsProcessed(static_cast<int64_t>(state.iterations()) * 2 * n * K * m);
+}
+
+// Output projection / token embedding: Q8_0 [262144 x 640], decode.
+void BM_Avx2_Q8_0_Output(benchmark::State& state) { run_gemm(state, avx2_table(), DType::Q8_0, 262144, 640); }
+BENCHMARK(BM_Avx2_Q8_0_Output)->Arg(1)->Unit(benchmark::kMillisecond)->MinTime(1.0);
+
+// ffn_gate / ffn_up: Q5_0 [2048 x 640]; attn_q: Q5_0 [1024 x 640].
+void BM_Avx2_Q5_0_FfnUp(benchmark::State& state) { run_gemm(state, avx2_table(), DType::Q5_0, 2048, 640); }
+BENCHMARK(BM_Avx2_Q5_0_FfnUp)->Arg(1)->Arg(64)->Arg(512)->Unit(benchmark::kMicrosecond);
+void BM_Avx2_Q5_0_AttnQ(benchmark::State& state) { run_gemm(state, avx2_table(), DType::Q5_0, 1024, 640); }
+BENCHMARK(BM_Avx2_Q5_0_AttnQ)->Arg(1)->Arg(64)->Arg(512)->Unit(benchmark::kMicrosecond);
+// attn_output: Q4_K [640 x 1024].
+void BM_Avx2_Q4_K_AttnOut(benchmark::State& state) { run_gemm(state, avx2_table(), DType::Q4_K, 640, 1024); }
+BENCHMARK(BM_Avx2_Q4_K_AttnOut)->Arg(1)->Arg(64)->Arg(512)->Unit(benchmark::kMicrosecond);
+// ffn_down: Q6_K [640 x 2048].
+void BM_Avx2_Q6_K_FfnDown(benchmark::State& state) { run_gemm(state, avx2_table(), DType::Q6_K, 640, 2048); }
+BENCHMARK(BM_Avx2_Q6_K_FfnDown)->Arg(1)->Arg(64)->Arg(512)->Unit(benchmark::kMicrosecond);
+// attn_v (some layers): Q8_0 [256 x 640].
+void BM_Avx2_Q8_0_AttnV(benchmark::State& state) { run_gemm(state, avx2_table(), DType::Q8_0, 256, 640); }
+BENCHMARK(BM_Avx2_Q8_0_AttnV)->Arg(1)->Arg(64)->Arg(512)->Unit(benchmark::kMicrosecond);
+
+// Reference point: the generic table on one shape.
+void BM_Generic_Q5_0_FfnUp(benchmark::State& state) { run_gemm(state, &generic_table(), DType::Q5_0, 2048, 640); }
+BENCHMARK(BM_Generic_Q5_0_FfnUp)->Arg(1)->Arg(64)->Unit(benchmark::kMicrosecond);
+
+// Activation quantization of a [64 x 2048] batch to Q8_K and [64 x 640] to Q8_0.
+void run_quantize(benchmark::State& state, DType t, int64_t K) {
+  const KernelTable* k = avx2_table();
+  if (k == nullptr) {
+    state.SkipWithError("table not available on this CPU");
+    return;
+  }
+  const int64_t m = 64;
+  std::vector<float> x(static_cast<size_t>(K * m));
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (auto& v : x) v = nd(rng);
+  const size_t rb = row_bytes(t, K);
+  std::vector<uint8_t> y(rb * static_cast<size_t>(m));
+  for (auto _ : state) {
+    for (int64_t i = 0; i < m; ++i) k->of(t).quantize_row(x.data() + i * K, y.data() + rb * i, K);
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(static_cast<int64_t>(state.iterations()) * K * m);
+}
+void BM_Avx2_Quantize_Q8_K(benchmark::State& state) { run_quantize(state, DType::Q8_K, 2048); }
+BENCHMARK(BM_Avx2_Quantize_Q8_K)->Unit(benchmark::kMicrosecond);
+void BM_Avx2_Quantize_Q8_0(benchmark::State& state) { run_quantize(state, DType::Q8_0, 640); }
+BENCHMARK(BM_Avx2_Quantize_Q8_0)->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+}  // namespace specula::kernels
