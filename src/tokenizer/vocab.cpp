@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <unordered_map>
+#include <unordered_set>
 
 #include "formats/gguf.h"
 
@@ -66,24 +68,36 @@ constexpr std::string_view kControlLooking[] = {
 constexpr std::string_view kForcedUserDefined[] = {"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"};
 
 void apply_type_overrides(VocabData* d) {
-  std::unordered_map<std::string_view, size_t> index;
-  index.reserve(d->tokens.size() * 2);
-  for (size_t i = 0; i < d->tokens.size(); ++i) index[d->tokens[i]] = i;
-  const auto find = [&](std::string_view t) -> int64_t {
-    auto it = index.find(t);
-    return it == index.end() ? -1 : static_cast<int64_t>(it->second);
-  };
+  std::unordered_set<std::string_view> control(std::begin(kControlLooking), std::end(kControlLooking));
+  std::unordered_set<std::string_view> user(std::begin(kForcedUserDefined), std::end(kForcedUserDefined));
+  // With duplicate texts llama.cpp's name lookup sees the highest id; map text -> id
+  // for the few matching tokens only.
+  std::unordered_map<std::string_view, size_t> hits;
+  for (size_t i = 0; i < d->tokens.size(); ++i) {
+    const std::string& t = d->tokens[i];
+    if (t.size() < 4 || t.size() > 32) continue;
+    if (control.count(t) != 0 || user.count(t) != 0 || t == "<|plamo:eos|>") hits[t] = i;
+  }
   // A vocab with these markers has an ordinary "</s>" (llama.cpp: gemma4, plamo).
-  const bool normal_s = find("<|tool_response>") >= 0 || find("<|plamo:eos|>") >= 0;
-  for (std::string_view name : kControlLooking) {
-    const int64_t id = find(name);
-    if (id < 0 || (normal_s && name == "</s>")) continue;
-    d->types[id] = static_cast<int32_t>(TokenType::kControl);
+  const bool normal_s = hits.count("<|tool_response>") != 0 || hits.count("<|plamo:eos|>") != 0;
+  for (const auto& [text, id] : hits) {
+    if (control.count(text) != 0) {
+      if (normal_s && text == "</s>") continue;
+      d->types[id] = static_cast<int32_t>(TokenType::kControl);
+    } else if (user.count(text) != 0) {
+      d->types[id] = static_cast<int32_t>(TokenType::kUserDefined);
+    }
   }
-  for (std::string_view name : kForcedUserDefined) {
-    const int64_t id = find(name);
-    if (id >= 0) d->types[id] = static_cast<int32_t>(TokenType::kUserDefined);
+}
+
+size_t hash_text(std::string_view s) {
+  // FNV-1a, 64-bit: fast for short keys, good enough spread for token texts.
+  uint64_t h = 1469598103934665603ull;
+  for (char c : s) {
+    h ^= static_cast<uint8_t>(c);
+    h *= 1099511628211ull;
   }
+  return static_cast<size_t>(h ^ (h >> 29));
 }
 
 }  // namespace
@@ -170,15 +184,20 @@ Result<Vocab> Vocab::from_data(VocabData d) {
   auto impl = std::make_shared<Impl>();
   impl->data = std::move(d);
   const VocabData& data = impl->data;
-  impl->index.reserve(n * 2);
+  size_t cap = 1;
+  while (cap < 2 * n) cap <<= 1;
+  impl->slots.assign(cap, -1);
+  impl->slot_mask = cap - 1;
   for (size_t i = 0; i < n; ++i) {
-    impl->index[std::string_view(data.tokens[i])] = static_cast<int32_t>(i);  // later ids win
-    impl->max_token_len = std::max(impl->max_token_len, data.tokens[i].size());
+    const std::string& t = data.tokens[i];
+    size_t s = hash_text(t) & impl->slot_mask;
+    while (impl->slots[s] >= 0 && data.tokens[impl->slots[s]] != t) s = (s + 1) & impl->slot_mask;
+    impl->slots[s] = static_cast<int32_t>(i);  // later ids win over duplicates
+    impl->max_token_len = std::max(impl->max_token_len, t.size());
   }
-  const auto lookup = [&](std::string_view s) {
-    auto it = impl->index.find(s);
-    return it == impl->index.end() ? -1 : it->second;
-  };
+  Vocab v;
+  v.impl_ = impl;
+  const auto lookup = [&](std::string_view s) { return v.find(s); };
   for (int b = 0; b < 256; ++b) {
     char hex[8];
     std::snprintf(hex, sizeof(hex), "<0x%02X>", b);
@@ -201,14 +220,16 @@ Result<Vocab> Vocab::from_data(VocabData d) {
     return data.tokens[a].size() > data.tokens[b].size();
   });
 
-  Vocab v;
-  v.impl_ = std::move(impl);
   return v;
 }
 
 int32_t Vocab::find(std::string_view text) const {
-  auto it = impl_->index.find(text);
-  return it == impl_->index.end() ? -1 : it->second;
+  const std::vector<std::string>& tokens = impl_->data.tokens;
+  for (size_t s = hash_text(text) & impl_->slot_mask;; s = (s + 1) & impl_->slot_mask) {
+    const int32_t id = impl_->slots[s];
+    if (id < 0) return -1;
+    if (tokens[id] == text) return id;
+  }
 }
 
 std::optional<uint8_t> Vocab::token_to_byte(int32_t id) const {

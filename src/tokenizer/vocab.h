@@ -18,7 +18,6 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 #include "specula/status.h"
@@ -106,7 +105,10 @@ class Vocab {
  private:
   struct Impl {
     VocabData data;
-    std::unordered_map<std::string_view, int32_t> index;  // views into data.tokens
+    // Open-addressing hash table of token ids keyed by text (linear probing,
+    // power-of-two size >= 2 * n_vocab, -1 = empty slot).
+    std::vector<int32_t> slots;
+    size_t slot_mask = 0;
     int32_t byte_token[256];
     std::vector<int32_t> special_tokens;
     size_t max_token_len = 0;
