@@ -637,11 +637,16 @@ TEST(GgufCorruption, FlipEveryByte) {
   uint64_t sink = 0;
   size_t n_ok = 0, n_err = 0;
   std::vector<uint8_t> b = orig;
+  auto parsed = parse(orig);
+  ASSERT_TRUE(parsed.is_ok()) << parsed.message();
+  const size_t data_offset = parsed->data_offset();
   for (size_t pos = 0; pos < orig.size(); ++pos) {
     const uint8_t x = orig[pos];
-    for (uint8_t v : {uint8_t{0x00}, uint8_t{0xFF}, uint8_t{0x80}, uint8_t{0x7F},
-                      static_cast<uint8_t>(x ^ 0x01), static_cast<uint8_t>(x ^ 0x10),
-                      static_cast<uint8_t>(x + 1)}) {
+    const std::vector<uint8_t> values =
+        pos < data_offset ? std::vector<uint8_t>{0x00, 0xFF, 0x80, 0x7F, static_cast<uint8_t>(x ^ 0x01),
+                                                 static_cast<uint8_t>(x ^ 0x10), static_cast<uint8_t>(x + 1)}
+                          : std::vector<uint8_t>{static_cast<uint8_t>(~x)};  // tensor data: opaque
+    for (uint8_t v : values) {
       b[pos] = v;
       std::string err;
       if (parse_copy(b.data(), b.size(), &sink, &err)) {
