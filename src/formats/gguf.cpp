@@ -13,7 +13,9 @@
 
 #include <algorithm>
 #include <cinttypes>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <utility>
@@ -597,7 +599,16 @@ std::string scalar_text(const Value& v) {
   switch (v.type) {
     case ValueType::BOOL: return v.u != 0 ? "true" : "false";
     case ValueType::F32:
-      std::snprintf(buf, sizeof(buf), "%.9g", v.f);
+      // Integers as integers (1000000); otherwise the shortest form that reads back
+      // as the same float (1e-06, not 9.99999997e-07).
+      if (std::fabs(v.f) < 1e15 && v.f == std::floor(v.f)) {
+        std::snprintf(buf, sizeof(buf), "%.0f", v.f);
+        return buf;
+      }
+      for (int prec = 6; prec <= 9; ++prec) {
+        std::snprintf(buf, sizeof(buf), "%.*g", prec, v.f);
+        if (std::strtof(buf, nullptr) == static_cast<float>(v.f)) break;
+      }
       return buf;
     case ValueType::F64:
       std::snprintf(buf, sizeof(buf), "%.17g", v.f);
