@@ -551,7 +551,12 @@ Result<std::vector<float>> GgufFile::get_f32_array(const std::string& key) const
     if (!out.empty()) std::memcpy(out.data(), v->raw.data(), out.size() * sizeof(float));
   } else {
     for (size_t k = 0; k < out.size(); ++k) {
-      out[k] = static_cast<float>(load<double>(v->raw.data() + k * 8));
+      const double d = load<double>(v->raw.data() + k * 8);
+      // Out-of-range doubles become +-inf (a plain cast would be undefined).
+      constexpr double kMax = std::numeric_limits<float>::max();
+      out[k] = d > kMax    ? std::numeric_limits<float>::infinity()
+               : d < -kMax ? -std::numeric_limits<float>::infinity()
+                           : static_cast<float>(d);
     }
   }
   return out;

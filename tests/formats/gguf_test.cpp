@@ -347,6 +347,18 @@ TEST(Gguf, GetterErrorsNameTheKey) {
   EXPECT_FALSE(f.get_f32_array("n.u16").is_ok());
 }
 
+TEST(Gguf, F64ArrayNarrowsToFloat) {
+  GgufWriter w;
+  w.scalar_array<double>("d", ValueType::F64, {1e300, -1e300, 0.1});
+  auto r = parse(w.build());
+  ASSERT_TRUE(r.is_ok()) << r.message();
+  const std::vector<float> f = r->get_f32_array("d").value();
+  ASSERT_EQ(f.size(), 3u);
+  EXPECT_TRUE(std::isinf(f[0]) && f[0] > 0);
+  EXPECT_TRUE(std::isinf(f[1]) && f[1] < 0);
+  EXPECT_EQ(f[2], 0.1f);
+}
+
 TEST(Gguf, VersionsAndMagic) {
   GgufWriter w2(2);
   w2.string("k", "v").tensor("t", {32}, DType::Q8_0, pattern(34, 5));
