@@ -59,7 +59,7 @@ def long_prompt_text() -> str:
                "the broken telescope", "the names of every star they could see",
                "a recipe for chestnut soup", "the long winter of the drought"]
     sentences = []
-    for i in range(96):
+    for i in range(44):
         s = subjects[i % len(subjects)]
         v = verbs[(i * 5 + 3) % len(verbs)]
         o = objects[(i * 7 + 1) % len(objects)]
