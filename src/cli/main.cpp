@@ -1,6 +1,317 @@
-// cli/main.cpp — the `specula` command line (placeholder).
+// cli/main.cpp — the `specula` command line: generate, bench, tokenize, info.
+//
+// Parses flags, loads the model and tokenizer, and streams text; every failure is one
+// line on stderr ("specula: [component] message") and a non-zero exit. No model math here.
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <cstdio>
-int main() {
-  std::puts("specula");
+#include <cstdlib>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "engine/generate.h"
+#include "formats/gguf.h"
+#include "kernels/kernels.h"
+#include "model/model.h"
+#include "tokenizer/detokenizer.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/vocab.h"
+
+namespace {
+
+using namespace specula;
+
+constexpr const char* kDefaultModelFile = "gemma-3-270m-q4_k_m.gguf";
+constexpr const char* kDefaultPrompt = "The three most important ideas in computer science are";
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+std::string models_dir() {
+  if (const char* d = std::getenv("SPECULA_MODELS"); d != nullptr && *d != '\0') return d;
+  const char* home = std::getenv("HOME");
+  return std::string(home != nullptr ? home : ".") + "/.cache/specula/models";
+}
+
+int fail(const std::string& msg) {
+  std::fprintf(stderr, "specula: %s\n", msg.c_str());
+  return 1;
+}
+
+Result<std::string> resolve_model(const std::string& m) {
+  if (!m.empty()) {
+    if (!std::filesystem::exists(m)) return Status::error("[cli] model file not found: " + m);
+    return m;
+  }
+  const std::string p = models_dir() + "/" + kDefaultModelFile;
+  if (!std::filesystem::exists(p))
+    return Status::error("[cli] default model not found at " + p +
+                         " (run ./scripts/fetch_model.sh, or pass -m FILE)");
+  return p;
+}
+
+struct Loaded {
+  std::unique_ptr<Model> model;
+  std::unique_ptr<tokenizer::Tokenizer> tok;
+  double load_seconds = 0;
+};
+
+Result<Loaded> load(const std::string& model_arg, int threads) {
+  auto path = resolve_model(model_arg);
+  if (!path) return path.status();
+  const double t0 = now_seconds();
+  ModelOptions mo;
+  mo.n_threads = threads;
+  auto model = load_model(*path, mo);
+  if (!model) return model.status();
+  auto vocab = tokenizer::Vocab::from_gguf((*model)->file());
+  if (!vocab) return vocab.status();
+  auto tok = tokenizer::make_tokenizer(*vocab);
+  if (!tok) return tok.status();
+  Loaded l;
+  l.model = std::move(model).value();
+  l.tok = std::move(tok).value();
+  l.load_seconds = now_seconds() - t0;
+  return l;
+}
+
+struct GenerateArgs {
+  std::string model, prompt = kDefaultPrompt;
+  int n_predict = 128, threads = 0, top_k = 40;
+  int64_t ctx = 4096;
+  float temp = 0.8f, top_p = 0.95f, min_p = 0.05f, repeat_penalty = 1.0f;
+  uint64_t seed = 0;
+  bool seed_set = false, parse_special = false, greedy = false;
+};
+
+int run_generate(const GenerateArgs& a) {
+  auto l = load(a.model, a.threads);
+  if (!l) return fail(l.message());
+  Model& model = *l->model;
+  const auto ids = l->tok->encode(a.prompt, /*add_special=*/true, a.parse_special);
+  const int64_t n_ctx = std::min<int64_t>(a.ctx, model.info().n_ctx_train > 0 ? model.info().n_ctx_train : a.ctx);
+  if (static_cast<int64_t>(ids.size()) >= n_ctx)
+    return fail("[cli] prompt of " + std::to_string(ids.size()) + " tokens does not fit the context of " +
+                std::to_string(n_ctx) + " (raise --ctx)");
+  auto cache = model.new_cache(1, n_ctx);
+  if (!cache) return fail(cache.message());
+  GenerateRequest req;
+  req.prompt = ids;
+  req.max_tokens = a.n_predict;
+  req.sampling.temperature = a.greedy ? 0.0f : a.temp;
+  req.sampling.top_k = a.top_k;
+  req.sampling.top_p = a.top_p;
+  req.sampling.min_p = a.min_p;
+  req.sampling.repeat_penalty = a.repeat_penalty;
+  req.sampling.seed = a.seed_set ? a.seed : std::random_device{}();
+  req.eog_ids = end_of_generation_ids(model.file());
+  tokenizer::StreamingDetokenizer detok(*l->tok);
+  std::fputs(a.prompt.c_str(), stdout);
+  std::fflush(stdout);
+  std::string err;
+  auto res = generate(model, *cache, 0, req, [&](int32_t id) {
+    auto piece = detok.push(id);
+    if (!piece) {
+      err = piece.message();
+      return false;
+    }
+    std::fwrite(piece->data(), 1, piece->size(), stdout);
+    std::fflush(stdout);
+    return true;
+  });
+  const std::string tail = detok.finish();
+  std::fwrite(tail.data(), 1, tail.size(), stdout);
+  std::fputc('\n', stdout);
+  std::fflush(stdout);
+  if (!res) return fail(res.message());
+  if (!err.empty()) return fail(err);
+  std::fprintf(stderr, "\n[specula] model %s (%s), %d threads, ISA %s\n", model.info().name.c_str(),
+               model.info().architecture.c_str(), a.threads > 0 ? a.threads : default_thread_count(),
+               kernels::active().isa);
+  std::fprintf(stderr, "[specula] load: %.3f s\n", l->load_seconds);
+  std::fprintf(stderr, "[specula] prompt: %lld tokens, prefill %.3f s (%.2f tokens/s)\n",
+               static_cast<long long>(res->n_prompt), res->prefill_seconds,
+               res->n_prompt / std::max(1e-9, res->prefill_seconds));
+  const int64_t n_dec = std::max<int64_t>(0, res->n_generated - 1);
+  std::fprintf(stderr, "[specula] generated: %lld tokens, decode %.3f s (%.2f tokens/s)\n",
+               static_cast<long long>(res->n_generated), res->decode_seconds,
+               n_dec / std::max(1e-9, res->decode_seconds));
   return 0;
+}
+
+struct BenchArgs {
+  std::string model;
+  int n_prompt = 512, n_gen = 128, threads = 0, reps = 3;
+  bool json = false;
+};
+
+int run_bench(const BenchArgs& a) {
+  auto l = load(a.model, a.threads);
+  if (!l) return fail(l.message());
+  Model& model = *l->model;
+  const int64_t n_vocab = model.info().n_vocab, E = model.info().n_embd;
+  auto cache = model.new_cache(1, a.n_prompt + a.n_gen + 16);
+  if (!cache) return fail(cache.message());
+  std::mt19937 rng(1234);
+  std::vector<int32_t> prompt(static_cast<size_t>(std::max(1, a.n_prompt)));
+  for (auto& t : prompt) t = static_cast<int32_t>(rng() % static_cast<uint32_t>(n_vocab));
+  std::vector<float> logits(static_cast<size_t>(n_vocab));
+  Tensor hidden;
+  const int32_t rows[1] = {0};
+  auto run_pp = [&]() -> Result<double> {
+    cache->clear(0);
+    const double t0 = now_seconds();
+    Batch b{1, static_cast<int64_t>(prompt.size()), prompt.data(), rows};
+    SPECULA_RETURN_IF_ERROR(model.forward(b, *cache, hidden));
+    model.project_logits(hidden.data() + (hidden.dim(0) - 1) * E, 1, logits.data());
+    return now_seconds() - t0;
+  };
+  auto run_tg = [&]() -> Result<double> {
+    cache->clear(0);
+    int32_t tok = prompt[0];
+    const double t0 = now_seconds();
+    for (int i = 0; i < a.n_gen; ++i) {
+      Batch b{1, 1, &tok, rows};
+      SPECULA_RETURN_IF_ERROR(model.forward(b, *cache, hidden));
+      model.project_logits(hidden.data(), 1, logits.data());
+      tok = static_cast<int32_t>(rng() % static_cast<uint32_t>(n_vocab));
+    }
+    return now_seconds() - t0;
+  };
+  // warm-up
+  if (auto w = run_tg(); !w) return fail(w.message());
+  auto stats = [](const std::vector<double>& v) {
+    double m = 0, s = 0;
+    for (double x : v) m += x;
+    m /= static_cast<double>(v.size());
+    for (double x : v) s += (x - m) * (x - m);
+    return std::pair<double, double>{m, v.size() > 1 ? std::sqrt(s / static_cast<double>(v.size() - 1)) : 0.0};
+  };
+  std::vector<double> pp, tg;
+  for (int r = 0; r < a.reps; ++r) {
+    if (a.n_prompt > 0) {
+      auto t = run_pp();
+      if (!t) return fail(t.message());
+      pp.push_back(a.n_prompt / *t);
+    }
+    if (a.n_gen > 0) {
+      auto t = run_tg();
+      if (!t) return fail(t.message());
+      tg.push_back(a.n_gen / *t);
+    }
+  }
+  const int threads = a.threads > 0 ? a.threads : default_thread_count();
+  nlohmann::json out = {{"model", model.info().name}, {"threads", threads}, {"isa", kernels::active().isa},
+                        {"reps", a.reps}};
+  std::printf("| model | threads | isa | test | tokens/s |\n|---|---|---|---|---|\n");
+  if (!pp.empty()) {
+    auto [m, s] = stats(pp);
+    std::printf("| %s | %d | %s | pp%d | %.2f ± %.2f |\n", model.info().name.c_str(), threads,
+                kernels::active().isa, a.n_prompt, m, s);
+    out["pp"] = {{"n", a.n_prompt}, {"tokens_per_s", m}, {"sd", s}};
+  }
+  if (!tg.empty()) {
+    auto [m, s] = stats(tg);
+    std::printf("| %s | %d | %s | tg%d | %.2f ± %.2f |\n", model.info().name.c_str(), threads,
+                kernels::active().isa, a.n_gen, m, s);
+    out["tg"] = {{"n", a.n_gen}, {"tokens_per_s", m}, {"sd", s}};
+  }
+  if (a.json) std::printf("%s\n", out.dump().c_str());
+  return 0;
+}
+
+int run_tokenize(const std::string& model_arg, const std::string& text, bool json, bool parse_special,
+                 bool no_bos) {
+  auto path = resolve_model(model_arg);
+  if (!path) return fail(path.message());
+  auto f = gguf::GgufFile::open(*path);
+  if (!f) return fail(f.message());
+  auto vocab = tokenizer::Vocab::from_gguf(*f);
+  if (!vocab) return fail(vocab.message());
+  auto tok = tokenizer::make_tokenizer(*vocab);
+  if (!tok) return fail(tok.message());
+  const auto ids = (*tok)->encode(text, !no_bos, parse_special);
+  if (json) {
+    std::printf("%s\n", nlohmann::json(ids).dump().c_str());
+  } else {
+    for (int32_t id : ids) {
+      const std::string piece = (*tok)->token_to_piece(id, true);
+      std::printf("%6d -> %s\n", id, nlohmann::json(piece).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    }
+  }
+  return 0;
+}
+
+int run_info(const std::string& file) {
+  auto f = gguf::GgufFile::open(file);
+  if (!f) return fail(f.message());
+  std::fputs(gguf::describe(*f).c_str(), stdout);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"specula: run open-weight language models fast on the CPU"};
+  app.require_subcommand(1);
+
+  GenerateArgs g;
+  auto* gen = app.add_subcommand("generate", "Generate text from a prompt (streams to stdout)");
+  gen->add_option("-m,--model", g.model, "GGUF model file (default: the Gemma 3 270M in the model cache)");
+  gen->add_option("-p,--prompt", g.prompt, "Prompt text");
+  gen->add_option("-n,--n-predict", g.n_predict, "Tokens to generate")->check(CLI::PositiveNumber);
+  gen->add_option("--temp", g.temp, "Temperature (0 = greedy)")->check(CLI::Range(0.0f, 100.0f));
+  gen->add_option("--top-k", g.top_k, "Top-k (0 = off)")->check(CLI::NonNegativeNumber);
+  gen->add_option("--top-p", g.top_p, "Top-p (1 = off)")->check(CLI::Range(0.0f, 1.0f));
+  gen->add_option("--min-p", g.min_p, "Min-p (0 = off)")->check(CLI::Range(0.0f, 1.0f));
+  gen->add_option("--repeat-penalty", g.repeat_penalty, "Repetition penalty (1 = off)")->check(CLI::PositiveNumber);
+  auto* seed_opt = gen->add_option("--seed", g.seed, "RNG seed (default: random)");
+  gen->add_option("-t,--threads", g.threads, "Threads (default: all cores)")->check(CLI::NonNegativeNumber);
+  gen->add_option("-c,--ctx", g.ctx, "Context size in tokens")->check(CLI::PositiveNumber);
+  gen->add_flag("--parse-special", g.parse_special, "Parse special tokens (e.g. <start_of_turn>) in the prompt");
+  gen->add_flag("--greedy", g.greedy, "Greedy decoding (same as --temp 0)");
+
+  BenchArgs b;
+  auto* bench = app.add_subcommand("bench", "Measure prefill and decode tokens/s (like llama-bench)");
+  bench->add_option("-m,--model", b.model, "GGUF model file");
+  bench->add_option("-p,--n-prompt", b.n_prompt, "Prompt tokens for the prefill test")->check(CLI::NonNegativeNumber);
+  bench->add_option("-n,--n-gen", b.n_gen, "Tokens for the decode test")->check(CLI::NonNegativeNumber);
+  bench->add_option("-t,--threads", b.threads, "Threads (default: all cores)")->check(CLI::NonNegativeNumber);
+  bench->add_option("-r,--repetitions", b.reps, "Repetitions")->check(CLI::PositiveNumber);
+  bench->add_flag("--json", b.json, "Also print one JSON line");
+
+  std::string tmodel, ttext;
+  bool tjson = false, tspecial = false, tnobos = false;
+  auto* tokc = app.add_subcommand("tokenize", "Print the token ids of a text");
+  tokc->add_option("-m,--model", tmodel, "GGUF model file");
+  tokc->add_option("text", ttext, "Text to tokenize")->required();
+  tokc->add_flag("--json", tjson, "Print the ids as one JSON array");
+  tokc->add_flag("--parse-special", tspecial, "Parse special tokens in the text");
+  tokc->add_flag("--no-bos", tnobos, "Do not add BOS");
+
+  std::string ifile;
+  auto* info = app.add_subcommand("info", "Print a GGUF file's metadata and tensor table");
+  info->add_option("file", ifile, "GGUF file")->required();
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  if (*gen) {
+    g.seed_set = seed_opt->count() > 0;
+    return run_generate(g);
+  }
+  if (*bench) return run_bench(b);
+  if (*tokc) return run_tokenize(tmodel, ttext, tjson, tspecial, tnobos);
+  if (*info) return run_info(ifile);
+  return 1;
 }

@@ -61,9 +61,7 @@ void ThreadPool::run(const std::function<void(int, int)>& fn) {
   }
   if (sleepers_.load(std::memory_order_acquire) > 0) cv_.notify_all();
   fn(0, n_threads_);
-  for (int spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin) {
-    if ((spin & 255) == 255) sched_yield(); else SPECULA_PAUSE();
-  }
+  while (pending_.load(std::memory_order_acquire) != 0) SPECULA_PAUSE();
   job_ = nullptr;
 }
 
@@ -71,8 +69,8 @@ void ThreadPool::worker(int ith) {
   uint64_t seen = 0;
   for (;;) {
     uint64_t g = generation_.load(std::memory_order_acquire);
-    for (int spin = 0; g == seen && spin < 100000; ++spin) {
-      if ((spin & 255) == 255) sched_yield(); else SPECULA_PAUSE();
+    for (int spin = 0; g == seen && spin < 50000; ++spin) {
+      SPECULA_PAUSE();
       g = generation_.load(std::memory_order_acquire);
     }
     if (g == seen) {

@@ -1,0 +1,108 @@
+// engine/generate.cpp — see generate.h.
+#include "engine/generate.h"
+
+#include <algorithm>
+#include <chrono>
+
+namespace specula {
+namespace {
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+Result<GenerateResult> generate(Model& model, KvCache& cache, int32_t row, const GenerateRequest& req,
+                                const std::function<bool(int32_t)>& on_token) {
+  const int64_t n_vocab = model.info().n_vocab;
+  if (req.prompt.empty()) return Status::error("[generate] empty prompt");
+  if (req.max_tokens <= 0)
+    return Status::error("[generate] max_tokens must be positive, got " + std::to_string(req.max_tokens));
+  for (size_t i = 0; i < req.prompt.size(); ++i)
+    if (req.prompt[i] < 0 || req.prompt[i] >= n_vocab)
+      return Status::error("[generate] prompt token " + std::to_string(req.prompt[i]) + " at position " +
+                           std::to_string(i) + " outside the vocabulary (" + std::to_string(n_vocab) + ")");
+  if (static_cast<int64_t>(req.prompt.size()) >= cache.n_ctx())
+    return Status::error("[generate] prompt of " + std::to_string(req.prompt.size()) +
+                         " tokens does not fit the context of " + std::to_string(cache.n_ctx()));
+  auto sampler = Sampler::create(req.sampling, static_cast<int32_t>(n_vocab));
+  if (!sampler) return sampler.status();
+
+  cache.clear(row);
+  GenerateResult res;
+  res.n_prompt = static_cast<int64_t>(req.prompt.size());
+  Tensor hidden;
+  std::vector<float> logits(static_cast<size_t>(n_vocab));
+  const int32_t rows[1] = {row};
+
+  const double t0 = now_seconds();
+  const int64_t chunk = std::max<int64_t>(1, req.prefill_chunk);
+  for (int64_t off = 0; off < res.n_prompt; off += chunk) {
+    Batch b;
+    b.B = 1;
+    b.T = std::min(chunk, res.n_prompt - off);
+    b.ids = req.prompt.data() + off;
+    b.rows = rows;
+    SPECULA_RETURN_IF_ERROR(model.forward(b, cache, hidden));
+  }
+  const int64_t E = model.info().n_embd;
+  model.project_logits(hidden.data() + (hidden.dim(0) - 1) * E, 1, logits.data());
+  for (int32_t id : req.prompt) sampler->accept(id);
+  const double t1 = now_seconds();
+  res.prefill_seconds = t1 - t0;
+
+  for (;;) {
+    const int32_t tok = sampler->sample(logits.data(), static_cast<int32_t>(n_vocab));
+    sampler->accept(tok);
+    res.tokens.push_back(tok);
+    ++res.n_generated;
+    const bool eog = std::find(req.eog_ids.begin(), req.eog_ids.end(), tok) != req.eog_ids.end();
+    if (eog) {
+      if (req.deliver_eog) on_token(tok);
+      res.finish = FinishReason::kStop;
+      break;
+    }
+    if (!on_token(tok)) {
+      res.finish = FinishReason::kCancelled;
+      break;
+    }
+    if (res.n_generated >= req.max_tokens) {
+      res.finish = FinishReason::kLength;
+      break;
+    }
+    if (cache.length(row) + 1 > cache.n_ctx()) {
+      res.finish = FinishReason::kContextFull;
+      break;
+    }
+    Batch b;
+    b.B = 1;
+    b.T = 1;
+    b.ids = &tok;
+    b.rows = rows;
+    SPECULA_RETURN_IF_ERROR(model.forward(b, cache, hidden));
+    model.project_logits(hidden.data(), 1, logits.data());
+  }
+  res.decode_seconds = now_seconds() - t1;
+  return res;
+}
+
+std::vector<int32_t> end_of_generation_ids(const gguf::GgufFile& file) {
+  std::vector<int32_t> ids;
+  for (const char* key : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"})
+    if (auto v = file.get_uint(key)) ids.push_back(static_cast<int32_t>(*v));
+  if (auto toks = file.get_string_array("tokenizer.ggml.tokens")) {
+    auto types = file.get_i32_array("tokenizer.ggml.token_type");
+    const auto& t = *toks;
+    for (size_t i = 0; i < t.size(); ++i) {
+      if (t[i] == "<end_of_turn>" || t[i] == "<|im_end|>" || t[i] == "<|eot_id|>" ||
+          t[i] == "<|endoftext|>" || t[i] == "<|end|>") {
+        const bool control = !types || (i < types->size() && (*types)[i] == 3);
+        if (control) ids.push_back(static_cast<int32_t>(i));
+      }
+    }
+  }
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  return ids;
+}
+
+}  // namespace specula

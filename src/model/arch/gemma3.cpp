@@ -1,0 +1,300 @@
+// model/arch/gemma3.cpp — Gemma 3 (text) from GGUF: hyperparameters, weights, forward.
+//
+// Architecture (Gemma Team 2025, "Gemma 3 Technical Report"; llama.cpp's GGUF tensor
+// naming): embeddings scaled by sqrt(n_embd); each block has pre- and post-attention
+// RMSNorms and pre- and post-FFN RMSNorms (the GGUF norm weights already include
+// Gemma's +1), per-head RMSNorm of Q and K, NEOX RoPE (base 10000 on sliding-window
+// layers, gemma3.rope.freq_base on global ones; every 6th layer is global), sliding
+// window gemma3.attention.sliding_window, grouped-query attention scaled by
+// 1/sqrt(head_dim), a GELU-tanh gated FFN, and an output projection tied to the
+// token embedding unless output.weight exists.
+// Does not support the vision tower (mmproj) or attention/final logit soft-capping
+// beyond what the metadata declares.
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "model/attention.h"
+#include "model/model.h"
+#include "ops/ops.h"
+
+namespace specula {
+namespace {
+
+struct Gemma3Params {
+  int64_t n_vocab = 0, n_embd = 0, n_layers = 0, n_ff = 0;
+  int64_t n_heads = 0, n_kv_heads = 0, head_dim = 0;
+  int64_t n_ctx_train = 0, window = 0, swa_pattern = 6;
+  float eps = 1e-6f, rope_base_global = 1e6f, rope_base_local = 1e4f;
+  float rope_freq_scale = 1.0f;  // linear scaling on global layers
+  float final_softcap = 0.0f;
+  bool is_global(int64_t il) const { return (il + 1) % swa_pattern == 0; }
+};
+
+struct Gemma3Layer {
+  std::vector<float> attn_norm, q_norm, k_norm, post_attn_norm, ffn_norm, post_ffn_norm;
+  TensorView wq, wk, wv, wo, w_gate, w_up, w_down;
+};
+
+Result<uint64_t> req_uint(const gguf::GgufFile& f, const std::string& key) {
+  auto v = f.get_uint(key);
+  if (!v) return Status::error("[gemma3] missing or invalid metadata key '" + key + "': " + v.message());
+  return v;
+}
+
+class Gemma3 final : public Model {
+ public:
+  static Result<std::unique_ptr<Model>> create(ModelContext ctx);
+
+  const ModelInfo& info() const override { return info_; }
+  const gguf::GgufFile& file() const override { return *ctx_.file; }
+  Result<KvCache> new_cache(int32_t n_rows, int64_t n_ctx, int64_t max_rollback) const override {
+    std::vector<KvLayerSpec> specs;
+    for (int64_t il = 0; il < p_.n_layers; ++il)
+      specs.push_back({p_.n_kv_heads, p_.head_dim, p_.is_global(il) ? 0 : p_.window});
+    return KvCache::create(std::move(specs), n_rows, n_ctx, max_rollback);
+  }
+  Status forward(const Batch& batch, KvCache& cache, Tensor& hidden) override;
+  void project_logits(const float* hidden, int64_t n, float* logits) override;
+
+ private:
+  void ensure_buffers(int64_t M);
+  void parallel_rows(int64_t M, const std::function<void(int64_t, int64_t)>& fn) {
+    if (M < 4) {
+      fn(0, M);
+      return;
+    }
+    ctx_.pool->run([&](int ith, int nth) {
+      auto [a, b] = ThreadPool::split(M, ith, nth);
+      if (a < b) fn(a, b);
+    });
+  }
+
+  ModelContext ctx_;
+  ModelInfo info_;
+  Gemma3Params p_;
+  const kernels::KernelTable* kt_ = nullptr;
+  TensorView tok_embd_, output_;
+  std::vector<float> output_norm_;
+  std::vector<Gemma3Layer> layers_;
+  ops::Workspace ws_;
+  // Step buffers, grown to the largest M seen.
+  int64_t cap_m_ = 0;
+  std::vector<float> x_, xn_, q_, k_, v_, attn_, o_, gate_, up_, cos_l_, sin_l_, cos_g_, sin_g_;
+  std::vector<int32_t> pos_;
+};
+
+Result<std::unique_ptr<Model>> Gemma3::create(ModelContext ctx) {
+  auto m = std::make_unique<Gemma3>();
+  const gguf::GgufFile& f = *ctx.file;
+  const kernels::KernelTable& kt = *ctx.kernels;
+  Gemma3Params& p = m->p_;
+  const std::string a = "gemma3.";
+#define SPECULA_REQ(var, key)                 \
+  do {                                        \
+    auto r_ = req_uint(f, a + key);           \
+    if (!r_) return r_.status();              \
+    var = static_cast<int64_t>(*r_);          \
+  } while (0)
+  SPECULA_REQ(p.n_embd, "embedding_length");
+  SPECULA_REQ(p.n_layers, "block_count");
+  SPECULA_REQ(p.n_ff, "feed_forward_length");
+  SPECULA_REQ(p.n_heads, "attention.head_count");
+  SPECULA_REQ(p.n_kv_heads, "attention.head_count_kv");
+  SPECULA_REQ(p.n_ctx_train, "context_length");
+  SPECULA_REQ(p.window, "attention.sliding_window");
+#undef SPECULA_REQ
+  if (auto kl = f.get_uint(a + "attention.key_length")) {
+    p.head_dim = static_cast<int64_t>(*kl);
+  } else {
+    p.head_dim = p.n_embd / std::max<int64_t>(1, p.n_heads);
+  }
+  if (auto vl = f.get_uint(a + "attention.value_length"); vl && static_cast<int64_t>(*vl) != p.head_dim)
+    return Status::error("[gemma3] attention.value_length " + std::to_string(*vl) +
+                         " != key_length " + std::to_string(p.head_dim) + " is not supported");
+  auto eps = f.get_float(a + "attention.layer_norm_rms_epsilon");
+  if (!eps) return Status::error("[gemma3] missing metadata key '" + a + "attention.layer_norm_rms_epsilon'");
+  p.eps = static_cast<float>(*eps);
+  if (auto fb = f.get_float(a + "rope.freq_base")) p.rope_base_global = static_cast<float>(*fb);
+  if (auto sp = f.get_uint(a + "attention.sliding_window_pattern")) p.swa_pattern = static_cast<int64_t>(*sp);
+  if (auto st = f.get_string(a + "rope.scaling.type"); st && *st != "none") {
+    if (*st != "linear") return Status::error("[gemma3] unsupported rope.scaling.type '" + *st + "'");
+    auto fac = f.get_float(a + "rope.scaling.factor");
+    if (fac && *fac > 0) p.rope_freq_scale = static_cast<float>(1.0 / *fac);
+  }
+  if (auto sc = f.get_float(a + "final_logit_softcapping")) p.final_softcap = static_cast<float>(*sc);
+  if (p.n_heads <= 0 || p.n_kv_heads <= 0 || p.n_heads % p.n_kv_heads != 0 || p.head_dim <= 0 ||
+      p.head_dim % 2 != 0 || p.n_layers <= 0 || p.n_embd <= 0 || p.swa_pattern <= 0)
+    return Status::error("[gemma3] inconsistent hyperparameters: heads " + std::to_string(p.n_heads) +
+                         ", kv heads " + std::to_string(p.n_kv_heads) + ", head_dim " +
+                         std::to_string(p.head_dim));
+
+  const gguf::TensorInfo* te = f.find_tensor("token_embd.weight");
+  if (te == nullptr || te->shape.size() != 2) return Status::error("[gemma3] missing tensor 'token_embd.weight'");
+  p.n_vocab = te->shape[1];
+  auto tok = weight_2d(f, kt, "token_embd.weight", p.n_embd, p.n_vocab);
+  if (!tok) return tok.status();
+  m->tok_embd_ = *tok;
+  if (f.find_tensor("output.weight") != nullptr) {
+    auto out = weight_2d(f, kt, "output.weight", p.n_embd, p.n_vocab);
+    if (!out) return out.status();
+    m->output_ = *out;
+  } else {
+    m->output_ = m->tok_embd_;
+  }
+  auto on = weight_1d_f32(f, kt, "output_norm.weight", p.n_embd);
+  if (!on) return on.status();
+  m->output_norm_ = std::move(on).value();
+
+  const int64_t E = p.n_embd, QD = p.n_heads * p.head_dim, KD = p.n_kv_heads * p.head_dim;
+  for (int64_t il = 0; il < p.n_layers; ++il) {
+    Gemma3Layer L;
+    const std::string b = "blk." + std::to_string(il) + ".";
+    struct N1 { std::vector<float>* dst; const char* name; int64_t n; };
+    for (const N1& n : {N1{&L.attn_norm, "attn_norm", E}, N1{&L.q_norm, "attn_q_norm", p.head_dim},
+                        N1{&L.k_norm, "attn_k_norm", p.head_dim}, N1{&L.post_attn_norm, "post_attention_norm", E},
+                        N1{&L.ffn_norm, "ffn_norm", E}, N1{&L.post_ffn_norm, "post_ffw_norm", E}}) {
+      auto w = weight_1d_f32(f, kt, b + n.name + ".weight", n.n);
+      if (!w) return w.status();
+      *n.dst = std::move(w).value();
+    }
+    struct N2 { TensorView* dst; const char* name; int64_t K, N; };
+    for (const N2& n : {N2{&L.wq, "attn_q", E, QD}, N2{&L.wk, "attn_k", E, KD}, N2{&L.wv, "attn_v", E, KD},
+                        N2{&L.wo, "attn_output", QD, E}, N2{&L.w_gate, "ffn_gate", E, p.n_ff},
+                        N2{&L.w_up, "ffn_up", E, p.n_ff}, N2{&L.w_down, "ffn_down", p.n_ff, E}}) {
+      auto w = weight_2d(f, kt, b + n.name + ".weight", n.K, n.N);
+      if (!w) return w.status();
+      *n.dst = *w;
+    }
+    m->layers_.push_back(std::move(L));
+  }
+  m->info_.architecture = "gemma3";
+  if (auto nm = f.get_string("general.name")) m->info_.name = *nm;
+  m->info_.n_vocab = p.n_vocab;
+  m->info_.n_embd = p.n_embd;
+  m->info_.n_layers = p.n_layers;
+  m->info_.n_ctx_train = p.n_ctx_train;
+  m->kt_ = ctx.kernels;
+  m->ctx_ = std::move(ctx);
+  return std::unique_ptr<Model>(std::move(m));
+}
+
+void Gemma3::ensure_buffers(int64_t M) {
+  if (M <= cap_m_) return;
+  const int64_t E = p_.n_embd, QD = p_.n_heads * p_.head_dim, KD = p_.n_kv_heads * p_.head_dim;
+  const auto sz = [M](int64_t w) { return static_cast<size_t>(M * w); };
+  x_.assign(sz(E), 0); xn_.assign(sz(E), 0); o_.assign(sz(E), 0);
+  q_.assign(sz(QD), 0); attn_.assign(sz(QD), 0);
+  k_.assign(sz(KD), 0); v_.assign(sz(KD), 0);
+  gate_.assign(sz(p_.n_ff), 0); up_.assign(sz(p_.n_ff), 0);
+  cos_l_.assign(sz(p_.head_dim / 2), 0); sin_l_.assign(sz(p_.head_dim / 2), 0);
+  cos_g_.assign(sz(p_.head_dim / 2), 0); sin_g_.assign(sz(p_.head_dim / 2), 0);
+  pos_.assign(static_cast<size_t>(M), 0);
+  cap_m_ = M;
+}
+
+Status Gemma3::forward(const Batch& batch, KvCache& cache, Tensor& hidden) {
+  const int64_t M = static_cast<int64_t>(batch.B) * batch.T;
+  if (batch.B <= 0 || batch.T <= 0) return Status::error("[gemma3] empty batch");
+  for (int32_t b = 0; b < batch.B; ++b) {
+    const int32_t r = batch.rows[b];
+    if (r < 0 || r >= cache.n_rows())
+      return Status::error("[gemma3] batch row " + std::to_string(b) + ": cache row " + std::to_string(r) +
+                           " out of range (" + std::to_string(cache.n_rows()) + " rows)");
+    for (int32_t c = 0; c < b; ++c)
+      if (batch.rows[c] == r) return Status::error("[gemma3] cache row " + std::to_string(r) + " appears twice in a batch");
+    if (cache.length(r) + batch.T > cache.n_ctx())
+      return Status::error("[gemma3] row " + std::to_string(r) + ": " + std::to_string(cache.length(r)) + " + " +
+                           std::to_string(batch.T) + " tokens exceed the context of " + std::to_string(cache.n_ctx()));
+  }
+  for (int64_t i = 0; i < M; ++i)
+    if (batch.ids[i] < 0 || batch.ids[i] >= p_.n_vocab)
+      return Status::error("[gemma3] token id " + std::to_string(batch.ids[i]) + " outside the vocabulary (" +
+                           std::to_string(p_.n_vocab) + ")");
+
+  ensure_buffers(M);
+  ThreadPool& pool = *ctx_.pool;
+  const kernels::KernelTable& kt = *kt_;
+  const int64_t E = p_.n_embd, hd = p_.head_dim, nh = p_.n_heads, nkv = p_.n_kv_heads;
+  const int64_t QD = nh * hd, KD = nkv * hd, F = p_.n_ff;
+  for (int32_t b = 0; b < batch.B; ++b)
+    for (int64_t t = 0; t < batch.T; ++t)
+      pos_[b * batch.T + t] = static_cast<int32_t>(cache.length(batch.rows[b]) + t);
+
+  ops::get_rows(kt, tok_embd_, batch.ids, M, std::sqrt(static_cast<float>(E)), x_.data());
+  ops::rope_table(pos_.data(), M, hd, p_.rope_base_local, 1.0f, cos_l_.data(), sin_l_.data());
+  ops::rope_table(pos_.data(), M, hd, p_.rope_base_global, p_.rope_freq_scale, cos_g_.data(), sin_g_.data());
+  const float attn_scale = 1.0f / std::sqrt(static_cast<float>(p_.n_layers == 62 ? E / nh : hd));
+
+  for (int64_t il = 0; il < p_.n_layers; ++il) {
+    const Gemma3Layer& L = layers_[il];
+    const bool global = p_.is_global(il);
+    parallel_rows(M, [&](int64_t a, int64_t b) {
+      ops::rms_norm(x_.data() + a * E, L.attn_norm.data(), b - a, E, p_.eps, xn_.data() + a * E);
+    });
+    ops::matmul(pool, kt, L.wq, xn_.data(), M, q_.data(), ws_);
+    ops::matmul(pool, kt, L.wk, xn_.data(), M, k_.data(), ws_);
+    ops::matmul(pool, kt, L.wv, xn_.data(), M, v_.data(), ws_);
+    const float* cs = global ? cos_g_.data() : cos_l_.data();
+    const float* sn = global ? sin_g_.data() : sin_l_.data();
+    parallel_rows(M, [&](int64_t a, int64_t b) {
+      ops::rms_norm(q_.data() + a * QD, L.q_norm.data(), (b - a) * nh, hd, p_.eps, q_.data() + a * QD);
+      ops::rms_norm(k_.data() + a * KD, L.k_norm.data(), (b - a) * nkv, hd, p_.eps, k_.data() + a * KD);
+      ops::rope_neox(q_.data() + a * QD, b - a, nh, hd, cs + a * (hd / 2), sn + a * (hd / 2));
+      ops::rope_neox(k_.data() + a * KD, b - a, nkv, hd, cs + a * (hd / 2), sn + a * (hd / 2));
+    });
+    AttentionArgs aa;
+    aa.layer = il;
+    aa.n_heads = nh;
+    aa.n_kv_heads = nkv;
+    aa.head_dim = hd;
+    aa.window = global ? 0 : p_.window;
+    aa.scale = attn_scale;
+    aa.B = batch.B;
+    aa.T = batch.T;
+    aa.rows = batch.rows;
+    attention(pool, aa, cache, q_.data(), k_.data(), v_.data(), attn_.data());
+    for (int32_t b = 0; b < batch.B; ++b)
+      for (int64_t t = 0; t < batch.T; ++t) {
+        const int64_t m = b * batch.T + t;
+        cache.write(il, batch.rows[b], pos_[m], k_.data() + m * KD, v_.data() + m * KD);
+      }
+    ops::matmul(pool, kt, L.wo, attn_.data(), M, o_.data(), ws_);
+    parallel_rows(M, [&](int64_t a, int64_t b) {
+      ops::rms_norm(o_.data() + a * E, L.post_attn_norm.data(), b - a, E, p_.eps, o_.data() + a * E);
+      for (int64_t i = a * E; i < b * E; ++i) x_[i] += o_[i];
+      ops::rms_norm(x_.data() + a * E, L.ffn_norm.data(), b - a, E, p_.eps, xn_.data() + a * E);
+    });
+    ops::matmul(pool, kt, L.w_gate, xn_.data(), M, gate_.data(), ws_);
+    ops::matmul(pool, kt, L.w_up, xn_.data(), M, up_.data(), ws_);
+    parallel_rows(M, [&](int64_t a, int64_t b) {
+      ops::gelu_tanh_mul(gate_.data() + a * F, up_.data() + a * F, (b - a) * F, gate_.data() + a * F);
+    });
+    ops::matmul(pool, kt, L.w_down, gate_.data(), M, o_.data(), ws_);
+    parallel_rows(M, [&](int64_t a, int64_t b) {
+      ops::rms_norm(o_.data() + a * E, L.post_ffn_norm.data(), b - a, E, p_.eps, o_.data() + a * E);
+      for (int64_t i = a * E; i < b * E; ++i) x_[i] += o_[i];
+    });
+  }
+  for (int32_t b = 0; b < batch.B; ++b) {
+    Status st = cache.advance(batch.rows[b], batch.T);
+    SPECULA_CHECK(st.is_ok());  // checked above
+  }
+  if (hidden.shape().size() != 2 || hidden.dim(0) != M || hidden.dim(1) != E) hidden = Tensor({M, E});
+  ops::rms_norm(x_.data(), output_norm_.data(), M, E, p_.eps, hidden.data());
+  return Status::ok();
+}
+
+void Gemma3::project_logits(const float* hidden, int64_t n, float* logits) {
+  ops::matmul(*ctx_.pool, *kt_, output_, hidden, n, logits, ws_);
+  if (p_.final_softcap > 0.0f) {
+    const float c = p_.final_softcap;
+    for (int64_t i = 0; i < n * p_.n_vocab; ++i) logits[i] = c * std::tanh(logits[i] / c);
+  }
+}
+
+const bool kRegistered = register_architecture("gemma3", &Gemma3::create);
+
+}  // namespace
+}  // namespace specula

@@ -1,0 +1,40 @@
+// model/attention.h — causal (optionally sliding-window) multi-head attention over a
+// KV cache, for a batch of rows that each append T new tokens.
+//
+// Scaled dot-product attention (Vaswani et al. 2017) with grouped-query heads
+// (Ainslie et al. 2023): query head h reads kv head h / (n_heads / n_kv_heads).
+// A query at position p sees keys at positions (p - window, p] (window 0 = all of
+// [0, p]): earlier positions from the cache, the step's own positions from k_new/v_new.
+// New K/V are rounded to half exactly as the cache stores them, so attending to a key
+// from the cache or from the step gives bitwise the same result (cached decode ==
+// one uncached forward). Each query is computed the same way whatever the batch.
+// Does not write the cache (the caller does, after every layer) and does not project.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "state/kv_cache.h"
+
+namespace specula {
+
+struct AttentionArgs {
+  int64_t layer = 0;
+  int64_t n_heads = 0;
+  int64_t n_kv_heads = 0;
+  int64_t head_dim = 0;
+  int64_t window = 0;  // 0 = full
+  float scale = 1.0f;  // applied to q·k
+  int32_t B = 0;       // rows in the step
+  int64_t T = 0;       // new tokens per row
+  const int32_t* rows = nullptr;  // [B] cache row of each batch row
+};
+
+// q: [B, T, n_heads, head_dim] f32 (RoPE applied); k_new, v_new: [B, T, n_kv_heads, head_dim]
+// f32; out: [B, T, n_heads, head_dim]. Row b's new tokens are at positions
+// cache.length(rows[b]) + t.
+void attention(ThreadPool& pool, const AttentionArgs& a, const KvCache& cache, const float* q,
+               const float* k_new, const float* v_new, float* out);
+
+}  // namespace specula

@@ -1,0 +1,81 @@
+// model/model.cpp — architecture registry, load_model, and weight lookup helpers.
+#include "model/model.h"
+
+#include <map>
+#include <mutex>
+
+namespace specula {
+namespace {
+std::map<std::string, ArchitectureFactory>& registry() {
+  static std::map<std::string, ArchitectureFactory> r;
+  return r;
+}
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string o = "[";
+  for (size_t i = 0; i < s.size(); ++i) o += (i ? ", " : "") + std::to_string(s[i]);
+  return o + "]";
+}
+}  // namespace
+
+bool register_architecture(const std::string& name, ArchitectureFactory factory) {
+  registry()[name] = std::move(factory);
+  return true;
+}
+
+Result<std::unique_ptr<Model>> load_model(const std::string& path, const ModelOptions& options) {
+  auto f = gguf::GgufFile::open(path);
+  if (!f) return f.status();
+  auto arch = f->get_string("general.architecture");
+  if (!arch) return arch.status();
+  auto it = registry().find(*arch);
+  if (it == registry().end()) {
+    std::string known;
+    for (const auto& [k, v] : registry()) known += (known.empty() ? "" : ", ") + k;
+    return Status::error("[model] unsupported architecture '" + *arch + "' in " + path +
+                         " (supported: " + known + ")");
+  }
+  ModelContext ctx;
+  ctx.file = std::make_shared<gguf::GgufFile>(std::move(f).value());
+  ctx.pool = std::make_shared<ThreadPool>(options.n_threads > 0 ? options.n_threads
+                                                                : default_thread_count());
+  ctx.kernels = &kernels::active();
+  return it->second(std::move(ctx));
+}
+
+Result<TensorView> weight_2d(const gguf::GgufFile& f, const kernels::KernelTable& kt,
+                             const std::string& name, int64_t K, int64_t N) {
+  const gguf::TensorInfo* t = f.find_tensor(name);
+  if (t == nullptr) return Status::error("[model] missing tensor '" + name + "'");
+  if (t->shape.size() != 2 || t->shape[0] != K || t->shape[1] != N)
+    return Status::error("[model] tensor '" + name + "': shape " + shape_str(t->shape) +
+                         ", expected " + shape_str({K, N}));
+  if (!kt.of(t->type).supported || kt.of(t->type).gemm == nullptr)
+    return Status::error("[model] tensor '" + name + "': unsupported type " +
+                         std::string(dtype_name(t->type)));
+  TensorView v;
+  v.data = t->data;
+  v.dtype = t->type;
+  v.rows = N;
+  v.cols = K;
+  v.row_stride = row_bytes(t->type, K);
+  return v;
+}
+
+Result<std::vector<float>> weight_1d_f32(const gguf::GgufFile& f, const kernels::KernelTable& kt,
+                                         const std::string& name, int64_t n) {
+  const gguf::TensorInfo* t = f.find_tensor(name);
+  if (t == nullptr) return Status::error("[model] missing tensor '" + name + "'");
+  if (t->shape.size() != 1 || t->shape[0] != n)
+    return Status::error("[model] tensor '" + name + "': shape " + shape_str(t->shape) +
+                         ", expected " + shape_str({n}));
+  const kernels::TypeKernels& tk = kt.of(t->type);
+  if (!tk.supported || tk.dequantize_row == nullptr || n % dtype_info(t->type).block_size != 0)
+    return Status::error("[model] tensor '" + name + "': unsupported type " +
+                         std::string(dtype_name(t->type)));
+  std::vector<float> out(static_cast<size_t>(n));
+  tk.dequantize_row(t->data, out.data(), n);
+  return out;
+}
+
+}  // namespace specula

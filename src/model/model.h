@@ -1,0 +1,87 @@
+// model/model.h — the model graph contract and the architecture registry.
+//
+// forward(ids [B, T], rows [B]) -> hidden [B*T, n_embd] (final-normed), appending the
+// step's K/V to each row of the cache at positions length(row) .. length(row)+T-1;
+// project_logits(hidden [n, n_embd]) -> logits [n, n_vocab] (f32, unnormalized).
+// One file per architecture under model/arch/ registers itself by the GGUF
+// `general.architecture` name; nothing else names a model family.
+// Does not sample, schedule or own requests.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "core/tensor.h"
+#include "core/thread_pool.h"
+#include "formats/gguf.h"
+#include "kernels/kernels.h"
+#include "state/kv_cache.h"
+#include "specula/status.h"
+
+namespace specula {
+
+struct ModelInfo {
+  std::string architecture;  // general.architecture
+  std::string name;          // general.name (may be empty)
+  int64_t n_vocab = 0;
+  int64_t n_embd = 0;
+  int64_t n_layers = 0;
+  int64_t n_ctx_train = 0;
+};
+
+// One forward step: B rows, each appending T tokens.
+struct Batch {
+  int32_t B = 0;
+  int64_t T = 0;
+  const int32_t* ids = nullptr;   // [B, T] token ids
+  const int32_t* rows = nullptr;  // [B] cache row of each batch row (distinct)
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  virtual const ModelInfo& info() const = 0;
+  virtual const gguf::GgufFile& file() const = 0;
+  // A cache with this model's layer layouts. Errors: bad sizes.
+  virtual Result<KvCache> new_cache(int32_t n_rows, int64_t n_ctx, int64_t max_rollback = 64) const = 0;
+  // Runs the step. Errors (nothing is written to the cache on error): an id outside the
+  // vocabulary, a row that would pass the cache's n_ctx.
+  // hidden: resized to [B*T, n_embd].
+  virtual Status forward(const Batch& batch, KvCache& cache, Tensor& hidden) = 0;
+  // logits [n, n_vocab] from hidden rows [n, n_embd].
+  virtual void project_logits(const float* hidden, int64_t n, float* logits) = 0;
+};
+
+struct ModelOptions {
+  int n_threads = 0;  // 0 = all cores
+};
+
+// Context handed to architecture factories.
+struct ModelContext {
+  std::shared_ptr<gguf::GgufFile> file;
+  std::shared_ptr<ThreadPool> pool;
+  const kernels::KernelTable* kernels = nullptr;
+};
+
+using ArchitectureFactory = std::function<Result<std::unique_ptr<Model>>(ModelContext)>;
+
+// Registers a factory for a `general.architecture` name; returns true (for static init).
+bool register_architecture(const std::string& name, ArchitectureFactory factory);
+
+// Opens a GGUF file and builds the model its architecture names.
+// Errors: file errors from the reader, "[model] unsupported architecture 'x' (supported: ...)",
+// and the architecture's own errors (missing metadata key, tensor missing/shape/type).
+Result<std::unique_ptr<Model>> load_model(const std::string& path, const ModelOptions& options = {});
+
+// --- helpers for architecture files -----------------------------------------------------
+// A 2-D weight [N, K] (GGUF dims [K, N]) as a view. Errors name the tensor and the
+// expected vs actual shape, or an unsupported type.
+Result<TensorView> weight_2d(const gguf::GgufFile& f, const kernels::KernelTable& kt,
+                             const std::string& name, int64_t K, int64_t N);
+// A 1-D tensor of n elements converted to f32 (norm weights).
+Result<std::vector<float>> weight_1d_f32(const gguf::GgufFile& f, const kernels::KernelTable& kt,
+                                         const std::string& name, int64_t n);
+
+}  // namespace specula

@@ -1,0 +1,60 @@
+// ops/ops.h — tensor operations built on the kernel table, threaded over a pool.
+//
+// Shapes are listed outermost first; all activations are f32, row-major, contiguous.
+// These ops own no memory: callers pass a Workspace whose buffers grow only when a
+// larger shape is first seen (never per call in steady state). They do not know
+// about models, caches or requests.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "core/tensor.h"
+#include "core/thread_pool.h"
+#include "kernels/kernels.h"
+
+namespace specula::ops {
+
+// Reusable scratch memory for ops (quantized activations).
+class Workspace {
+ public:
+  void* bytes(size_t n);  // at least n bytes, 64-byte aligned; valid until the next call
+
+ private:
+  std::unique_ptr<uint8_t, AlignedFree> buf_;
+  size_t cap_ = 0;
+};
+
+// y [M, N] = x [M, K] · w [N, K]^T. w is any supported weight type (quantized rows);
+// x rows are quantized to w's vec_dot_type first (kernels.h). Threads split N.
+// Every y element is computed identically whatever M (batch invariance).
+void matmul(ThreadPool& pool, const kernels::KernelTable& kt, const TensorView& w, const float* x,
+            int64_t M, float* y, Workspace& ws);
+
+// Row lookup: out [n, K] = dequantized rows ids[i] of table [N, K] (embedding), times scale.
+void get_rows(const kernels::KernelTable& kt, const TensorView& table, const int32_t* ids, int64_t n,
+              float scale, float* out);
+
+// RMSNorm (Zhang & Sennrich 2019): y = x / sqrt(mean(x^2) + eps) * w, over rows of
+// length H. x, y: [M, H] (may alias); w: [H]. Sum of squares in double.
+void rms_norm(const float* x, const float* w, int64_t M, int64_t H, float eps, float* y);
+
+// Rotary embedding, NEOX layout (Su et al. 2021, RoFormer; GPT-NeoX pairs element i
+// with i + head_dim/2). rope_table fills cos/sin [M, head_dim/2] for positions [M]
+// with theta_i = pos * base^(-2i/head_dim) computed in double; rope_neox applies it
+// in place to x [M, n_heads, head_dim].
+// freq_scale < 1 is linear position interpolation (positions multiplied by it).
+void rope_table(const int32_t* positions, int64_t M, int64_t head_dim, float base, float freq_scale,
+                float* cos_out, float* sin_out);
+void rope_neox(float* x, int64_t M, int64_t n_heads, int64_t head_dim, const float* cos_t,
+               const float* sin_t);
+
+// GELU with tanh approximation (Hendrycks & Gimpel 2016), gated:
+// out[i] = gelu_tanh(gate[i]) * up[i]; n elements.
+void gelu_tanh_mul(const float* gate, const float* up, int64_t n, float* out);
+
+// Numerically stable softmax in place over n values.
+void softmax(float* x, int64_t n);
+
+}  // namespace specula::ops
