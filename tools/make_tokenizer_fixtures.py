@@ -61,6 +61,8 @@ CASES = [
     ("code_json", '{"key": [1, 2.5, -3e10], "nested": {"a": null, "b": true}}', BOTH),
     ("html_tags_user_defined", "<table><tr><td>cell</td></tr></table> <b>bold</b> <h1>T</h1>", BOTH),
     ("numbers", "0 1 12 123 1234 12345 3.14159 -42 1e-9 0xFF 1,000,000", BOTH),
+    # Equal-score pairs (the same token twice): the leftmost merges first.
+    ("tie_repeats", "jjj kkk nnn yyy uuuuu ああああ hahahaha abababa", BOTH),
     ("digits_long", "31415926535897932384626433832795028841971693993751", BOTH),
     ("punctuation", "!!! ??? ... --- ___ *** ((())) [[[]]] {{{}}} ~~~ ``` '''", BOTH),
     ("accents", "café naïve résumé Zürich Ångström façade jalapeño", BOTH),
