@@ -6,7 +6,8 @@ Owns: timing llama.cpp through llama-cpp-python's low-level C API on one model:
       on an empty cache;
   tg: N single-token llama_decode calls from an empty cache.
 Random token ids (first one BOS), one untimed warm-up of each, then --reps timed
-runs; prints one JSON line with tokens/s mean and sample standard deviation.
+runs; prints one JSON line with tokens/s mean and sample standard deviation, and
+the 1-minute load average before the run (measure on an otherwise idle machine).
 Does NOT: sample, tokenize text, or compare with specula (docs/BENCHMARKS.md does).
 
 Usage: python3 tools/bench_llamacpp.py [-m MODEL] [-p 512] [-n 128] [-r 3] [-t THREADS]
@@ -112,7 +113,12 @@ def main() -> int:
 
     result = {"engine": "llama.cpp", "llama_cpp_python": lc.__version__, "model": args.model.name,
               "threads": args.threads, "n_prompt": args.n_prompt, "n_gen": args.n_gen,
-              "reps": args.reps, "machine": platform.machine()}
+              "reps": args.reps, "machine": platform.machine(), "cpus": os.cpu_count(),
+              "loadavg_1m_before": round(os.getloadavg()[0], 2)}
+    if result["loadavg_1m_before"] > 0.5:
+        print(f"[bench_llamacpp] warning: load average {result['loadavg_1m_before']} before the run; "
+              "other processes will skew the numbers (llama.cpp's threads spin at barriers)",
+              file=sys.stderr)
     try:
         for key, fn, n in (("pp", run_pp, args.n_prompt), ("tg", run_tg, args.n_gen)):
             if n <= 0:
