@@ -42,6 +42,9 @@ SHORT_PROMPTS = [
      "clockmaker named Elias. Every morning he opened his shop before sunrise, and every evening "
      "he wound the hundred clocks that hung on its walls. One winter night, a stranger knocked "
      "on his door carrying a broken pocket watch.", 64, None),
+    ("list", "Here is a list of the planets of the solar system, in order from the Sun:\n1.", 64, None),
+    ("json", "{\"name\": \"Ada Lovelace\", \"born\": 1815, \"known_for\": [", 64, None),
+    ("french", "La tour Eiffel est un monument situé à Paris. Elle", 64, None),
 ]
 
 

@@ -47,6 +47,15 @@ struct KernelTable {
   float (*dot_f32)(int64_t n, const float* a, const float* b) = nullptr;     // sum a*b
   void (*axpy_f32)(int64_t n, float alpha, const float* x, float* y) = nullptr;  // y += alpha*x
   void (*scale_f32)(int64_t n, float alpha, float* y) = nullptr;                 // y *= alpha
+  // Attention over an IEEE-half KV cache: sum a[i]*b[i] with a half, b f32 (f32 accumulate),
+  // and y += alpha * x with x half.
+  float (*dot_f16_f32)(int64_t n, const uint16_t* a, const float* b) = nullptr;
+  void (*axpy_f16_f32)(int64_t n, float alpha, const uint16_t* x, float* y) = nullptr;
+  // Gated GELU, tanh form (Hendrycks & Gimpel 2016):
+  // out[i] = 0.5*g*(1 + tanh(sqrt(2/pi)*(g + 0.044715*g^3))) * up[i], g = gate[i]; out may alias gate.
+  void (*gelu_tanh_mul)(int64_t n, const float* gate, const float* up, float* out) = nullptr;
+  // exp(x[i] - max) in place, returns the sum (softmax numerator).
+  float (*exp_sub_sum)(int64_t n, float max, float* x) = nullptr;
 
   const TypeKernels& of(DType t) const { return types[static_cast<uint32_t>(t)]; }
 };

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "kernels/kernels.h"
 #include "state/kv_cache.h"
 
 namespace specula {
@@ -29,6 +30,7 @@ struct AttentionArgs {
   int32_t B = 0;       // rows in the step
   int64_t T = 0;       // new tokens per row
   const int32_t* rows = nullptr;  // [B] cache row of each batch row
+  const kernels::KernelTable* kt = nullptr;
 };
 
 // q: [B, T, n_heads, head_dim] f32 (RoPE applied); k_new, v_new: [B, T, n_kv_heads, head_dim]

@@ -6,6 +6,13 @@
 #include "kernels/kernels.h"
 
 namespace specula::kernels::avx2 {
+float dot_f16_f32(int64_t n, const uint16_t* a, const float* b);
+void axpy_f16_f32(int64_t n, float alpha, const uint16_t* x, float* y);
+void gelu_tanh_mul(int64_t n, const float* gate, const float* up, float* out);
+float exp_sub_sum(int64_t n, float max, float* x);
+}  // namespace specula::kernels::avx2
+
+namespace specula::kernels::avx2 {
 namespace {
 
 using RowFn = void (*)(const void*, float*, int64_t);
@@ -52,6 +59,10 @@ const KernelTable* table_if_built() {
     k.dot_f32 = dot_f32;
     k.axpy_f32 = axpy_f32;
     k.scale_f32 = scale_f32;
+    k.dot_f16_f32 = dot_f16_f32;
+    k.axpy_f16_f32 = axpy_f16_f32;
+    k.gelu_tanh_mul = gelu_tanh_mul;
+    k.exp_sub_sum = exp_sub_sum;
     return k;
   }();
   return &t;

@@ -6,6 +6,13 @@
 #include "kernels/generic/generic.h"
 #include "kernels/kernels.h"
 
+namespace specula::kernels::generic {
+float dot_f16_f32(int64_t n, const uint16_t* a, const float* b);
+void axpy_f16_f32(int64_t n, float alpha, const uint16_t* x, float* y);
+void gelu_tanh_mul(int64_t n, const float* gate, const float* up, float* out);
+float exp_sub_sum(int64_t n, float max, float* x);
+}  // namespace specula::kernels::generic
+
 namespace specula::kernels {
 namespace {
 
@@ -55,6 +62,10 @@ const KernelTable& generic_table() {
     k.dot_f32 = g::dot_f32;
     k.axpy_f32 = g::axpy_f32;
     k.scale_f32 = g::scale_f32;
+    k.dot_f16_f32 = g::dot_f16_f32;
+    k.axpy_f16_f32 = g::axpy_f16_f32;
+    k.gelu_tanh_mul = g::gelu_tanh_mul;
+    k.exp_sub_sum = g::exp_sub_sum;
     return k;
   }();
   return t;

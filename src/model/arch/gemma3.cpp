@@ -254,6 +254,7 @@ Status Gemma3::forward(const Batch& batch, KvCache& cache, Tensor& hidden) {
     aa.B = batch.B;
     aa.T = batch.T;
     aa.rows = batch.rows;
+    aa.kt = &kt;
     attention(pool, aa, cache, q_.data(), k_.data(), v_.data(), attn_.data());
     for (int32_t b = 0; b < batch.B; ++b)
       for (int64_t t = 0; t < batch.T; ++t) {
@@ -269,7 +270,7 @@ Status Gemma3::forward(const Batch& batch, KvCache& cache, Tensor& hidden) {
     ops::matmul(pool, kt, L.w_gate, xn_.data(), M, gate_.data(), ws_);
     ops::matmul(pool, kt, L.w_up, xn_.data(), M, up_.data(), ws_);
     parallel_rows(M, [&](int64_t a, int64_t b) {
-      ops::gelu_tanh_mul(gate_.data() + a * F, up_.data() + a * F, (b - a) * F, gate_.data() + a * F);
+      kt.gelu_tanh_mul((b - a) * F, gate_.data() + a * F, up_.data() + a * F, gate_.data() + a * F);
     });
     ops::matmul(pool, kt, L.w_down, gate_.data(), M, o_.data(), ws_);
     parallel_rows(M, [&](int64_t a, int64_t b) {

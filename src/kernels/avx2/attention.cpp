@@ -1,0 +1,107 @@
+// kernels/avx2/attention.cpp — AVX2/FMA/F16C attention and activation helpers:
+// half·f32 dot, half axpy, gated GELU-tanh and softmax numerators with a vector exp.
+// exp: Cody-Waite range reduction x = n*ln2 + r, |r| <= ln2/2, then a degree-6
+// polynomial for e^r (relative error ~2e-7), scaled by 2^n through the exponent bits.
+#include <immintrin.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "core/fp16.h"
+
+namespace specula::kernels::avx2 {
+namespace {
+
+inline float hsum(__m256 v) {
+  __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+  lo = _mm_add_ps(lo, hi);
+  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+  lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
+  return _mm_cvtss_f32(lo);
+}
+
+inline __m256 exp_ps(__m256 x) {
+  const __m256 hi = _mm256_set1_ps(88.3762626647949f), lo = _mm256_set1_ps(-87.3365478515625f);
+  const __m256 underflow = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+  x = _mm256_max_ps(_mm256_min_ps(x, hi), lo);
+  const __m256 log2e = _mm256_set1_ps(1.44269504088896341f);
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  const __m256 res = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+  return _mm256_andnot_ps(underflow, res);
+}
+
+}  // namespace
+
+float dot_f16_f32(int64_t n, const uint16_t* a, const float* b) {
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256 a0 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + i)));
+    const __m256 a1 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + i + 8)));
+    acc0 = _mm256_fmadd_ps(a0, _mm256_loadu_ps(b + i), acc0);
+    acc1 = _mm256_fmadd_ps(a1, _mm256_loadu_ps(b + i + 8), acc1);
+  }
+  float s = hsum(_mm256_add_ps(acc0, acc1));
+  for (; i < n; ++i) s += fp16_to_fp32(a[i]) * b[i];
+  return s;
+}
+
+void axpy_f16_f32(int64_t n, float alpha, const uint16_t* x, float* y) {
+  const __m256 va = _mm256_set1_ps(alpha);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 xv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i)));
+    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, xv, _mm256_loadu_ps(y + i)));
+  }
+  for (; i < n; ++i) y[i] += alpha * fp16_to_fp32(x[i]);
+}
+
+void gelu_tanh_mul(int64_t n, const float* gate, const float* up, float* out) {
+  // tanh(u) = 1 - 2 / (exp(2u) + 1); 0.5*g*(1+tanh(u)) = g - g / (exp(2u) + 1)
+  const __m256 c0 = _mm256_set1_ps(2.0f * 0.79788456080286535588f);
+  const __m256 c1 = _mm256_set1_ps(2.0f * 0.79788456080286535588f * 0.044715f);
+  const __m256 one = _mm256_set1_ps(1.0f);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 g = _mm256_loadu_ps(gate + i);
+    const __m256 g2 = _mm256_mul_ps(g, g);
+    const __m256 two_u = _mm256_mul_ps(g, _mm256_fmadd_ps(c1, g2, c0));
+    const __m256 e = exp_ps(two_u);
+    const __m256 gl = _mm256_sub_ps(g, _mm256_div_ps(g, _mm256_add_ps(e, one)));
+    _mm256_storeu_ps(out + i, _mm256_mul_ps(gl, _mm256_loadu_ps(up + i)));
+  }
+  for (; i < n; ++i) {
+    const float g = gate[i];
+    const float t = std::tanh(0.79788456080286535588f * (g + 0.044715f * g * g * g));
+    out[i] = 0.5f * g * (1.0f + t) * up[i];
+  }
+}
+
+float exp_sub_sum(int64_t n, float max, float* x) {
+  const __m256 m = _mm256_set1_ps(max);
+  __m256 acc = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 e = exp_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), m));
+    _mm256_storeu_ps(x + i, e);
+    acc = _mm256_add_ps(acc, e);
+  }
+  float s = hsum(acc);
+  for (; i < n; ++i) {
+    x[i] = std::exp(x[i] - max);
+    s += x[i];
+  }
+  return s;
+}
+
+}  // namespace specula::kernels::avx2

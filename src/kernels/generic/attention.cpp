@@ -1,0 +1,39 @@
+// kernels/generic/attention.cpp — reference attention/activation helpers: half·f32 dot,
+// half axpy, gated GELU-tanh and softmax numerators. Plain loops; the AVX2 versions are
+// tested against these.
+#include <cmath>
+#include <cstdint>
+
+#include "core/fp16.h"
+
+namespace specula::kernels::generic {
+
+float dot_f16_f32(int64_t n, const uint16_t* a, const float* b) {
+  float s = 0.0f;
+  for (int64_t i = 0; i < n; ++i) s += fp16_to_fp32(a[i]) * b[i];
+  return s;
+}
+
+void axpy_f16_f32(int64_t n, float alpha, const uint16_t* x, float* y) {
+  for (int64_t i = 0; i < n; ++i) y[i] += alpha * fp16_to_fp32(x[i]);
+}
+
+void gelu_tanh_mul(int64_t n, const float* gate, const float* up, float* out) {
+  constexpr float kSqrt2OverPi = 0.79788456080286535588f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    const float t = std::tanh(kSqrt2OverPi * (g + 0.044715f * g * g * g));
+    out[i] = 0.5f * g * (1.0f + t) * up[i];
+  }
+}
+
+float exp_sub_sum(int64_t n, float max, float* x) {
+  float s = 0.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] - max);
+    s += x[i];
+  }
+  return s;
+}
+
+}  // namespace specula::kernels::generic
