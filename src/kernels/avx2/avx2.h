@@ -117,6 +117,19 @@ inline void tile(const GemmArgs& a) {
   for (int r = 0; r < R; ++r)
     for (int c = 0; c < C; ++c) acc[r][c] = T::zero();
   const int64_t nb = a.K / T::kBlock;
+  if constexpr (C == 1) {
+    // One activation row (decode): unpack and use each weight block at once, so only
+    // one unpacked block is live (holding R of them spills YMM registers).
+    for (int64_t b = 0; b < nb; ++b) {
+      typename T::X xu;
+      T::load_x(a.x, b, xu);
+      for (int r = 0; r < R; ++r) {
+        typename T::W wu;
+        T::load_w(a.w + static_cast<size_t>(r) * a.ws, b, wu);
+        acc[r][0] = T::dot(wu, xu, acc[r][0]);
+      }
+    }
+  } else {
   for (int64_t b = 0; b < nb; ++b) {
     typename T::W wu[R];
     for (int r = 0; r < R; ++r) T::load_w(a.w + static_cast<size_t>(r) * a.ws, b, wu[r]);
@@ -125,6 +138,7 @@ inline void tile(const GemmArgs& a) {
       T::load_x(a.x + static_cast<size_t>(c) * a.xs, b, xu);
       for (int r = 0; r < R; ++r) acc[r][c] = T::dot(wu[r], xu, acc[r][c]);
     }
+  }
   }
   for (int c = 0; c < C; ++c)
     for (int r = 0; r < R; ++r)

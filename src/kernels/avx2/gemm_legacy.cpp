@@ -10,6 +10,8 @@
 #include "kernels/avx2/avx2.h"
 #include "kernels/quant_blocks.h"
 
+#include <vector>
+
 namespace specula::kernels::avx2 {
 namespace {
 
@@ -48,6 +50,7 @@ struct QuantBase {
 };
 
 struct Q4_0 : QuantBase {
+  using Block = BlockQ4_0;
   using W = UnsignedW;
   using X = XQ8_0<8>;
   static void load_w(const uint8_t* row, int64_t b, W& w) {
@@ -60,6 +63,7 @@ struct Q4_0 : QuantBase {
 };
 
 struct Q5_0 : QuantBase {
+  using Block = BlockQ5_0;
   using W = UnsignedW;
   using X = XQ8_0<16>;
   static void load_w(const uint8_t* row, int64_t b, W& w) {
@@ -146,8 +150,47 @@ struct Q5_1 : QuantBase {
 
 }  // namespace
 
-SPECULA_AVX2_GEMM(gemm_q4_0) { gemm_tiled<Q4_0, 4, 2, 4>(K, w, w_stride, n_rows, xq, xq_stride, m, y, ldy); }
-SPECULA_AVX2_GEMM(gemm_q5_0) { gemm_tiled<Q5_0, 4, 2, 4>(K, w, w_stride, n_rows, xq, xq_stride, m, y, ldy); }
+namespace {
+// Prefill path for centred types (Q4_0, Q5_0): unpack a panel of weight rows once into
+// Q8_0 blocks (q - offset as int8, the same half scale) and run the Q8_0 tiles over all
+// activation rows. Each block's int32 lane sums are the same integers either way and the
+// float ops per block are identical (fma(d_w*d_x, lanes, acc), then hsum), so results
+// are bitwise equal to the unpack-per-tile path (batch invariance holds).
+template <class T, int kOffset>
+void gemm_repacked(int64_t K, const void* w, size_t w_stride, int64_t n_rows, const void* xq,
+                   size_t xq_stride, int64_t m, float* y, int64_t ldy) {
+  constexpr int64_t kPanel = 16;
+  const int64_t nb = K / kQK;
+  const size_t q8_stride = static_cast<size_t>(nb) * sizeof(BlockQ8_0);
+  thread_local std::vector<BlockQ8_0> panel;
+  if (panel.size() < static_cast<size_t>(kPanel * nb)) panel.resize(static_cast<size_t>(kPanel * nb));
+  const auto* wb = static_cast<const uint8_t*>(w);
+  const __m256i off = _mm256_set1_epi8(kOffset);
+  for (int64_t r0 = 0; r0 < n_rows; r0 += kPanel) {
+    const int64_t nr = std::min<int64_t>(kPanel, n_rows - r0);
+    for (int64_t r = 0; r < nr; ++r) {
+      const uint8_t* row = wb + static_cast<size_t>(r0 + r) * w_stride;
+      for (int64_t b = 0; b < nb; ++b) {
+        typename T::W u;
+        T::load_w(row, b, u);
+        BlockQ8_0& dst = panel[static_cast<size_t>(r * nb + b)];
+        dst.d = reinterpret_cast<const uint16_t*>(row + static_cast<size_t>(b) * sizeof(typename T::Block))[0];
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst.qs), _mm256_sub_epi8(u.q, off));
+      }
+    }
+    gemm_tiled<Q8_0, 4, 2, 4>(K, panel.data(), q8_stride, nr, xq, xq_stride, m, y + r0, ldy);
+  }
+}
+}  // namespace
+
+SPECULA_AVX2_GEMM(gemm_q4_0) {
+  if (m >= 4) return gemm_repacked<Q4_0, 8>(K, w, w_stride, n_rows, xq, xq_stride, m, y, ldy);
+  gemm_tiled<Q4_0, 4, 2, 4>(K, w, w_stride, n_rows, xq, xq_stride, m, y, ldy);
+}
+SPECULA_AVX2_GEMM(gemm_q5_0) {
+  if (m >= 4) return gemm_repacked<Q5_0, 16>(K, w, w_stride, n_rows, xq, xq_stride, m, y, ldy);
+  gemm_tiled<Q5_0, 4, 2, 4>(K, w, w_stride, n_rows, xq, xq_stride, m, y, ldy);
+}
 SPECULA_AVX2_GEMM(gemm_q8_0) { gemm_tiled<Q8_0, 4, 2, 4>(K, w, w_stride, n_rows, xq, xq_stride, m, y, ldy); }
 SPECULA_AVX2_GEMM(gemm_q4_1) { gemm_tiled<Q4_1, 4, 2, 4>(K, w, w_stride, n_rows, xq, xq_stride, m, y, ldy); }
 SPECULA_AVX2_GEMM(gemm_q5_1) { gemm_tiled<Q5_1, 4, 2, 4>(K, w, w_stride, n_rows, xq, xq_stride, m, y, ldy); }
