@@ -153,6 +153,44 @@ struct BenchArgs {
   bool json = false;
 };
 
+// Read bandwidth of this machine with `threads` threads: best of 5 passes summing a
+// 512 MiB buffer (far larger than any cache). Bytes per second.
+double measure_read_bandwidth(int threads) {
+  const size_t n = (512u << 20) / sizeof(uint64_t);
+  std::vector<uint64_t> buf(n, 1);
+  ThreadPool pool(threads);
+  double best = 0;
+  for (int pass = 0; pass < 5; ++pass) {
+    std::vector<uint64_t> sums(static_cast<size_t>(threads), 0);
+    const double t0 = now_seconds();
+    pool.run([&](int ith, int nth) {
+      auto [b, e] = ThreadPool::split(static_cast<int64_t>(n), ith, nth, 1024);
+      uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+      for (int64_t i = b; i + 4 <= e; i += 4) {
+        s0 += buf[i];
+        s1 += buf[i + 1];
+        s2 += buf[i + 2];
+        s3 += buf[i + 3];
+      }
+      sums[ith] = s0 + s1 + s2 + s3;
+    });
+    const double dt = now_seconds() - t0;
+    uint64_t total = 0;
+    for (uint64_t v : sums) total += v;
+    if (total != n) std::fprintf(stderr, "bandwidth check sum mismatch\n");
+    best = std::max(best, static_cast<double>(n * sizeof(uint64_t)) / dt);
+  }
+  return best;
+}
+
+// Bytes of weights one decode step reads: every tensor once (the tied embedding is read
+// whole by the output projection), i.e. the GGUF's tensor data.
+double weight_bytes(const gguf::GgufFile& f) {
+  double b = 0;
+  for (const auto& t : f.tensors()) b += static_cast<double>(t.n_bytes);
+  return b;
+}
+
 int run_bench(const BenchArgs& a) {
   auto l = load(a.model, a.threads);
   if (!l) return fail(l.message());
@@ -223,6 +261,16 @@ int run_bench(const BenchArgs& a) {
     std::printf("| %s | %d | %s | tg%d | %.2f ± %.2f |\n", model.info().name.c_str(), threads,
                 kernels::active().isa, a.n_gen, m, s);
     out["tg"] = {{"n", a.n_gen}, {"tokens_per_s", m}, {"sd", s}};
+  }
+  if (!tg.empty()) {
+    const double wb = weight_bytes(model.file());
+    const double bw = measure_read_bandwidth(threads);
+    const double tps = out["tg"]["tokens_per_s"].get<double>();
+    std::printf("decode reads %.1f MB of weights per token; at %.2f tokens/s that is %.2f GB/s of the "
+                "machine's measured %.2f GB/s read bandwidth (%d threads): %.0f%%, bound %.1f tokens/s\n",
+                wb / 1e6, tps, wb * tps / 1e9, bw / 1e9, threads, 100.0 * wb * tps / bw, bw / wb);
+    out["bytes_per_token"] = wb;
+    out["read_bandwidth_bytes_per_s"] = bw;
   }
   if (a.json) std::printf("%s\n", out.dump().c_str());
   return 0;

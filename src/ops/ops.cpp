@@ -27,7 +27,11 @@ void matmul(ThreadPool& pool, const kernels::KernelTable& kt, const TensorView& 
   uint8_t* xq = static_cast<uint8_t*>(ws.bytes(xq_stride * static_cast<size_t>(M) + 64));
   const uint8_t* wdata = static_cast<const uint8_t*>(w.data);
   // Chunks of weight rows handed out dynamically: 2 cores rarely finish together.
-  const int64_t chunk = M >= 16 ? 32 : 64;
+  // Decode: large chunks (each is RD streams in the kernel) but at least ~8 per thread so
+  // the two cores finish together; prefill: small chunks, the kernel tiles over M.
+  const int64_t chunk = M >= 16 ? 32
+                        : M == 1 ? std::clamp<int64_t>(N / (8 * pool.n_threads()) / 64 * 64, 64, 4096)
+                                 : 64;
   const int64_t n_chunks = (N + chunk - 1) / chunk;
   std::atomic<int64_t> next{0};
   pool.run([&](int ith, int nth) {

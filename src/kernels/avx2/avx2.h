@@ -107,8 +107,9 @@ struct GemmArgs {
   size_t ws;
   const uint8_t* x;  // first activation row of the tile
   size_t xs;
-  float* y;  // y[c * ldy + r]
+  float* y;  // y[c * ldy + r * ys]
   int64_t ldy;
+  int64_t ys = 1;
 };
 
 template <class T, int R, int C>
@@ -142,7 +143,7 @@ inline void tile(const GemmArgs& a) {
   }
   for (int c = 0; c < C; ++c)
     for (int r = 0; r < R; ++r)
-      a.y[c * a.ldy + r] = T::finish(acc[r][c], a.w + static_cast<size_t>(r) * a.ws,
+      a.y[c * a.ldy + r * a.ys] = T::finish(acc[r][c], a.w + static_cast<size_t>(r) * a.ws,
                                      a.x + static_cast<size_t>(c) * a.xs, a.K);
 }
 
@@ -166,18 +167,18 @@ void gemm_tiled(int64_t K, const void* w, size_t w_stride, int64_t n_rows, const
   const auto* wb = static_cast<const uint8_t*>(w);
   const auto* xb = static_cast<const uint8_t*>(xq);
   if (m == 1) {
-    // Decode streams the weights once: prefetch the rows kAhead tiles ahead, which
-    // the hardware prefetchers alone do not keep up with (RD interleaved streams).
-    constexpr int64_t kAhead = 2;
-    for (int64_t r0 = 0; r0 < n_rows; r0 += RD) {
-      for (int64_t r = r0 + kAhead * RD; r < std::min<int64_t>(n_rows, r0 + (kAhead + 1) * RD); ++r) {
-        const uint8_t* p = wb + static_cast<size_t>(r) * w_stride;
-        const size_t rb = w_stride < 4096 ? w_stride : 4096;  // first page; the rest streams
-        for (size_t o = 0; o < rb; o += 64) _mm_prefetch(reinterpret_cast<const char*>(p + o), _MM_HINT_T0);
-      }
-      const GemmArgs a{K, wb + static_cast<size_t>(r0) * w_stride, w_stride, xb, xq_stride,
-                       y + r0, ldy};
-      tile_rc<T, RD, 1>(static_cast<int>(std::min<int64_t>(RD, n_rows - r0)), 1, a);
+    // Decode streams the weights once. The RD rows of a tile come from RD separate
+    // stretches of the row range (RD sequential streams per thread), which keeps more
+    // memory requests in flight than one stream; the per-row result does not change.
+    const int64_t q = n_rows / RD;
+    for (int64_t i = 0; i < q; ++i) {
+      GemmArgs a{K, wb + static_cast<size_t>(i) * w_stride, static_cast<size_t>(q) * w_stride, xb, xq_stride,
+                 y + i, ldy, q};
+      tile<T, RD, 1>(a);
+    }
+    for (int64_t r0 = q * RD; r0 < n_rows; ++r0) {
+      const GemmArgs a{K, wb + static_cast<size_t>(r0) * w_stride, w_stride, xb, xq_stride, y + r0, ldy};
+      tile<T, 1, 1>(a);
     }
     return;
   }
