@@ -1,0 +1,125 @@
+// End-to-end tests of the `specula` binary: output and exit codes, and one clear error
+// line (never a crash) for bad files and bad arguments.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "../test_util.h"
+
+namespace {
+
+struct CliRun {
+  int code = -1;
+  std::string out;  // stdout + stderr
+};
+
+// Runs the binary; stderr is merged into out unless stdout_only.
+CliRun run(const std::string& args, bool stdout_only = false) {
+  const std::string cmd = std::string(SPECULA_CLI_PATH) + " " + args + (stdout_only ? " 2>/dev/null" : " 2>&1");
+  CliRun r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return r;
+  std::array<char, 4096> buf{};
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  const int st = pclose(p);
+  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  return r;
+}
+
+std::string tmp_file(const std::string& name, const std::string& bytes) {
+  const auto path = std::filesystem::temp_directory_path() / ("specula_cli_test_" + name);
+  std::ofstream(path, std::ios::binary) << bytes;
+  return path.string();
+}
+
+TEST(Cli, MissingFileIsOneClearError) {
+  CliRun r = run("info /nonexistent/x.gguf");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("specula: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("/nonexistent/x.gguf"), std::string::npos) << r.out;
+  r = run("generate -m /nonexistent/x.gguf -p hi");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("model file not found"), std::string::npos) << r.out;
+}
+
+TEST(Cli, NotAGgufIsOneClearError) {
+  const std::string f = tmp_file("not.gguf", "hello, this is not a model file at all\n");
+  CliRun r = run("info " + f);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("not a GGUF file"), std::string::npos) << r.out;
+  r = run("generate -m " + f + " -p hi -n 2");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("not a GGUF file"), std::string::npos) << r.out;
+}
+
+TEST(Cli, BadArgumentsAreRejected) {
+  EXPECT_NE(run("generate -n 0 -p hi").code, 0);
+  EXPECT_NE(run("generate --top-p 2 -p hi").code, 0);
+  EXPECT_NE(run("frobnicate").code, 0);
+}
+
+class CliModel : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!specula::testing::default_model_present())
+      GTEST_SKIP() << "model not found: " << specula::testing::default_model_path();
+  }
+};
+
+TEST_F(CliModel, TruncatedModelIsOneClearError) {
+  std::ifstream in(specula::testing::default_model_path(), std::ios::binary);
+  std::string head(1000000, '\0');
+  in.read(head.data(), static_cast<std::streamsize>(head.size()));
+  const std::string f = tmp_file("trunc.gguf", head);
+  CliRun r = run("generate -m " + f + " -p hi -n 2");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("[gguf]"), std::string::npos) << r.out;
+}
+
+TEST_F(CliModel, TokenizeJsonPrintsIds) {
+  CliRun r = run("tokenize --json 'Hello world'");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(r.out, "[2,9259,1902]\n");
+}
+
+TEST_F(CliModel, InfoShowsMetadataAndTensors) {
+  CliRun r = run("info " + specula::testing::default_model_path());
+  EXPECT_EQ(r.code, 0);
+  EXPECT_NE(r.out.find("gemma3"), std::string::npos);
+  EXPECT_NE(r.out.find("token_embd.weight"), std::string::npos);
+}
+
+TEST_F(CliModel, GreedyGenerateStreamsTextAndStats) {
+  CliRun r = run("generate -p 'The capital of France is' -n 8 --temp 0 -t 2");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(r.out.rfind("The capital of France is the capital of the country of France.", 0), 0u) << r.out;
+  EXPECT_NE(r.out.find("prefill"), std::string::npos);
+  EXPECT_NE(r.out.find("decode"), std::string::npos);
+  EXPECT_NE(r.out.find("tokens/s"), std::string::npos);
+}
+
+TEST_F(CliModel, SameSeedSameText) {
+  const CliRun a = run("generate -p 'Once upon a time' -n 12 --temp 1.0 --seed 42", true);
+  const CliRun b = run("generate -p 'Once upon a time' -n 12 --temp 1.0 --seed 42", true);
+  const CliRun c = run("generate -p 'Once upon a time' -n 12 --temp 1.0 --seed 43", true);
+  EXPECT_EQ(a.code, 0);
+  EXPECT_EQ(a.out, b.out);
+  EXPECT_NE(a.out, c.out);
+}
+
+TEST_F(CliModel, PromptLongerThanContextIsAnError) {
+  std::string prompt;
+  for (int i = 0; i < 40; ++i) prompt += "word ";
+  CliRun r = run("generate --ctx 16 -p '" + prompt + "'");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("does not fit the context"), std::string::npos) << r.out;
+}
+
+}  // namespace
