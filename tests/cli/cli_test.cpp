@@ -123,3 +123,20 @@ TEST_F(CliModel, PromptLongerThanContextIsAnError) {
 }
 
 }  // namespace
+
+namespace {
+TEST_F(CliModel, GenericIsaFallbackGivesTheSameGreedyText) {
+  // SPECULA_ISA=generic forces the reference kernels end to end.
+  const std::string cmd = std::string("SPECULA_ISA=generic ") + SPECULA_CLI_PATH +
+                          " generate -p 'The capital of France is' -n 6 --temp 0 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  std::array<char, 4096> buf{};
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  EXPECT_EQ(pclose(p), 0) << out;
+  EXPECT_NE(out.find("ISA generic"), std::string::npos) << out;
+  EXPECT_EQ(out.rfind("The capital of France is the capital of the country of", 0), 0u) << out;
+}
+}  // namespace
