@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace specula::kernels::avx2 {
 
@@ -192,6 +193,45 @@ void gemm_tiled(int64_t K, const void* w, size_t w_stride, int64_t n_rows, const
                          xb + static_cast<size_t>(i) * xq_stride, xq_stride, y + i * ldy + r0,
                          ldy};
         tile_rc<T, RP, CP>(nr, nc, a);
+      }
+    }
+  }
+}
+
+// Prefill for types whose weight unpack is costly (K-quants): unpack a panel of kPanel
+// rows x all blocks once into a thread-local buffer, then run every activation row
+// against it, CP at a time. Per output element the sequence of T::dot calls over the
+// blocks and T::finish is the same as in tile<>, so results are bitwise identical to
+// the other paths (batch invariance holds).
+template <class T, int CP = 4, int64_t kPanel = 8>
+void gemm_panel(int64_t K, const void* w, size_t w_stride, int64_t n_rows, const void* xq,
+                size_t xq_stride, int64_t m, float* y, int64_t ldy) {
+  const auto* wb = static_cast<const uint8_t*>(w);
+  const auto* xb = static_cast<const uint8_t*>(xq);
+  const int64_t nb = K / T::kBlock;
+  thread_local std::vector<typename T::W> panel;
+  if (panel.size() < static_cast<size_t>(kPanel * nb)) panel.resize(static_cast<size_t>(kPanel * nb));
+  for (int64_t r0 = 0; r0 < n_rows; r0 += kPanel) {
+    const int64_t nr = std::min<int64_t>(kPanel, n_rows - r0);
+    for (int64_t r = 0; r < nr; ++r)
+      for (int64_t b = 0; b < nb; ++b)
+        T::load_w(wb + static_cast<size_t>(r0 + r) * w_stride, b, panel[static_cast<size_t>(r * nb + b)]);
+    for (int64_t i0 = 0; i0 < m; i0 += CP) {
+      const int nc = static_cast<int>(std::min<int64_t>(CP, m - i0));
+      for (int64_t r = 0; r < nr; ++r) {
+        typename T::Acc acc[CP];
+        for (int c = 0; c < CP; ++c) acc[c] = T::zero();
+        const typename T::W* wr = panel.data() + r * nb;
+        for (int64_t b = 0; b < nb; ++b) {
+          for (int c = 0; c < nc; ++c) {
+            typename T::X xu;
+            T::load_x(xb + static_cast<size_t>(i0 + c) * xq_stride, b, xu);
+            acc[c] = T::dot(wr[b], xu, acc[c]);
+          }
+        }
+        for (int c = 0; c < nc; ++c)
+          y[(i0 + c) * ldy + r0 + r] = T::finish(acc[c], wb + static_cast<size_t>(r0 + r) * w_stride,
+                                                 xb + static_cast<size_t>(i0 + c) * xq_stride, K);
       }
     }
   }

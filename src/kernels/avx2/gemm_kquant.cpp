@@ -153,8 +153,18 @@ struct Q6K : KBase {
 
 }  // namespace
 
-SPECULA_AVX2_GEMM(gemm_q4_k) { gemm_tiled<Q4K, 4, 2, 4>(K, w, w_stride, n_rows, xq, xq_stride, m, y, ldy); }
-SPECULA_AVX2_GEMM(gemm_q5_k) { gemm_tiled<Q5K, 4, 2, 4>(K, w, w_stride, n_rows, xq, xq_stride, m, y, ldy); }
-SPECULA_AVX2_GEMM(gemm_q6_k) { gemm_tiled<Q6K, 4, 2, 4>(K, w, w_stride, n_rows, xq, xq_stride, m, y, ldy); }
+// m >= 4 (prefill): unpack each row panel once (gemm_panel); decode: tiles.
+SPECULA_AVX2_GEMM(gemm_q4_k) {
+  if (m >= 4) return gemm_panel<Q4K>(K, w, w_stride, n_rows, xq, xq_stride, m, y, ldy);
+  gemm_tiled<Q4K, 4, 2, 4>(K, w, w_stride, n_rows, xq, xq_stride, m, y, ldy);
+}
+SPECULA_AVX2_GEMM(gemm_q5_k) {
+  if (m >= 4) return gemm_panel<Q5K>(K, w, w_stride, n_rows, xq, xq_stride, m, y, ldy);
+  gemm_tiled<Q5K, 4, 2, 4>(K, w, w_stride, n_rows, xq, xq_stride, m, y, ldy);
+}
+SPECULA_AVX2_GEMM(gemm_q6_k) {
+  if (m >= 4) return gemm_panel<Q6K>(K, w, w_stride, n_rows, xq, xq_stride, m, y, ldy);
+  gemm_tiled<Q6K, 4, 2, 4>(K, w, w_stride, n_rows, xq, xq_stride, m, y, ldy);
+}
 
 }  // namespace specula::kernels::avx2
