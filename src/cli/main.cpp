@@ -133,7 +133,10 @@ int run_generate(const GenerateArgs& a) {
   std::fflush(stdout);
   if (!res) return fail(res.message());
   if (!err.empty()) return fail(err);
-  std::fprintf(stderr, "\n[specula] model %s (%s), %d threads, ISA %s\n", model.info().name.c_str(),
+  if (res->finish == FinishReason::kContextFull)
+    std::fprintf(stderr, "[specula] stopped: the context of %lld tokens is full (raise --ctx)\n",
+                 static_cast<long long>(n_ctx));
+  std::fprintf(stderr, "[specula] model %s (%s), %d thread(s), ISA %s\n", model.info().name.c_str(),
                model.info().architecture.c_str(), a.threads > 0 ? a.threads : default_thread_count(),
                kernels::active().isa);
   std::fprintf(stderr, "[specula] load: %.3f s\n", l->load_seconds);
@@ -154,7 +157,7 @@ struct BenchArgs {
 };
 
 // Read bandwidth of this machine with `threads` threads: best of 5 passes summing a
-// 512 MiB buffer (far larger than any cache). Bytes per second.
+// 512 MiB buffer (far larger than any cache), four streams per thread. Bytes per second.
 double measure_read_bandwidth(int threads) {
   const size_t n = (512u << 20) / sizeof(uint64_t);
   std::vector<uint64_t> buf(n, 1);
@@ -164,14 +167,17 @@ double measure_read_bandwidth(int threads) {
     std::vector<uint64_t> sums(static_cast<size_t>(threads), 0);
     const double t0 = now_seconds();
     pool.run([&](int ith, int nth) {
-      auto [b, e] = ThreadPool::split(static_cast<int64_t>(n), ith, nth, 1024);
+      // Four sequential streams per thread (as the decode kernel reads weights).
+      auto [b, e] = ThreadPool::split(static_cast<int64_t>(n), ith, nth, 4096);
+      const int64_t q = (e - b) / 4;
       uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-      for (int64_t i = b; i + 4 <= e; i += 4) {
+      for (int64_t i = b; i < b + q; ++i) {
         s0 += buf[i];
-        s1 += buf[i + 1];
-        s2 += buf[i + 2];
-        s3 += buf[i + 3];
+        s1 += buf[i + q];
+        s2 += buf[i + 2 * q];
+        s3 += buf[i + 3 * q];
       }
+      for (int64_t i = b + 4 * q; i < e; ++i) s0 += buf[i];
       sums[ith] = s0 + s1 + s2 + s3;
     });
     const double dt = now_seconds() - t0;
@@ -192,6 +198,7 @@ double weight_bytes(const gguf::GgufFile& f) {
 }
 
 int run_bench(const BenchArgs& a) {
+  if (a.n_prompt == 0 && a.n_gen == 0) return fail("[cli] bench: nothing to measure (-p and -n are both 0)");
   auto l = load(a.model, a.threads);
   if (!l) return fail(l.message());
   Model& model = *l->model;
@@ -314,26 +321,26 @@ int main(int argc, char** argv) {
   GenerateArgs g;
   auto* gen = app.add_subcommand("generate", "Generate text from a prompt (streams to stdout)");
   gen->add_option("-m,--model", g.model, "GGUF model file (default: the Gemma 3 270M in the model cache)");
-  gen->add_option("-p,--prompt", g.prompt, "Prompt text");
-  gen->add_option("-n,--n-predict", g.n_predict, "Tokens to generate")->check(CLI::PositiveNumber);
-  gen->add_option("--temp", g.temp, "Temperature (0 = greedy)")->check(CLI::Range(0.0f, 100.0f));
-  gen->add_option("--top-k", g.top_k, "Top-k (0 = off)")->check(CLI::NonNegativeNumber);
-  gen->add_option("--top-p", g.top_p, "Top-p (1 = off)")->check(CLI::Range(0.0f, 1.0f));
-  gen->add_option("--min-p", g.min_p, "Min-p (0 = off)")->check(CLI::Range(0.0f, 1.0f));
-  gen->add_option("--repeat-penalty", g.repeat_penalty, "Repetition penalty (1 = off)")->check(CLI::PositiveNumber);
-  auto* seed_opt = gen->add_option("--seed", g.seed, "RNG seed (default: random)");
-  gen->add_option("-t,--threads", g.threads, "Threads (default: all cores)")->check(CLI::NonNegativeNumber);
-  gen->add_option("-c,--ctx", g.ctx, "Context size in tokens")->check(CLI::PositiveNumber);
+  gen->add_option("-p,--prompt", g.prompt, "Prompt text (default: a built-in prompt)");
+  gen->add_option("-n,--n-predict", g.n_predict, "Tokens to generate (default 128)")->check(CLI::Range(1, 1 << 24));
+  gen->add_option("--temp", g.temp, "Temperature, 0 = greedy (default 0.8)")->check(CLI::Range(0.0f, 100.0f));
+  gen->add_option("--top-k", g.top_k, "Top-k, 0 = off (default 40)")->check(CLI::Range(0, 1 << 24));
+  gen->add_option("--top-p", g.top_p, "Top-p, 1 = off (default 0.95)")->check(CLI::Range(0.0f, 1.0f));
+  gen->add_option("--min-p", g.min_p, "Min-p, 0 = off (default 0.05)")->check(CLI::Range(0.0f, 1.0f));
+  gen->add_option("--repeat-penalty", g.repeat_penalty, "Repetition penalty, 1 = off (default 1)")->check(CLI::Range(0.01f, 100.0f));
+  auto* seed_opt = gen->add_option("--seed", g.seed, "RNG seed (default: random, so each run differs)");
+  gen->add_option("-t,--threads", g.threads, "Threads (default: all cores)")->check(CLI::Range(0, 1024));
+  gen->add_option("-c,--ctx", g.ctx, "Context size in tokens (default 4096, at most the model's)")->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
   gen->add_flag("--parse-special", g.parse_special, "Parse special tokens (e.g. <start_of_turn>) in the prompt");
   gen->add_flag("--greedy", g.greedy, "Greedy decoding (same as --temp 0)");
 
   BenchArgs b;
   auto* bench = app.add_subcommand("bench", "Measure prefill and decode tokens/s (like llama-bench)");
   bench->add_option("-m,--model", b.model, "GGUF model file");
-  bench->add_option("-p,--n-prompt", b.n_prompt, "Prompt tokens for the prefill test")->check(CLI::NonNegativeNumber);
-  bench->add_option("-n,--n-gen", b.n_gen, "Tokens for the decode test")->check(CLI::NonNegativeNumber);
-  bench->add_option("-t,--threads", b.threads, "Threads (default: all cores)")->check(CLI::NonNegativeNumber);
-  bench->add_option("-r,--repetitions", b.reps, "Repetitions")->check(CLI::PositiveNumber);
+  bench->add_option("-p,--n-prompt", b.n_prompt, "Prompt tokens for the prefill test (default 512)")->check(CLI::Range(0, 1 << 20));
+  bench->add_option("-n,--n-gen", b.n_gen, "Tokens for the decode test (default 128)")->check(CLI::Range(0, 1 << 20));
+  bench->add_option("-t,--threads", b.threads, "Threads (default: all cores)")->check(CLI::Range(0, 1024));
+  bench->add_option("-r,--repetitions", b.reps, "Repetitions (default 3)")->check(CLI::Range(1, 1000));
   bench->add_flag("--json", b.json, "Also print one JSON line");
 
   std::string tmodel, ttext;
