@@ -47,12 +47,13 @@ int fail(const std::string& msg) {
 }
 
 Result<std::string> resolve_model(const std::string& m) {
+  std::error_code ec;
   if (!m.empty()) {
-    if (!std::filesystem::exists(m)) return Status::error("[cli] model file not found: " + m);
+    if (!std::filesystem::exists(m, ec)) return Status::error("[cli] model file not found: " + m);
     return m;
   }
   const std::string p = models_dir() + "/" + kDefaultModelFile;
-  if (!std::filesystem::exists(p))
+  if (!std::filesystem::exists(p, ec))
     return Status::error("[cli] default model not found at " + p +
                          " (run ./scripts/fetch_model.sh, or pass -m FILE)");
   return p;
@@ -279,7 +280,7 @@ int run_bench(const BenchArgs& a) {
     out["bytes_per_token"] = wb;
     out["read_bandwidth_bytes_per_s"] = bw;
   }
-  if (a.json) std::printf("%s\n", out.dump().c_str());
+  if (a.json) std::printf("%s\n", out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   return 0;
 }
 
@@ -361,12 +362,18 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  if (*gen) {
-    g.seed_set = seed_opt->count() > 0;
-    return run_generate(g);
+  try {
+    if (*gen) {
+      g.seed_set = seed_opt->count() > 0;
+      return run_generate(g);
+    }
+    if (*bench) return run_bench(b);
+    if (*tokc) return run_tokenize(tmodel, ttext, tjson, tspecial, tnobos);
+    if (*info) return run_info(ifile);
+  } catch (const std::bad_alloc&) {
+    return fail("[cli] out of memory");
+  } catch (const std::exception& e) {
+    return fail(std::string("[cli] ") + e.what());
   }
-  if (*bench) return run_bench(b);
-  if (*tokc) return run_tokenize(tmodel, ttext, tjson, tspecial, tnobos);
-  if (*info) return run_info(ifile);
   return 1;
 }

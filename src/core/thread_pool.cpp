@@ -4,6 +4,8 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <exception>
+#include <utility>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -60,9 +62,18 @@ void ThreadPool::run(const std::function<void(int, int)>& fn) {
     generation_.fetch_add(1, std::memory_order_release);
   }
   if (sleepers_.load(std::memory_order_acquire) > 0) cv_.notify_all();
-  fn(0, n_threads_);
+  std::exception_ptr mine;
+  try {
+    fn(0, n_threads_);
+  } catch (...) {
+    mine = std::current_exception();
+  }
+  // Always wait: workers still use `fn` until pending_ reaches 0.
   while (pending_.load(std::memory_order_acquire) != 0) SPECULA_PAUSE();
   job_ = nullptr;
+  std::exception_ptr err = mine ? mine : std::exchange(worker_error_, nullptr);
+  worker_error_ = nullptr;
+  if (err) std::rethrow_exception(err);
 }
 
 void ThreadPool::worker(int ith) {
@@ -82,7 +93,12 @@ void ThreadPool::worker(int ith) {
     }
     seen = g;
     if (stop_.load()) return;
-    (*job_)(ith, n_threads_);
+    try {
+      (*job_)(ith, n_threads_);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(error_mu_);
+      if (!worker_error_) worker_error_ = std::current_exception();
+    }
     pending_.fetch_sub(1, std::memory_order_acq_rel);
   }
 }

@@ -3,11 +3,14 @@
 // `run(fn)` calls fn(ith, nth) on every thread (the caller is thread 0) and returns
 // when all have finished. Workers spin briefly, then sleep, between jobs, so the
 // hundreds of small jobs in one decode step cost microseconds, not syscalls.
-// Not reentrant: run() must not be called from inside a job. Not a task queue.
+// An exception thrown by a job on any thread is rethrown by run() after every thread
+// has finished the job. Not reentrant: run() must not be called from inside a job.
+// Not a task queue.
 #pragma once
 
 #include <atomic>
 #include <condition_variable>
+#include <exception>
 #include <cstdint>
 #include <functional>
 #include <mutex>
@@ -43,6 +46,8 @@ class ThreadPool {
   std::mutex mu_;
   std::condition_variable cv_;
   std::atomic<int> sleepers_{0};
+  std::mutex error_mu_;
+  std::exception_ptr worker_error_;  // first exception from a worker in the current job
 };
 
 // Number of threads to use by default: the cores this process may run on.

@@ -14,6 +14,9 @@ double now_seconds() {
 Result<GenerateResult> generate(Model& model, KvCache& cache, int32_t row, const GenerateRequest& req,
                                 const std::function<bool(int32_t)>& on_token) {
   const int64_t n_vocab = model.info().n_vocab;
+  if (row < 0 || row >= cache.n_rows())
+    return Status::error("[generate] cache row " + std::to_string(row) + " out of range (" +
+                         std::to_string(cache.n_rows()) + " rows)");
   if (req.prompt.empty()) return Status::error("[generate] empty prompt");
   if (req.max_tokens <= 0)
     return Status::error("[generate] max_tokens must be positive, got " + std::to_string(req.max_tokens));

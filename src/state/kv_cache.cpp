@@ -16,10 +16,19 @@ Result<KvCache> KvCache::create(std::vector<KvLayerSpec> layers, int32_t n_rows,
   KvCache c;
   c.n_rows_ = n_rows;
   c.n_ctx_ = n_ctx;
+  constexpr int64_t kMaxDim = int64_t{1} << 20;
+  if (n_ctx > (int64_t{1} << 30) || max_rollback > (int64_t{1} << 30))
+    return Status::error("[kv_cache] n_ctx " + std::to_string(n_ctx) + " or max_rollback too large");
   for (const auto& l : layers) {
-    if (l.n_kv_heads <= 0 || l.head_dim <= 0 || l.window < 0)
-      return Status::error("[kv_cache] invalid layer spec");
-    const int64_t cap = l.window > 0 ? std::min(n_ctx, l.window + max_rollback) : n_ctx;
+    if (l.n_kv_heads <= 0 || l.head_dim <= 0 || l.window < 0 || l.n_kv_heads > kMaxDim || l.head_dim > kMaxDim)
+      return Status::error("[kv_cache] invalid layer spec: n_kv_heads " + std::to_string(l.n_kv_heads) +
+                           ", head_dim " + std::to_string(l.head_dim) + ", window " + std::to_string(l.window));
+    const int64_t cap = l.window > 0 && l.window < n_ctx ? std::min(n_ctx, l.window + max_rollback) : n_ctx;
+    const double bytes = 2.0 * 2.0 * static_cast<double>(n_rows) * static_cast<double>(cap) *
+                         static_cast<double>(l.n_kv_heads) * static_cast<double>(l.head_dim);
+    if (bytes > 64.0 * (1ull << 30))
+      return Status::error("[kv_cache] layer needs " + std::to_string(static_cast<long long>(bytes / (1 << 20))) +
+                           " MiB of KV cache (limit 64 GiB): lower the context or rows");
     c.cap_.push_back(cap);
     const size_t n = static_cast<size_t>(n_rows) * cap * l.n_kv_heads * l.head_dim;
     c.k_.emplace_back(n);

@@ -7,7 +7,7 @@
 //            capacity = min(n_ctx, window + max_rollback)
 // stored as IEEE half (llama.cpp's default cache type), read back as f32.
 // A ring layer keeps only the window plus `max_rollback` older positions, which is
-// what lets trim() roll back up to max_rollback tokens past the window edge.
+// what lets trim() roll back at least max_rollback tokens once the window is full.
 //
 // Writes happen AFTER attention for a step (the model attends to the step's own new
 // keys from its activations), so a step may append more tokens than the ring holds.

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <stdexcept>
 
 namespace specula {
 TEST(ThreadPool, RunsEveryThreadOncePerJob) {
@@ -34,5 +35,26 @@ TEST(ThreadPool, SplitCoversRangeAligned) {
       EXPECT_EQ(expect, n);
     }
   }
+}
+}  // namespace specula
+
+namespace specula {
+TEST(ThreadPool, ExceptionsAreRethrownAfterAllThreadsFinish) {
+  ThreadPool pool(2);
+  std::atomic<int> done{0};
+  EXPECT_THROW(pool.run([&](int ith, int) {
+    done.fetch_add(1);
+    if (ith == 1) throw std::runtime_error("worker failed");
+  }),
+               std::runtime_error);
+  EXPECT_EQ(done.load(), 2);
+  EXPECT_THROW(pool.run([&](int ith, int) {
+    if (ith == 0) throw std::runtime_error("caller failed");
+  }),
+               std::runtime_error);
+  // still usable
+  std::atomic<int> n{0};
+  pool.run([&](int, int) { n.fetch_add(1); });
+  EXPECT_EQ(n.load(), 2);
 }
 }  // namespace specula

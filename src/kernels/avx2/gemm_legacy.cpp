@@ -174,7 +174,7 @@ void gemm_repacked(int64_t K, const void* w, size_t w_stride, int64_t n_rows, co
         typename T::W u;
         T::load_w(row, b, u);
         BlockQ8_0& dst = panel[static_cast<size_t>(r * nb + b)];
-        dst.d = reinterpret_cast<const uint16_t*>(row + static_cast<size_t>(b) * sizeof(typename T::Block))[0];
+        dst.d = reinterpret_cast<const typename T::Block*>(row)[b].d;
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst.qs), _mm256_sub_epi8(u.q, off));
       }
     }

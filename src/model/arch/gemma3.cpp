@@ -121,11 +121,16 @@ Result<std::unique_ptr<Model>> Gemma3::create(ModelContext ctx) {
   if (auto st = f.get_string(a + "rope.scaling.type"); st && *st != "none") {
     if (*st != "linear") return Status::error("[gemma3] unsupported rope.scaling.type '" + *st + "'");
     auto fac = f.get_float(a + "rope.scaling.factor");
-    if (fac && *fac > 0) p.rope_freq_scale = static_cast<float>(1.0 / *fac);
+    if (!fac || !(*fac > 0))
+      return Status::error("[gemma3] rope.scaling.type is linear but '" + a + "rope.scaling.factor' is missing or not positive");
+    p.rope_freq_scale = static_cast<float>(1.0 / *fac);
   }
   if (auto sc = f.get_float(a + "final_logit_softcapping")) p.final_softcap = static_cast<float>(*sc);
+  constexpr int64_t kMax = int64_t{1} << 20;
   if (p.n_heads <= 0 || p.n_kv_heads <= 0 || p.n_heads % p.n_kv_heads != 0 || p.head_dim <= 0 ||
-      p.head_dim % 2 != 0 || p.n_layers <= 0 || p.n_embd <= 0 || p.swa_pattern <= 0)
+      p.head_dim % 2 != 0 || p.n_layers <= 0 || p.n_embd <= 0 || p.swa_pattern <= 0 || p.n_ff <= 0 ||
+      p.n_heads > 4096 || p.head_dim > 4096 || p.n_embd > kMax || p.n_ff > kMax || p.n_layers > 4096 ||
+      p.window < 0 || p.window > (int64_t{1} << 30))
     return Status::error("[gemma3] inconsistent hyperparameters: heads " + std::to_string(p.n_heads) +
                          ", kv heads " + std::to_string(p.n_kv_heads) + ", head_dim " +
                          std::to_string(p.head_dim));
@@ -133,6 +138,8 @@ Result<std::unique_ptr<Model>> Gemma3::create(ModelContext ctx) {
   const gguf::TensorInfo* te = f.find_tensor("token_embd.weight");
   if (te == nullptr || te->shape.size() != 2) return Status::error("[gemma3] missing tensor 'token_embd.weight'");
   p.n_vocab = te->shape[1];
+  if (p.n_vocab <= 0 || p.n_vocab > (int64_t{1} << 31) - 1)
+    return Status::error("[gemma3] token_embd.weight: vocabulary size " + std::to_string(p.n_vocab) + " is not usable");
   auto tok = weight_2d(f, kt, "token_embd.weight", p.n_embd, p.n_vocab);
   if (!tok) return tok.status();
   m->tok_embd_ = *tok;
