@@ -367,6 +367,15 @@ Status Parser::run(GgufFile& f) {
     SPECULA_RETURN_IF_ERROR(read(ctx, "type", &type_id));
     const std::optional<DTypeInfo> info = dtype_info(type_id);
     if (!info) {
+      // GGML types specula does not implement yet, named so the user knows what the file needs.
+      static const char* const kKnown[] = {
+          nullptr, nullptr, nullptr, nullptr, "Q4_2", "Q4_3", nullptr, nullptr, nullptr, nullptr,
+          "Q2_K", "Q3_K", nullptr, nullptr, nullptr, nullptr, "IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ1_S",
+          "IQ4_NL", "IQ3_S", "IQ2_S", "IQ4_XS", "I8", "I16", "I32", "I64", "F64", "IQ1_M",
+          nullptr, nullptr, nullptr, nullptr, "TQ1_0", "TQ2_0", nullptr, nullptr, nullptr, "MXFP4"};
+      if (type_id < sizeof(kKnown) / sizeof(kKnown[0]) && kKnown[type_id] != nullptr)
+        return Status::error("[gguf] " + ctx + ": tensor type " + kKnown[type_id] + " (id " +
+                             std::to_string(type_id) + ") is not supported");
       return Status::error("[gguf] " + ctx + ": unknown type id " + std::to_string(type_id));
     }
     ti.type = info->type;
