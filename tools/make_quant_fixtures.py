@@ -5,11 +5,11 @@ generic kernels' dequantizers and the Q8_0 activation quantizer).
 Oracle: the `gguf` Python package's reference (de)quantizers, gguf/quants.py.
 
 Outputs (little-endian, no header; the test derives counts from the file size):
-  <type>.bin          raw blocks of <type>, then float32 gguf.quants.dequantize(raw)
+  <type>.blocks          raw blocks of <type>, then float32 gguf.quants.dequantize(raw)
                       for F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q5_K Q6_K.
                       Quant bytes are random; fp16 scales are overwritten with finite
                       moderate values (d, m in [-2, 2], K-quant dmin in (0, 2]).
-  q8_0_quantize.bin   float32 input [n], then gguf.quants.quantize(input, Q8_0) bytes.
+  q8_0_quantize.blocks   float32 input [n], then gguf.quants.quantize(input, Q8_0) bytes.
                       Includes an all-zero block and a block with exact rounding ties.
 
 Deterministic (fixed seed). Run: python3 tools/make_quant_fixtures.py
@@ -63,17 +63,17 @@ def main():
             raw[:, off:off + 2] = fp16_bytes(rng, kind, nb)
         out = quants.dequantize(raw.reshape(-1), qtype).astype(np.float32).reshape(-1)
         assert out.size == nb * bs and np.all(np.isfinite(out)), qtype.name
-        write(f"{qtype.name.lower()}.bin", raw, out)
+        write(f"{qtype.name.lower()}.blocks", raw, out)
 
     n = 512
     f32 = rng.standard_normal(n).astype(np.float32)
-    write("f32.bin", f32.view(np.uint8), quants.dequantize(f32.view(np.uint8), T.F32))
+    write("f32.blocks", f32.view(np.uint8), quants.dequantize(f32.view(np.uint8), T.F32))
     f16 = (rng.standard_normal(n) * 4).astype(np.float16)
     f16[:4] = np.array([0.0, -0.0, 6.0e-8, -65504.0], dtype=np.float16)  # zero, subnormal, max
-    write("f16.bin", f16.view(np.uint8), quants.dequantize(f16.view(np.uint8), T.F16))
+    write("f16.blocks", f16.view(np.uint8), quants.dequantize(f16.view(np.uint8), T.F16))
     bf = (rng.standard_normal(n) * 4).astype(np.float32).view(np.uint32) >> 16
     bf = bf.astype(np.uint16)
-    write("bf16.bin", bf.view(np.uint8), quants.dequantize(bf.view(np.uint8), T.BF16))
+    write("bf16.blocks", bf.view(np.uint8), quants.dequantize(bf.view(np.uint8), T.BF16))
 
     # Q8_0 quantize: blocks of varying magnitude, an all-zero block, and a block whose
     # scale is exactly 1 so x*id lands on .5 ties (roundf rounds them away from zero).
@@ -83,11 +83,11 @@ def main():
     x[2] = np.array([127.0] + [(k - 15) + 0.5 for k in range(31)], dtype=np.float32)
     x = x.reshape(-1)
     q = quants.quantize(x, T.Q8_0)
-    path = os.path.join(OUT, "q8_0_quantize.bin")
+    path = os.path.join(OUT, "q8_0_quantize.blocks")
     with open(path, "wb") as f:
         f.write(x.astype("<f4").tobytes())
         f.write(np.ascontiguousarray(q).view(np.uint8).tobytes())
-    print(f"q8_0_quantize.bin: {os.path.getsize(path)} bytes")
+    print(f"q8_0_quantize.blocks: {os.path.getsize(path)} bytes")
 
 
 if __name__ == "__main__":

@@ -42,17 +42,17 @@ struct WeightType {
 
 const std::vector<WeightType>& weight_types() {
   static const std::vector<WeightType> kTypes = {
-      {DType::F32, "f32.bin", {}},
-      {DType::F16, "f16.bin", {}},
-      {DType::BF16, "bf16.bin", {}},
-      {DType::Q4_0, "q4_0.bin", {{0, false}}},
-      {DType::Q4_1, "q4_1.bin", {{0, false}, {2, false}}},
-      {DType::Q5_0, "q5_0.bin", {{0, false}}},
-      {DType::Q5_1, "q5_1.bin", {{0, false}, {2, false}}},
-      {DType::Q8_0, "q8_0.bin", {{0, false}}},
-      {DType::Q4_K, "q4_k.bin", {{0, false}, {2, true}}},
-      {DType::Q5_K, "q5_k.bin", {{0, false}, {2, true}}},
-      {DType::Q6_K, "q6_k.bin", {{208, false}}},
+      {DType::F32, "f32.blocks", {}},
+      {DType::F16, "f16.blocks", {}},
+      {DType::BF16, "bf16.blocks", {}},
+      {DType::Q4_0, "q4_0.blocks", {{0, false}}},
+      {DType::Q4_1, "q4_1.blocks", {{0, false}, {2, false}}},
+      {DType::Q5_0, "q5_0.blocks", {{0, false}}},
+      {DType::Q5_1, "q5_1.blocks", {{0, false}, {2, false}}},
+      {DType::Q8_0, "q8_0.blocks", {{0, false}}},
+      {DType::Q4_K, "q4_k.blocks", {{0, false}, {2, true}}},
+      {DType::Q5_K, "q5_k.blocks", {{0, false}, {2, true}}},
+      {DType::Q6_K, "q6_k.blocks", {{208, false}}},
   };
   return kTypes;
 }
@@ -126,7 +126,7 @@ TEST(GenericKernels, DequantizeMatchesGguf) {
 
 // ---- (2) Q8_0 quantize_row equals gguf-py's bytes (roundf ties away from zero).
 TEST(GenericKernels, QuantizeQ8_0MatchesGguf) {
-  const std::vector<uint8_t> file = read_fixture("q8_0_quantize.bin");
+  const std::vector<uint8_t> file = read_fixture("q8_0_quantize.blocks");
   constexpr size_t kPerBlock = 4 * kQK + sizeof(BlockQ8_0);
   ASSERT_GT(file.size(), 0u);
   ASSERT_EQ(file.size() % kPerBlock, 0u);
