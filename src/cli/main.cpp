@@ -61,7 +61,7 @@ Result<std::string> resolve_model(const std::string& m) {
 
 struct Loaded {
   std::unique_ptr<Model> model;
-  std::unique_ptr<tokenizer::Tokenizer> tok;
+  std::unique_ptr<tokenizer::Tokenizer> tok;  // owns its Vocab
   double load_seconds = 0;
 };
 
@@ -113,7 +113,7 @@ int run_generate(const GenerateArgs& a) {
   req.sampling.min_p = a.min_p;
   req.sampling.repeat_penalty = a.repeat_penalty;
   req.sampling.seed = a.seed_set ? a.seed : std::random_device{}();
-  req.eog_ids = end_of_generation_ids(model.file());
+  req.eog_ids = end_of_generation_ids(l->tok->vocab(), model.file());
   tokenizer::StreamingDetokenizer detok(*l->tok);
   std::fputs(a.prompt.c_str(), stdout);
   std::fflush(stdout);

@@ -88,20 +88,14 @@ Result<GenerateResult> generate(Model& model, KvCache& cache, int32_t row, const
   return res;
 }
 
-std::vector<int32_t> end_of_generation_ids(const gguf::GgufFile& file) {
+std::vector<int32_t> end_of_generation_ids(const tokenizer::Vocab& vocab, const gguf::GgufFile& file) {
   std::vector<int32_t> ids;
-  for (const char* key : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"})
-    if (auto v = file.get_uint(key)) ids.push_back(static_cast<int32_t>(*v));
-  if (auto toks = file.get_string_array("tokenizer.ggml.tokens")) {
-    auto types = file.get_i32_array("tokenizer.ggml.token_type");
-    const auto& t = *toks;
-    for (size_t i = 0; i < t.size(); ++i) {
-      if (t[i] == "<end_of_turn>" || t[i] == "<|im_end|>" || t[i] == "<|eot_id|>" ||
-          t[i] == "<|endoftext|>" || t[i] == "<|end|>") {
-        const bool control = !types || (i < types->size() && (*types)[i] == 3);
-        if (control) ids.push_back(static_cast<int32_t>(i));
-      }
-    }
+  if (vocab.valid_id(vocab.eos_id())) ids.push_back(vocab.eos_id());
+  if (auto v = file.get_uint("tokenizer.ggml.eot_token_id"); v && vocab.valid_id(static_cast<int32_t>(*v)))
+    ids.push_back(static_cast<int32_t>(*v));
+  for (const char* name : {"<end_of_turn>", "<|im_end|>", "<|eot_id|>", "<|endoftext|>", "<|end|>"}) {
+    const int32_t id = vocab.find(name);
+    if (id >= 0 && vocab.is_control(id)) ids.push_back(id);
   }
   std::sort(ids.begin(), ids.end());
   ids.erase(std::unique(ids.begin(), ids.end()), ids.end());

@@ -15,6 +15,7 @@
 
 #include "method/sampler.h"
 #include "model/model.h"
+#include "tokenizer/vocab.h"
 #include "specula/status.h"
 
 namespace specula {
@@ -45,9 +46,9 @@ struct GenerateResult {
 Result<GenerateResult> generate(Model& model, KvCache& cache, int32_t row, const GenerateRequest& req,
                                 const std::function<bool(int32_t)>& on_token);
 
-// End-of-generation ids for a vocabulary: tokenizer.ggml.eos_token_id and .eot_token_id
-// when present, plus control tokens named <end_of_turn>, <|im_end|>, <|eot_id|>,
+// End-of-generation ids for a vocabulary: its EOS, tokenizer.ggml.eot_token_id when
+// present, plus control tokens named <end_of_turn>, <|im_end|>, <|eot_id|>,
 // <|endoftext|>, <|end|> (what llama.cpp treats as end of generation).
-std::vector<int32_t> end_of_generation_ids(const gguf::GgufFile& file);
+std::vector<int32_t> end_of_generation_ids(const tokenizer::Vocab& vocab, const gguf::GgufFile& file);
 
 }  // namespace specula

@@ -58,6 +58,24 @@ struct KernelTable {
   float (*exp_sub_sum)(int64_t n, float max, float* x) = nullptr;
 
   const TypeKernels& of(DType t) const { return types[static_cast<uint32_t>(t)]; }
+
+  // Table construction (kernels/*/table.cpp): a weight type and its activation type,
+  // or an activation type with its quantizer.
+  void set_weight(DType t, void (*dequantize)(const void*, float*, int64_t), DType dot_type,
+                  decltype(TypeKernels::gemm) gemm_fn) {
+    TypeKernels& tk = types[static_cast<uint32_t>(t)];
+    tk.supported = true;
+    tk.dequantize_row = dequantize;
+    tk.vec_dot_type = dot_type;
+    tk.gemm = gemm_fn;
+  }
+  void set_activation(DType t, void (*dequantize)(const void*, float*, int64_t),
+                      void (*quantize)(const float*, void*, int64_t)) {
+    TypeKernels& tk = types[static_cast<uint32_t>(t)];
+    tk.supported = true;
+    tk.dequantize_row = dequantize;
+    tk.quantize_row = quantize;
+  }
 };
 
 // The reference table (always available).

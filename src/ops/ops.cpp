@@ -107,26 +107,4 @@ void rope_neox(float* x, int64_t M, int64_t n_heads, int64_t head_dim, const flo
   }
 }
 
-void gelu_tanh_mul(const float* gate, const float* up, int64_t n, float* out) {
-  constexpr float kSqrt2OverPi = 0.79788456080286535588f;
-  constexpr float kCoef = 0.044715f;
-  for (int64_t i = 0; i < n; ++i) {
-    const float g = gate[i];
-    const float t = std::tanh(kSqrt2OverPi * g * (1.0f + kCoef * g * g));
-    out[i] = 0.5f * g * (1.0f + t) * up[i];
-  }
-}
-
-void softmax(float* x, int64_t n) {
-  float mx = -INFINITY;
-  for (int64_t i = 0; i < n; ++i) mx = std::max(mx, x[i]);
-  double sum = 0.0;
-  for (int64_t i = 0; i < n; ++i) {
-    x[i] = std::exp(x[i] - mx);
-    sum += x[i];
-  }
-  const float inv = static_cast<float>(1.0 / sum);
-  for (int64_t i = 0; i < n; ++i) x[i] *= inv;
-}
-
 }  // namespace specula::ops

@@ -50,11 +50,6 @@ void rope_table(const int32_t* positions, int64_t M, int64_t head_dim, float bas
 void rope_neox(float* x, int64_t M, int64_t n_heads, int64_t head_dim, const float* cos_t,
                const float* sin_t);
 
-// GELU with tanh approximation (Hendrycks & Gimpel 2016), gated:
-// out[i] = gelu_tanh(gate[i]) * up[i]; n elements.
-void gelu_tanh_mul(const float* gate, const float* up, int64_t n, float* out);
-
-// Numerically stable softmax in place over n values.
-void softmax(float* x, int64_t n);
+// (Activation and softmax helpers live in the kernel table: kernels.h.)
 
 }  // namespace specula::ops

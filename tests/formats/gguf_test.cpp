@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include "../test_util.h"
+
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -695,15 +697,7 @@ TEST(GgufCorruption, RandomMultiByteDamage) {
 // ---------------------------------------------------------------------------------
 // The real model (skipped when absent).
 
-std::string model_path() {
-  const char* dir = std::getenv("SPECULA_MODELS");
-  std::string d = dir != nullptr && *dir != 0 ? dir : "";
-  if (d.empty()) {
-    const char* home = std::getenv("HOME");
-    d = std::string(home != nullptr ? home : "") + "/.cache/specula/models";
-  }
-  return d + "/gemma-3-270m-q4_k_m.gguf";
-}
+std::string model_path() { return specula::testing::default_model_path(); }
 
 TEST(GgufRealModel, Gemma3_270m) {
   const std::string path = model_path();

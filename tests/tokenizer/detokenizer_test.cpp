@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include "../test_util.h"
+
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
@@ -132,12 +134,7 @@ TEST(StreamingDetokenizerTest, ControlTokensAndBadIds) {
 
 // ---------------------------------------------------------------- Gemma 3
 
-std::string gemma3_path() {
-  const char* env = std::getenv("SPECULA_MODELS");
-  const char* home = std::getenv("HOME");
-  std::string dir = env != nullptr ? env : std::string(home != nullptr ? home : "") + "/.cache/specula/models";
-  return dir + "/gemma-3-270m-q4_k_m.gguf";
-}
+std::string gemma3_path() { return specula::testing::default_model_path(); }
 
 TEST(StreamingDetokenizerTest, Gemma3EmojiAndCjkTokenByToken) {
   const std::string path = gemma3_path();

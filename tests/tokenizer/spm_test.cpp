@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include "../test_util.h"
+
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -21,12 +23,7 @@
 namespace specula::tokenizer {
 namespace {
 
-std::string gemma3_path() {
-  const char* env = std::getenv("SPECULA_MODELS");
-  const char* home = std::getenv("HOME");
-  std::string dir = env != nullptr ? env : std::string(home != nullptr ? home : "") + "/.cache/specula/models";
-  return dir + "/gemma-3-270m-q4_k_m.gguf";
-}
+std::string gemma3_path() { return specula::testing::default_model_path(); }
 
 // Loaded once for the whole binary (262144 tokens).
 const Tokenizer* gemma3() {

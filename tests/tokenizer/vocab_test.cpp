@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "../test_util.h"
+
 #include <cstdlib>
 #include <filesystem>
 #include <string>
@@ -13,11 +15,7 @@
 namespace specula::tokenizer {
 namespace {
 
-std::string gemma3_path() {
-  const char* env = std::getenv("SPECULA_MODELS");
-  std::string dir = env != nullptr ? env : std::string(std::getenv("HOME") ? std::getenv("HOME") : "") + "/.cache/specula/models";
-  return dir + "/gemma-3-270m-q4_k_m.gguf";
-}
+std::string gemma3_path() { return specula::testing::default_model_path(); }
 
 VocabData small_data() {
   VocabData d;

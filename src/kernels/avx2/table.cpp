@@ -13,49 +13,25 @@ float exp_sub_sum(int64_t n, float max, float* x);
 }  // namespace specula::kernels::avx2
 
 namespace specula::kernels::avx2 {
-namespace {
-
-using RowFn = void (*)(const void*, float*, int64_t);
-using QuantFn = void (*)(const float*, void*, int64_t);
-using GemmFn = void (*)(int64_t, const void*, size_t, int64_t, const void*, size_t, int64_t,
-                        float*, int64_t);
-
-void set_weight(KernelTable& k, DType t, RowFn dequantize, DType vec_dot_type, GemmFn gemm) {
-  TypeKernels& tk = k.types[static_cast<uint32_t>(t)];
-  tk.supported = true;
-  tk.dequantize_row = dequantize;
-  tk.vec_dot_type = vec_dot_type;
-  tk.gemm = gemm;
-}
-
-void set_activation(KernelTable& k, DType t, RowFn dequantize, QuantFn quantize) {
-  TypeKernels& tk = k.types[static_cast<uint32_t>(t)];
-  tk.supported = true;
-  tk.dequantize_row = dequantize;
-  tk.quantize_row = quantize;
-}
-
-}  // namespace
-
 const KernelTable* table_if_built() {
   static const KernelTable t = [] {
     KernelTable k;
     k.isa = "avx2";
-    set_weight(k, DType::F32, dequantize_row_f32, DType::F32, gemm_f32);
-    set_weight(k, DType::F16, dequantize_row_f16, DType::F32, gemm_f16);
-    set_weight(k, DType::BF16, dequantize_row_bf16, DType::F32, gemm_bf16);
-    set_weight(k, DType::Q4_0, dequantize_row_q4_0, DType::Q8_0, gemm_q4_0);
-    set_weight(k, DType::Q4_1, dequantize_row_q4_1, DType::Q8_1, gemm_q4_1);
-    set_weight(k, DType::Q5_0, dequantize_row_q5_0, DType::Q8_0, gemm_q5_0);
-    set_weight(k, DType::Q5_1, dequantize_row_q5_1, DType::Q8_1, gemm_q5_1);
-    set_weight(k, DType::Q8_0, dequantize_row_q8_0, DType::Q8_0, gemm_q8_0);
-    set_weight(k, DType::Q4_K, dequantize_row_q4_k, DType::Q8_K, gemm_q4_k);
-    set_weight(k, DType::Q5_K, dequantize_row_q5_k, DType::Q8_K, gemm_q5_k);
-    set_weight(k, DType::Q6_K, dequantize_row_q6_k, DType::Q8_K, gemm_q6_k);
-    set_activation(k, DType::F32, dequantize_row_f32, quantize_row_f32);
-    set_activation(k, DType::Q8_0, dequantize_row_q8_0, quantize_row_q8_0);
-    set_activation(k, DType::Q8_1, dequantize_row_q8_1, quantize_row_q8_1);
-    set_activation(k, DType::Q8_K, dequantize_row_q8_k, quantize_row_q8_k);
+    k.set_weight(DType::F32, dequantize_row_f32, DType::F32, gemm_f32);
+    k.set_weight(DType::F16, dequantize_row_f16, DType::F32, gemm_f16);
+    k.set_weight(DType::BF16, dequantize_row_bf16, DType::F32, gemm_bf16);
+    k.set_weight(DType::Q4_0, dequantize_row_q4_0, DType::Q8_0, gemm_q4_0);
+    k.set_weight(DType::Q4_1, dequantize_row_q4_1, DType::Q8_1, gemm_q4_1);
+    k.set_weight(DType::Q5_0, dequantize_row_q5_0, DType::Q8_0, gemm_q5_0);
+    k.set_weight(DType::Q5_1, dequantize_row_q5_1, DType::Q8_1, gemm_q5_1);
+    k.set_weight(DType::Q8_0, dequantize_row_q8_0, DType::Q8_0, gemm_q8_0);
+    k.set_weight(DType::Q4_K, dequantize_row_q4_k, DType::Q8_K, gemm_q4_k);
+    k.set_weight(DType::Q5_K, dequantize_row_q5_k, DType::Q8_K, gemm_q5_k);
+    k.set_weight(DType::Q6_K, dequantize_row_q6_k, DType::Q8_K, gemm_q6_k);
+    k.set_activation(DType::F32, dequantize_row_f32, quantize_row_f32);
+    k.set_activation(DType::Q8_0, dequantize_row_q8_0, quantize_row_q8_0);
+    k.set_activation(DType::Q8_1, dequantize_row_q8_1, quantize_row_q8_1);
+    k.set_activation(DType::Q8_K, dequantize_row_q8_k, quantize_row_q8_k);
     k.dot_f32 = dot_f32;
     k.axpy_f32 = axpy_f32;
     k.scale_f32 = scale_f32;

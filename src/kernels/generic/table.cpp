@@ -14,51 +14,27 @@ float exp_sub_sum(int64_t n, float max, float* x);
 }  // namespace specula::kernels::generic
 
 namespace specula::kernels {
-namespace {
-
-using RowFn = void (*)(const void*, float*, int64_t);
-using QuantFn = void (*)(const float*, void*, int64_t);
-using GemmFn = void (*)(int64_t, const void*, size_t, int64_t, const void*, size_t, int64_t,
-                        float*, int64_t);
-
-void set_weight(KernelTable& k, DType t, RowFn dequantize, DType vec_dot_type, GemmFn gemm) {
-  TypeKernels& tk = k.types[static_cast<uint32_t>(t)];
-  tk.supported = true;
-  tk.dequantize_row = dequantize;
-  tk.vec_dot_type = vec_dot_type;
-  tk.gemm = gemm;
-}
-
-void set_activation(KernelTable& k, DType t, RowFn dequantize, QuantFn quantize) {
-  TypeKernels& tk = k.types[static_cast<uint32_t>(t)];
-  tk.supported = true;
-  tk.dequantize_row = dequantize;
-  tk.quantize_row = quantize;
-}
-
-}  // namespace
-
 const KernelTable& generic_table() {
   static const KernelTable t = [] {
     namespace g = generic;
     KernelTable k;
     k.isa = "generic";
-    set_weight(k, DType::F32, g::dequantize_row_f32, DType::F32, g::gemm<g::vec_dot_f32_f32>);
-    set_weight(k, DType::F16, g::dequantize_row_f16, DType::F32, g::gemm<g::vec_dot_f16_f32>);
-    set_weight(k, DType::BF16, g::dequantize_row_bf16, DType::F32, g::gemm<g::vec_dot_bf16_f32>);
-    set_weight(k, DType::Q4_0, g::dequantize_row_q4_0, DType::Q8_0, g::gemm<g::vec_dot_q4_0_q8_0>);
-    set_weight(k, DType::Q4_1, g::dequantize_row_q4_1, DType::Q8_1, g::gemm<g::vec_dot_q4_1_q8_1>);
-    set_weight(k, DType::Q5_0, g::dequantize_row_q5_0, DType::Q8_0, g::gemm<g::vec_dot_q5_0_q8_0>);
-    set_weight(k, DType::Q5_1, g::dequantize_row_q5_1, DType::Q8_1, g::gemm<g::vec_dot_q5_1_q8_1>);
-    set_weight(k, DType::Q8_0, g::dequantize_row_q8_0, DType::Q8_0, g::gemm<g::vec_dot_q8_0_q8_0>);
-    set_weight(k, DType::Q4_K, g::dequantize_row_q4_k, DType::Q8_K, g::gemm<g::vec_dot_q4_k_q8_k>);
-    set_weight(k, DType::Q5_K, g::dequantize_row_q5_k, DType::Q8_K, g::gemm<g::vec_dot_q5_k_q8_k>);
-    set_weight(k, DType::Q6_K, g::dequantize_row_q6_k, DType::Q8_K, g::gemm<g::vec_dot_q6_k_q8_k>);
+    k.set_weight(DType::F32, g::dequantize_row_f32, DType::F32, g::gemm<g::vec_dot_f32_f32>);
+    k.set_weight(DType::F16, g::dequantize_row_f16, DType::F32, g::gemm<g::vec_dot_f16_f32>);
+    k.set_weight(DType::BF16, g::dequantize_row_bf16, DType::F32, g::gemm<g::vec_dot_bf16_f32>);
+    k.set_weight(DType::Q4_0, g::dequantize_row_q4_0, DType::Q8_0, g::gemm<g::vec_dot_q4_0_q8_0>);
+    k.set_weight(DType::Q4_1, g::dequantize_row_q4_1, DType::Q8_1, g::gemm<g::vec_dot_q4_1_q8_1>);
+    k.set_weight(DType::Q5_0, g::dequantize_row_q5_0, DType::Q8_0, g::gemm<g::vec_dot_q5_0_q8_0>);
+    k.set_weight(DType::Q5_1, g::dequantize_row_q5_1, DType::Q8_1, g::gemm<g::vec_dot_q5_1_q8_1>);
+    k.set_weight(DType::Q8_0, g::dequantize_row_q8_0, DType::Q8_0, g::gemm<g::vec_dot_q8_0_q8_0>);
+    k.set_weight(DType::Q4_K, g::dequantize_row_q4_k, DType::Q8_K, g::gemm<g::vec_dot_q4_k_q8_k>);
+    k.set_weight(DType::Q5_K, g::dequantize_row_q5_k, DType::Q8_K, g::gemm<g::vec_dot_q5_k_q8_k>);
+    k.set_weight(DType::Q6_K, g::dequantize_row_q6_k, DType::Q8_K, g::gemm<g::vec_dot_q6_k_q8_k>);
     // Activation types. F32 and Q8_0 are also weight types (set above).
-    set_activation(k, DType::F32, g::dequantize_row_f32, g::quantize_row_f32);
-    set_activation(k, DType::Q8_0, g::dequantize_row_q8_0, g::quantize_row_q8_0);
-    set_activation(k, DType::Q8_1, g::dequantize_row_q8_1, g::quantize_row_q8_1);
-    set_activation(k, DType::Q8_K, g::dequantize_row_q8_k, g::quantize_row_q8_k);
+    k.set_activation(DType::F32, g::dequantize_row_f32, g::quantize_row_f32);
+    k.set_activation(DType::Q8_0, g::dequantize_row_q8_0, g::quantize_row_q8_0);
+    k.set_activation(DType::Q8_1, g::dequantize_row_q8_1, g::quantize_row_q8_1);
+    k.set_activation(DType::Q8_K, g::dequantize_row_q8_k, g::quantize_row_q8_k);
     k.dot_f32 = g::dot_f32;
     k.axpy_f32 = g::axpy_f32;
     k.scale_f32 = g::scale_f32;
