@@ -13,7 +13,7 @@ void attention(ThreadPool& pool, const AttentionArgs& a, const KvCache& cache, c
   const int64_t hd = a.head_dim;
   const int64_t kvw = a.n_kv_heads * hd;
   const int64_t group = a.n_heads / a.n_kv_heads;
-  const int64_t M = static_cast<int64_t>(a.B) * a.T;
+  const int64_t M = a.M;
   const kernels::KernelTable& kt = *a.kt;
 
   // New K/V rounded to half, as the cache will hold them.
@@ -36,8 +36,8 @@ void attention(ThreadPool& pool, const AttentionArgs& a, const KvCache& cache, c
     qs.resize(static_cast<size_t>(hd));
     for (int64_t task = t0; task < t1; ++task) {
       const int64_t m = task / a.n_heads, h = task % a.n_heads, g = h / group;
-      const int32_t b = static_cast<int32_t>(m / a.T);
-      const int64_t t = m % a.T;
+      const int32_t b = a.token_row[m];
+      const int64_t t = m - a.offset[b];
       const int32_t row = a.rows[b];
       const int64_t base = cache.length(row);
       const int64_t p = base + t;
@@ -51,11 +51,11 @@ void attention(ThreadPool& pool, const AttentionArgs& a, const KvCache& cache, c
       const float* qv = qs.data();
       auto key_ptr = [&](int64_t j) -> const uint16_t* {
         if (j < base) return cache.k(a.layer, row, j) + g * hd;
-        return kh_ptr + ((static_cast<int64_t>(b) * a.T + (j - base)) * kvw + g * hd);
+        return kh_ptr + ((a.offset[b] + (j - base)) * kvw + g * hd);
       };
       auto val_ptr = [&](int64_t j) -> const uint16_t* {
         if (j < base) return cache.v(a.layer, row, j) + g * hd;
-        return vh_ptr + ((static_cast<int64_t>(b) * a.T + (j - base)) * kvw + g * hd);
+        return vh_ptr + ((a.offset[b] + (j - base)) * kvw + g * hd);
       };
       float mx = -INFINITY;
       for (int64_t j = lo; j <= p; ++j) {

@@ -43,6 +43,42 @@ Result<std::unique_ptr<Model>> load_model(const std::string& path, const ModelOp
   return it->second(std::move(ctx));
 }
 
+Status plan_batch(const Batch& batch, const KvCache& cache, int64_t n_vocab, const char* who,
+                  BatchLayout& layout) {
+  const std::string w = who;
+  if (batch.B <= 0 || batch.ids == nullptr || batch.rows == nullptr) return Status::error(w + " empty batch");
+  layout.offset.assign(static_cast<size_t>(batch.B) + 1, 0);
+  for (int32_t b = 0; b < batch.B; ++b) {
+    const int64_t n = batch.tokens_of(b);
+    if (n <= 0)
+      return Status::error(w + " batch row " + std::to_string(b) + " has " + std::to_string(n) + " tokens");
+    const int32_t r = batch.rows[b];
+    if (r < 0 || r >= cache.n_rows())
+      return Status::error(w + " batch row " + std::to_string(b) + ": cache row " + std::to_string(r) +
+                           " out of range (" + std::to_string(cache.n_rows()) + " rows)");
+    for (int32_t c = 0; c < b; ++c)
+      if (batch.rows[c] == r) return Status::error(w + " cache row " + std::to_string(r) + " appears twice in a batch");
+    if (cache.length(r) + n > cache.n_ctx())
+      return Status::error(w + " row " + std::to_string(r) + ": " + std::to_string(cache.length(r)) + " + " +
+                           std::to_string(n) + " tokens exceed the context of " + std::to_string(cache.n_ctx()));
+    layout.offset[b + 1] = layout.offset[b] + n;
+  }
+  const int64_t M = layout.offset[batch.B];
+  for (int64_t i = 0; i < M; ++i)
+    if (batch.ids[i] < 0 || batch.ids[i] >= n_vocab)
+      return Status::error(w + " token id " + std::to_string(batch.ids[i]) + " outside the vocabulary (" +
+                           std::to_string(n_vocab) + ")");
+  layout.M = M;
+  layout.token_row.resize(static_cast<size_t>(M));
+  layout.pos.resize(static_cast<size_t>(M));
+  for (int32_t b = 0; b < batch.B; ++b)
+    for (int64_t i = layout.offset[b]; i < layout.offset[b + 1]; ++i) {
+      layout.token_row[i] = b;
+      layout.pos[i] = static_cast<int32_t>(cache.length(batch.rows[b]) + (i - layout.offset[b]));
+    }
+  return Status::ok();
+}
+
 Result<TensorView> weight_2d(const gguf::GgufFile& f, const kernels::KernelTable& kt,
                              const std::string& name, int64_t K, int64_t N) {
   const gguf::TensorInfo* t = f.find_tensor(name);

@@ -1,7 +1,11 @@
 // model/model.h — the model graph contract and the architecture registry.
 //
 // forward(ids [B, T], rows [B]) -> hidden [B*T, n_embd] (final-normed), appending the
-// step's K/V to each row of the cache at positions length(row) .. length(row)+T-1;
+// step's K/V to each row of the cache at positions length(row) .. length(row)+T-1.
+// A batch may also be ragged: row b appends n_tokens[b] >= 1 tokens (ids packed row after
+// row, hidden [sum n_tokens, n_embd] in the same order) — one forward can then carry
+// decode rows (1 token) and prefill chunks together. Each row's results are bitwise the
+// same whatever else is in the batch (DESIGN.md, batch invariance).
 // project_logits(hidden [n, n_embd]) -> logits [n, n_vocab] (f32, unnormalized).
 // One file per architecture under model/arch/ registers itself by the GGUF
 // `general.architecture` name; nothing else names a model family.
@@ -31,12 +35,23 @@ struct ModelInfo {
   int64_t n_ctx_train = 0;
 };
 
-// One forward step: B rows, each appending T tokens.
+// One forward step: B rows, each appending T tokens (or n_tokens[b] when ragged).
 struct Batch {
   int32_t B = 0;
-  int64_t T = 0;
-  const int32_t* ids = nullptr;   // [B, T] token ids
+  int64_t T = 0;                  // tokens per row when n_tokens is null
+  const int32_t* ids = nullptr;   // [B, T] token ids, or packed [sum n_tokens] when ragged
   const int32_t* rows = nullptr;  // [B] cache row of each batch row (distinct)
+  const int64_t* n_tokens = nullptr;  // optional [B]: tokens of each row (each >= 1)
+
+  int64_t tokens_of(int32_t b) const { return n_tokens != nullptr ? n_tokens[b] : T; }
+};
+
+// Where each token of a batch sits: filled by plan_batch for architecture forwards.
+struct BatchLayout {
+  int64_t M = 0;                  // total tokens
+  std::vector<int64_t> offset;    // [B + 1] first packed index of each row
+  std::vector<int32_t> token_row; // [M] batch row b of each token
+  std::vector<int32_t> pos;       // [M] position of each token (cache.length(row) + t)
 };
 
 class Model {
@@ -76,6 +91,11 @@ bool register_architecture(const std::string& name, ArchitectureFactory factory)
 Result<std::unique_ptr<Model>> load_model(const std::string& path, const ModelOptions& options = {});
 
 // --- helpers for architecture files -----------------------------------------------------
+// Checks a batch against the cache and vocabulary and lays it out. Errors (prefixed with
+// `who`, e.g. "[gemma3]"): empty batch, a row count < 1, a cache row out of range or
+// repeated, a row that would pass n_ctx, an id outside [0, n_vocab).
+Status plan_batch(const Batch& batch, const KvCache& cache, int64_t n_vocab, const char* who,
+                  BatchLayout& layout);
 // A 2-D weight [N, K] (GGUF dims [K, N]) as a view. Errors name the tensor and the
 // expected vs actual shape, or an unsupported type.
 Result<TensorView> weight_2d(const gguf::GgufFile& f, const kernels::KernelTable& kt,

@@ -134,6 +134,41 @@ TEST_F(Gemma3Test, BatchRowsAreIndependent) {
   }
 }
 
+TEST_F(Gemma3Test, RaggedBatchMixesPrefillAndDecodeBitwise) {
+  // One forward carrying a decode row (1 token), a prefill chunk (37 tokens) and a second
+  // chunk of another row (5 tokens) gives each row bitwise its solo result.
+  const auto a = random_ids(40, 3), b = random_ids(37, 4), c = random_ids(25, 5);
+  auto solo = model_->new_cache(1, 256);
+  const auto ha = run(a, a.size(), 1, *solo);
+  solo->clear(0);
+  const auto hb = run(b, b.size(), b.size(), *solo);
+  solo->clear(0);
+  const auto hc = run(c, 20, 5, *solo);
+  auto group = model_->new_cache(3, 256);
+  std::vector<int32_t> pa(a.begin(), a.end() - 1), pc(c.begin(), c.begin() + 20);
+  run(pa, pa.size(), 1, *group, 2);
+  run(pc, pc.size(), 1, *group, 0);
+  std::vector<int32_t> ids;
+  ids.push_back(a.back());
+  ids.insert(ids.end(), b.begin(), b.end());
+  ids.insert(ids.end(), c.begin() + 20, c.end());
+  const int32_t rows[3] = {2, 1, 0};
+  const int64_t counts[3] = {1, 37, 5};
+  Tensor hidden;
+  Batch batch{3, 0, ids.data(), rows, counts};
+  ASSERT_TRUE(model_->forward(batch, *group, hidden).is_ok());
+  const int64_t E = model_->info().n_embd;
+  ASSERT_EQ(hidden.dim(0), 43);
+  EXPECT_EQ(0, std::memcmp(hidden.data(), ha.data() + 39 * E, E * sizeof(float))) << "decode row";
+  EXPECT_EQ(0, std::memcmp(hidden.data() + E, hb.data(), 37 * E * sizeof(float))) << "prefill row";
+  EXPECT_EQ(0, std::memcmp(hidden.data() + 38 * E, hc.data() + 20 * E, 5 * E * sizeof(float))) << "chunk row";
+  EXPECT_EQ(group->length(2), 40);
+  EXPECT_EQ(group->length(1), 37);
+  EXPECT_EQ(group->length(0), 25);
+  const int64_t zero[1] = {0};
+  EXPECT_FALSE(model_->forward(Batch{1, 0, ids.data(), rows, zero}, *group, hidden).is_ok());
+}
+
 TEST_F(Gemma3Test, BadInputIsAnErrorNotACrash) {
   auto c = model_->new_cache(1, 16);
   Tensor hidden;

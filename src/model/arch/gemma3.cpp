@@ -82,7 +82,7 @@ class Gemma3 final : public Model {
   // Step buffers, grown to the largest M seen.
   int64_t cap_m_ = 0;
   std::vector<float> x_, xn_, q_, k_, v_, attn_, o_, gate_, up_, cos_l_, sin_l_, cos_g_, sin_g_;
-  std::vector<int32_t> pos_;
+  BatchLayout layout_;
 };
 
 Result<std::unique_ptr<Model>> Gemma3::create(ModelContext ctx) {
@@ -197,41 +197,22 @@ void Gemma3::ensure_buffers(int64_t M) {
   gate_.assign(sz(p_.n_ff), 0); up_.assign(sz(p_.n_ff), 0);
   cos_l_.assign(sz(p_.head_dim / 2), 0); sin_l_.assign(sz(p_.head_dim / 2), 0);
   cos_g_.assign(sz(p_.head_dim / 2), 0); sin_g_.assign(sz(p_.head_dim / 2), 0);
-  pos_.assign(static_cast<size_t>(M), 0);
   cap_m_ = M;
 }
 
 Status Gemma3::forward(const Batch& batch, KvCache& cache, Tensor& hidden) {
-  const int64_t M = static_cast<int64_t>(batch.B) * batch.T;
-  if (batch.B <= 0 || batch.T <= 0) return Status::error("[gemma3] empty batch");
-  for (int32_t b = 0; b < batch.B; ++b) {
-    const int32_t r = batch.rows[b];
-    if (r < 0 || r >= cache.n_rows())
-      return Status::error("[gemma3] batch row " + std::to_string(b) + ": cache row " + std::to_string(r) +
-                           " out of range (" + std::to_string(cache.n_rows()) + " rows)");
-    for (int32_t c = 0; c < b; ++c)
-      if (batch.rows[c] == r) return Status::error("[gemma3] cache row " + std::to_string(r) + " appears twice in a batch");
-    if (cache.length(r) + batch.T > cache.n_ctx())
-      return Status::error("[gemma3] row " + std::to_string(r) + ": " + std::to_string(cache.length(r)) + " + " +
-                           std::to_string(batch.T) + " tokens exceed the context of " + std::to_string(cache.n_ctx()));
-  }
-  for (int64_t i = 0; i < M; ++i)
-    if (batch.ids[i] < 0 || batch.ids[i] >= p_.n_vocab)
-      return Status::error("[gemma3] token id " + std::to_string(batch.ids[i]) + " outside the vocabulary (" +
-                           std::to_string(p_.n_vocab) + ")");
-
+  SPECULA_RETURN_IF_ERROR(plan_batch(batch, cache, p_.n_vocab, "[gemma3]", layout_));
+  const int64_t M = layout_.M;
   ensure_buffers(M);
   ThreadPool& pool = *ctx_.pool;
   const kernels::KernelTable& kt = *kt_;
   const int64_t E = p_.n_embd, hd = p_.head_dim, nh = p_.n_heads, nkv = p_.n_kv_heads;
   const int64_t QD = nh * hd, KD = nkv * hd, F = p_.n_ff;
-  for (int32_t b = 0; b < batch.B; ++b)
-    for (int64_t t = 0; t < batch.T; ++t)
-      pos_[b * batch.T + t] = static_cast<int32_t>(cache.length(batch.rows[b]) + t);
+  const int32_t* pos = layout_.pos.data();
 
   ops::get_rows(kt, tok_embd_, batch.ids, M, std::sqrt(static_cast<float>(E)), x_.data());
-  ops::rope_table(pos_.data(), M, hd, p_.rope_base_local, 1.0f, cos_l_.data(), sin_l_.data());
-  ops::rope_table(pos_.data(), M, hd, p_.rope_base_global, p_.rope_freq_scale, cos_g_.data(), sin_g_.data());
+  ops::rope_table(pos, M, hd, p_.rope_base_local, 1.0f, cos_l_.data(), sin_l_.data());
+  ops::rope_table(pos, M, hd, p_.rope_base_global, p_.rope_freq_scale, cos_g_.data(), sin_g_.data());
   const float attn_scale = 1.0f / std::sqrt(static_cast<float>(p_.n_layers == 62 ? E / nh : hd));
 
   for (int64_t il = 0; il < p_.n_layers; ++il) {
@@ -258,16 +239,14 @@ Status Gemma3::forward(const Batch& batch, KvCache& cache, Tensor& hidden) {
     aa.head_dim = hd;
     aa.window = global ? 0 : p_.window;
     aa.scale = attn_scale;
-    aa.B = batch.B;
-    aa.T = batch.T;
+    aa.M = M;
     aa.rows = batch.rows;
+    aa.offset = layout_.offset.data();
+    aa.token_row = layout_.token_row.data();
     aa.kt = &kt;
     attention(pool, aa, cache, q_.data(), k_.data(), v_.data(), attn_.data());
-    for (int32_t b = 0; b < batch.B; ++b)
-      for (int64_t t = 0; t < batch.T; ++t) {
-        const int64_t m = b * batch.T + t;
-        cache.write(il, batch.rows[b], pos_[m], k_.data() + m * KD, v_.data() + m * KD);
-      }
+    for (int64_t m = 0; m < M; ++m)
+      cache.write(il, batch.rows[layout_.token_row[m]], pos[m], k_.data() + m * KD, v_.data() + m * KD);
     ops::matmul(pool, kt, L.wo, attn_.data(), M, o_.data(), ws_);
     parallel_rows(M, [&](int64_t a, int64_t b) {
       ops::rms_norm(o_.data() + a * E, L.post_attn_norm.data(), b - a, E, p_.eps, o_.data() + a * E);
@@ -286,7 +265,7 @@ Status Gemma3::forward(const Batch& batch, KvCache& cache, Tensor& hidden) {
     });
   }
   for (int32_t b = 0; b < batch.B; ++b) {
-    Status st = cache.advance(batch.rows[b], batch.T);
+    Status st = cache.advance(batch.rows[b], batch.tokens_of(b));
     SPECULA_CHECK(st.is_ok());  // checked above
   }
   if (hidden.shape().size() != 2 || hidden.dim(0) != M || hidden.dim(1) != E) hidden = Tensor({M, E});
