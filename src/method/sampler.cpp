@@ -495,4 +495,12 @@ std::vector<std::pair<int32_t, float>> top_logprobs(const float* logits, int32_t
   return out;
 }
 
+float token_logprob(const float* logits, int32_t n_vocab, int32_t id) {
+  SPECULA_CHECK(logits != nullptr && n_vocab > 0 && id >= 0 && id < n_vocab);
+  float max = logits[0];
+  for (int32_t i = 1; i < n_vocab; ++i) max = std::max(max, logits[i]);
+  const float log_z = max + static_cast<float>(std::log(sum_exp(logits, n_vocab, max)));
+  return logits[id] - log_z;
+}
+
 }  // namespace specula

@@ -142,4 +142,7 @@ class Sampler {
 // k is clamped to [0, n_vocab]. For OpenAI `logprobs` / `top_logprobs`.
 std::vector<std::pair<int32_t, float>> top_logprobs(const float* logits, int32_t n_vocab, int k);
 
+// Log-softmax of the raw logits [n_vocab] at one id (same arithmetic as top_logprobs).
+float token_logprob(const float* logits, int32_t n_vocab, int32_t id);
+
 }  // namespace specula

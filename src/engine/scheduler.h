@@ -1,0 +1,198 @@
+// engine/scheduler.h — continuous batching: one engine loop owns the model and the cache
+// rows, admits and retires requests between steps, and runs ONE forward per step for
+// every row that needs the model (all decoding rows, 1 token each, plus prompt chunks of
+// rows still prefilling, under a per-step token budget).
+//
+// Request lifecycle: submit() validates and queues (or refuses: invalid / queue full);
+// between steps the loop retires cancelled rows, admits queued requests into free rows
+// (prepare: sampler + row; commit: the row joins the running set — a failed preparation
+// never touches running rows), then runs the step. After the step each row that produced
+// a token has it delivered to its RequestSink before the next step starts; a sink that
+// returns false (its own stop condition, e.g. a stop string) ends only that request.
+// Every request ends exactly once in on_finish(), called after its row is released.
+//
+// Batch invariance (DESIGN.md): rows never share state, the forward and the logits
+// projection compute each row bitwise the same whatever the batch, and each request
+// samples with its own Sampler (own RNG stream and penalty history), so a request's tokens
+// do not depend on what else runs with it.
+// Does not: tokenize, detokenize, match stop strings (the sink does), speculate (yet),
+// cache prompts across requests, or preempt running rows.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "method/sampler.h"
+#include "model/model.h"
+#include "specula/status.h"
+
+namespace specula {
+
+struct EngineRequest {
+  std::vector<int32_t> prompt;  // token ids, non-empty, each in [0, n_vocab)
+  int32_t max_tokens = 0;       // > 0; prompt + max_tokens must fit the row context
+  SamplingParams sampling;
+  int32_t top_logprobs = -1;    // -1: no logprobs; 0..20: the sampled token's logprob plus k alternatives
+  bool ignore_eos = false;      // keep going past end-of-generation tokens
+};
+
+// One generated token as delivered to a sink.
+struct TokenEvent {
+  int32_t id = -1;
+  float logprob = 0.0f;  // log-softmax of the raw logits (temperature 1) at id, when requested
+  std::vector<std::pair<int32_t, float>> top;  // top_logprobs alternatives, descending
+};
+
+enum class Outcome { kStop, kLength, kCancelled, kFailed };
+const char* outcome_name(Outcome o);  // "stop", "length", "cancelled", "failed"
+
+struct RequestSummary {
+  Outcome outcome = Outcome::kStop;
+  std::string error;          // kFailed: why
+  int64_t n_prompt = 0;       // prompt tokens
+  int64_t n_generated = 0;    // sampled tokens, including an end-of-generation token
+  double queue_seconds = 0;   // submit -> admitted
+  double prefill_seconds = 0; // admitted -> first token
+  double decode_seconds = 0;  // first token -> finish
+};
+
+// The consumer of one request. Called on the engine thread: keep it short, never block.
+class RequestSink {
+ public:
+  virtual ~RequestSink() = default;
+  // New tokens (in order, not including an end-of-generation token). Return false to end
+  // the request now with outcome kStop (e.g. a stop string matched). An exception ends
+  // this request with kFailed.
+  virtual bool on_tokens(std::span<const TokenEvent> events) = 0;
+  // Exactly once, after the request's cache row is released.
+  virtual void on_finish(const RequestSummary& summary) = 0;
+};
+
+class Engine;
+struct EngineWakeup;  // the loop's mutex + condition variable, shared with handles
+
+// Shared between the submitter and the engine. cancel() is thread-safe and idempotent; the
+// engine retires the row at its next step boundary.
+class RequestHandle {
+ public:
+  void cancel();
+  bool cancelled() const { return cancelled_.load(std::memory_order_acquire); }
+  uint64_t id() const { return id_; }
+
+ private:
+  friend class Engine;
+  RequestHandle(uint64_t id, std::shared_ptr<EngineWakeup> wakeup) : id_(id), wakeup_(std::move(wakeup)) {}
+  uint64_t id_;
+  std::shared_ptr<EngineWakeup> wakeup_;  // outlives the engine if the handle does
+  std::atomic<bool> cancelled_{false};
+};
+
+struct EngineOptions {
+  int32_t n_rows = 4;          // concurrent requests (cache rows)
+  int64_t n_ctx = 4096;        // tokens per row (prompt + generated)
+  int64_t step_tokens = 512;   // per-step token budget (decode rows + prompt chunks)
+  int32_t max_queue = 64;      // waiting requests beyond the running rows; more -> kBusy
+  std::vector<int32_t> eog_ids;  // end-of-generation tokens
+};
+
+// Prometheus-style histogram: cumulative counts per upper bound, plus sum and count.
+struct Histogram {
+  std::vector<double> bounds;        // ascending upper bounds (+Inf implied)
+  std::vector<uint64_t> counts;      // [bounds.size() + 1] non-cumulative
+  double sum = 0;
+  uint64_t count = 0;
+  explicit Histogram(std::vector<double> b = {}) : bounds(std::move(b)), counts(bounds.size() + 1, 0) {}
+  void observe(double v);
+};
+
+struct EngineStats {
+  uint64_t finished[4] = {0, 0, 0, 0};  // by Outcome
+  uint64_t rejected_invalid = 0, rejected_busy = 0;
+  uint64_t prompt_tokens = 0, generated_tokens = 0;
+  uint64_t steps = 0;
+  int64_t queue_depth = 0, running_rows = 0;
+  int32_t n_rows = 0;
+  Histogram step_seconds, batch_rows, batch_tokens;
+};
+
+enum class SubmitError { kNone, kInvalid, kBusy, kStopped };
+
+struct Submission {
+  std::shared_ptr<RequestHandle> handle;  // null on error
+  SubmitError error = SubmitError::kNone;
+  std::string message;                    // "[engine] ..." on error
+  std::string param;                      // the offending request field, when known
+};
+
+class Engine {
+ public:
+  // Builds the cache (n_rows x n_ctx) and starts the loop thread. `model` must outlive the
+  // engine. Errors: bad options, cache allocation errors.
+  static Result<std::unique_ptr<Engine>> create(Model& model, EngineOptions options);
+  ~Engine();  // stops the loop; queued and running requests finish as kCancelled
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Validates (DESIGN.md request contract: non-empty prompt, ids in the vocabulary,
+  // max_tokens > 0, top_logprobs <= 20, prompt + max_tokens within n_ctx, sampling params)
+  // and queues. Refusals never call the sink.
+  Submission submit(EngineRequest request, std::shared_ptr<RequestSink> sink);
+
+  EngineStats stats() const;
+  const EngineOptions& options() const { return options_; }
+  const Model& model() const { return *model_; }
+
+ private:
+  struct Pending {
+    std::shared_ptr<RequestHandle> handle;
+    std::shared_ptr<RequestSink> sink;
+    EngineRequest request;
+    double submitted = 0;
+  };
+  struct Active {
+    Pending p;
+    Sampler sampler;
+    int32_t row = -1;
+    int64_t prefilled = 0;   // prompt tokens already in the cache
+    int32_t next = -1;       // decoding: the token to feed next
+    int64_t n_generated = 0;
+    double admitted = 0, first_token = 0;
+  };
+
+  Engine(Model& model, EngineOptions options, KvCache cache);
+  void loop();
+  // Runs one step over `running_`; returns false when there was nothing to do.
+  bool step();
+  void finish(size_t index, Outcome outcome, std::string error = {});
+  void deliver(Active& a, const TokenEvent& ev, bool* keep_going);
+
+  Model* model_;
+  EngineOptions options_;
+  KvCache cache_;
+
+  std::shared_ptr<EngineWakeup> wakeup_;  // guards queue_, stopping_, next_id_, stats_
+  std::deque<Pending> queue_;
+  bool stopping_ = false;
+  uint64_t next_id_ = 1;
+  EngineStats stats_;
+
+  // Loop-thread state.
+  std::vector<Active> running_;
+  std::vector<int32_t> free_rows_;
+  std::vector<int32_t> ids_, rows_;
+  std::vector<int64_t> counts_;
+  std::vector<float> logit_hidden_, logits_;
+  Tensor hidden_;
+  std::thread thread_;
+};
+
+}  // namespace specula
