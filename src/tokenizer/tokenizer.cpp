@@ -1,10 +1,12 @@
 // tokenizer/tokenizer.cpp — special-token partition, the shared encode/decode driver and
-// the tokenizer factory (see tokenizer.h). Algorithms live in their own files (spm.cpp).
+// the tokenizer factory (see tokenizer.h). Algorithms live in their own files (spm.cpp,
+// bpe.cpp).
 #include "tokenizer/tokenizer.h"
 
 #include <algorithm>
 #include <map>
 
+#include "tokenizer/bpe.h"
 #include "tokenizer/spm.h"
 
 namespace specula::tokenizer {
@@ -165,6 +167,11 @@ Result<std::string> Tokenizer::decode(std::span<const int32_t> ids, bool remove_
 Result<std::unique_ptr<Tokenizer>> make_tokenizer(const Vocab& vocab) {
   if (vocab.empty()) return Status::error("[tokenizer] empty vocabulary");
   if (vocab.model() == "llama") return std::unique_ptr<Tokenizer>(new SpmTokenizer(vocab));
+  if (vocab.model() == "gpt2") {
+    Result<std::unique_ptr<BpeTokenizer>> bpe = BpeTokenizer::create(vocab);
+    if (!bpe) return bpe.status();
+    return std::unique_ptr<Tokenizer>(std::move(bpe.value()));
+  }
   return Status::error("[tokenizer] tokenizer model '" + vocab.model() +
                        "' (tokenizer.ggml.model) is not supported yet");
 }

@@ -11,8 +11,8 @@
 //     tokens are empty unless render_special.
 //   decode(ids, remove_special, render_special): concatenated pieces; with
 //     remove_special a leading BOS / trailing EOS that add_special would add is dropped.
-// Algorithms: "llama" -> SentencePiece BPE (spm.h). "gpt2" (byte-level BPE) is not
-// implemented yet: make_tokenizer returns an error naming the model.
+// Algorithms: "llama" -> SentencePiece BPE (spm.h); "gpt2" -> byte-level BPE (bpe.h).
+// Other models: make_tokenizer returns an error naming the model.
 // Does not apply chat templates and does not stream (detokenizer.h).
 #pragma once
 
@@ -97,8 +97,9 @@ class Tokenizer {
   SpecialTokenSplitter splitter_;
 };
 
-// Picks the algorithm for vocab.model(). Errors: "[tokenizer] tokenizer model 'gpt2'
-// (tokenizer.ggml.model) is not supported yet".
+// Picks the algorithm for vocab.model(). Errors: "[tokenizer] tokenizer model 't5'
+// (tokenizer.ggml.model) is not supported yet"; BPE setup errors (bpe.h) such as
+// "[bpe] unsupported pre-tokenizer 'x' (tokenizer.ggml.pre)".
 Result<std::unique_ptr<Tokenizer>> make_tokenizer(const Vocab& vocab);
 
 }  // namespace specula::tokenizer

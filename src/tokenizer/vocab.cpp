@@ -13,7 +13,9 @@ namespace specula::tokenizer {
 namespace {
 
 constexpr const char* kKeyModel = "tokenizer.ggml.model";
+constexpr const char* kKeyPre = "tokenizer.ggml.pre";
 constexpr const char* kKeyTokens = "tokenizer.ggml.tokens";
+constexpr const char* kKeyMerges = "tokenizer.ggml.merges";
 constexpr const char* kKeyScores = "tokenizer.ggml.scores";
 constexpr const char* kKeyTypes = "tokenizer.ggml.token_type";
 constexpr const char* kKeyBos = "tokenizer.ggml.bos_token_id";
@@ -111,6 +113,19 @@ Result<Vocab> Vocab::from_gguf(const gguf::GgufFile& f) {
   Result<std::vector<std::string>> tokens = f.get_string_array(kKeyTokens);
   if (!tokens) return Status::error("[vocab] " + tokens.message());
   d.tokens = std::move(tokens.value());
+  if (f.find(kKeyPre) != nullptr) {
+    Result<std::string> pre = f.get_string(kKeyPre);
+    if (!pre) return Status::error("[vocab] " + pre.message());
+    d.pre = std::move(pre.value());
+  }
+  // SentencePiece files may carry merges too; only BPE models use them.
+  if (d.model != "llama" && f.find(kKeyMerges) != nullptr) {
+    Result<std::vector<std::string>> merges = f.get_string_array(kKeyMerges);
+    if (!merges) return Status::error("[vocab] " + merges.message());
+    d.merges = std::move(merges.value());
+  } else if (d.model == "gpt2") {
+    return Status::error(std::string("[vocab] ") + kKeyMerges + ": missing (required by tokenizer model 'gpt2')");
+  }
   if (f.find(kKeyScores) != nullptr) {
     Result<std::vector<float>> scores = f.get_f32_array(kKeyScores);
     if (!scores) return Status::error("[vocab] " + scores.message());

@@ -3,13 +3,15 @@
 // Owns: the token table (text, score, type per id), the text -> id index, the special
 // ids (bos/eos/unk/pad, -1 when absent), the add_bos/add_eos/add_space_prefix flags and
 // the tokenizer model name (`tokenizer.ggml.model`: "llama" = SentencePiece, "gpt2" =
-// byte-level BPE, ...) used by make_tokenizer() to pick an algorithm.
-// Keys (GGUF spec, docs/gguf.md "Tokenizer"): tokenizer.ggml.{model, tokens, scores,
-// token_type, bos_token_id, eos_token_id, unknown_token_id, padding_token_id,
+// byte-level BPE, ...) used by make_tokenizer() to pick an algorithm, and for BPE the
+// pre-tokenizer name (`tokenizer.ggml.pre`) and the merge list (`tokenizer.ggml.merges`).
+// Keys (GGUF spec, docs/gguf.md "Tokenizer"): tokenizer.ggml.{model, pre, tokens, merges,
+// scores, token_type, bos_token_id, eos_token_id, unknown_token_id, padding_token_id,
 // add_bos_token, add_eos_token, add_space_prefix}. Defaults for absent optional keys
 // follow llama.cpp (src/llama-vocab.cpp, load()) for the "llama" model: add_bos true,
 // add_eos false, add_space_prefix true, bos 1, eos 2, unk 0.
-// Does not tokenize (spm.h, future bpe.h) and does not read merges (BPE adds them).
+// Merges are required when the model is "gpt2" (as llama.cpp) and kept verbatim; bpe.h
+// parses and indexes them. Does not tokenize (spm.h, bpe.h).
 // Copies share one immutable table, so a Vocab is cheap to copy and thread-safe to read.
 #pragma once
 
@@ -44,6 +46,8 @@ enum class TokenType : int32_t {
 // build one by hand.
 struct VocabData {
   std::string model;                 // tokenizer.ggml.model, e.g. "llama"
+  std::string pre;                   // tokenizer.ggml.pre, e.g. "qwen2"; empty when absent
+  std::vector<std::string> merges;   // tokenizer.ggml.merges, "left right" in rank order (BPE only)
   std::vector<std::string> tokens;   // [n_vocab] token text (SPM: spaces as U+2581)
   std::vector<float> scores;         // [n_vocab] merge priority (higher merges first); may be empty (all 0)
   std::vector<int32_t> types;        // [n_vocab] TokenType values; may be empty (all kNormal)
@@ -68,6 +72,8 @@ class Vocab {
 
   bool empty() const { return impl_ == nullptr; }
   const std::string& model() const { return impl_->data.model; }
+  const std::string& pre() const { return impl_->data.pre; }
+  const std::vector<std::string>& merges() const { return impl_->data.merges; }
   int32_t size() const { return static_cast<int32_t>(impl_->data.tokens.size()); }
   bool valid_id(int32_t id) const { return impl_ != nullptr && id >= 0 && id < size(); }
 
