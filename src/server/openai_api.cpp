@@ -1,0 +1,407 @@
+// server/openai_api.cpp — see openai_api.h.
+#include "server/openai_api.h"
+
+#include <cmath>
+#include <limits>
+
+namespace specula::server {
+namespace {
+
+using nlohmann::json;
+
+std::string shown(const json& v) {
+  std::string s = dump_json(v);
+  if (s.size() > 60) s = s.substr(0, 57) + "...";
+  return s;
+}
+
+struct Parser {
+  const json& body;
+  std::optional<ApiError> error;
+
+  bool fail(const std::string& param, const std::string& msg) {
+    if (!error) error = ApiError{400, msg, "invalid_request_error", param, ""};
+    return false;
+  }
+  const json* get(const char* key) {
+    auto it = body.find(key);
+    if (it == body.end() || it->is_null()) return nullptr;
+    return &*it;
+  }
+  bool number(const char* key, double lo, double hi, float* out) {
+    const json* v = get(key);
+    if (v == nullptr) return true;
+    if (!v->is_number())
+      return fail(key, std::string("'") + key + "' must be a number, got " + shown(*v));
+    const double d = v->get<double>();
+    if (!std::isfinite(d) || d < lo || d > hi)
+      return fail(key, std::string("'") + key + "' must be in [" + shown(lo) + ", " + shown(hi) + "], got " + shown(*v));
+    *out = static_cast<float>(d);
+    return true;
+  }
+  bool integer(const char* key, int64_t lo, int64_t hi, std::optional<int64_t>* out) {
+    const json* v = get(key);
+    if (v == nullptr) return true;
+    bool integral = v->is_number_integer();
+    if (v->is_number_float()) {
+      const double d = v->get<double>();
+      integral = std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9e15;
+    }
+    if (!integral) return fail(key, std::string("'") + key + "' must be an integer, got " + shown(*v));
+    const int64_t i = v->is_number_unsigned() ? (v->get<uint64_t>() > static_cast<uint64_t>(hi) ? hi + 1 : static_cast<int64_t>(v->get<uint64_t>()))
+                      : v->is_number_integer() ? v->get<int64_t>()
+                                               : static_cast<int64_t>(v->get<double>());
+    if (i < lo || i > hi)
+      return fail(key, std::string("'") + key + "' must be in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                           "], got " + shown(*v));
+    *out = i;
+    return true;
+  }
+  bool boolean(const char* key, bool* out) {
+    const json* v = get(key);
+    if (v == nullptr) return true;
+    if (!v->is_boolean()) return fail(key, std::string("'") + key + "' must be a boolean, got " + shown(*v));
+    *out = v->get<bool>();
+    return true;
+  }
+};
+
+// Flattens OpenAI content (string, null, or array of {type: "text", text}) to a string.
+bool flatten_content(const json& content, std::string* out, std::string* why) {
+  if (content.is_null()) return true;
+  if (content.is_string()) {
+    *out = content.get<std::string>();
+    return true;
+  }
+  if (!content.is_array()) {
+    *why = "must be a string or an array of content parts";
+    return false;
+  }
+  for (const json& part : content) {
+    if (!part.is_object() || !part.contains("type") || !part["type"].is_string()) {
+      *why = "content parts must be objects with a 'type'";
+      return false;
+    }
+    if (part["type"] != "text") {
+      *why = "content part type " + shown(part["type"]) + " is not supported (text only)";
+      return false;
+    }
+    if (!part.contains("text") || !part["text"].is_string()) {
+      *why = "a text content part needs a string 'text'";
+      return false;
+    }
+    *out += part["text"].get<std::string>();
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string dump_json(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+nlohmann::json error_body(const ApiError& e) {
+  json err = {{"message", e.message}, {"type", e.type}};
+  err["param"] = e.param.empty() ? json(nullptr) : json(e.param);
+  err["code"] = e.code.empty() ? json(nullptr) : json(e.code);
+  return json{{"error", err}};
+}
+
+std::variant<CompletionParams, ApiError> parse_completion_request(const std::string& body, Endpoint endpoint) {
+  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return ApiError{400, "the request body is not valid JSON", "invalid_request_error", "", ""};
+  if (!j.is_object()) return ApiError{400, "the request body must be a JSON object", "invalid_request_error", "", ""};
+  Parser p{j, std::nullopt};
+  CompletionParams c;
+  c.endpoint = endpoint;
+  // llama-server's defaults for fields the client leaves out.
+  c.sampling.temperature = 0.8f;
+  c.sampling.top_k = 40;
+  c.sampling.top_p = 0.95f;
+  c.sampling.min_p = 0.05f;
+
+  if (const json* m = p.get("model")) {
+    if (!m->is_string()) return ApiError{400, "'model' must be a string, got " + shown(*m), "invalid_request_error", "model", ""};
+    c.model = m->get<std::string>();
+  }
+  if (endpoint == Endpoint::kCompletions) {
+    const json* pr = p.get("prompt");
+    if (pr == nullptr) return ApiError{400, "'prompt' is required", "invalid_request_error", "prompt", ""};
+    if (pr->is_string()) {
+      c.prompt_text = pr->get<std::string>();
+    } else if (pr->is_array()) {
+      if (pr->empty()) return ApiError{400, "'prompt' is an empty array", "invalid_request_error", "prompt", ""};
+      if ((*pr)[0].is_string()) {
+        if (pr->size() != 1)
+          return ApiError{400, "'prompt' with several strings (batched prompts) is not supported; send one request per prompt",
+                          "invalid_request_error", "prompt", ""};
+        c.prompt_text = (*pr)[0].get<std::string>();
+      } else {
+        c.prompt_is_ids = true;
+        for (const json& t : *pr) {
+          if (!t.is_number_integer())
+            return ApiError{400, "'prompt' must be a string or an array of token ids (integers), found " + shown(t),
+                            "invalid_request_error", "prompt", ""};
+          const int64_t id = t.is_number_unsigned() && t.get<uint64_t>() > 0x7fffffffULL ? int64_t{0x7fffffff} + 1
+                                                                                      : t.get<int64_t>();
+          if (id < 0 || id > std::numeric_limits<int32_t>::max())
+            return ApiError{400, "token id " + shown(t) + " in 'prompt' is outside the vocabulary",
+                            "invalid_request_error", "prompt", ""};
+          c.prompt_ids.push_back(static_cast<int32_t>(id));
+        }
+      }
+    } else {
+      return ApiError{400, "'prompt' must be a string or an array of token ids, got " + shown(*pr),
+                      "invalid_request_error", "prompt", ""};
+    }
+  } else {
+    const json* ms = p.get("messages");
+    if (ms == nullptr || !ms->is_array() || ms->empty())
+      return ApiError{400, "'messages' must be a non-empty array", "invalid_request_error", "messages", ""};
+    c.messages = json::array();
+    for (size_t i = 0; i < ms->size(); ++i) {
+      const json& m = (*ms)[i];
+      const std::string where = "messages[" + std::to_string(i) + "]";
+      if (!m.is_object()) return ApiError{400, where + " must be an object", "invalid_request_error", "messages", ""};
+      if (!m.contains("role") || !m["role"].is_string())
+        return ApiError{400, where + ".role must be a string", "invalid_request_error", "messages", ""};
+      const std::string role = m["role"].get<std::string>();
+      if (role != "system" && role != "user" && role != "assistant" && role != "tool" && role != "developer")
+        return ApiError{400, where + ".role " + shown(m["role"]) + " is not one of system, user, assistant, tool, developer",
+                        "invalid_request_error", "messages", ""};
+      json out = m;
+      std::string text, why;
+      if (!flatten_content(m.contains("content") ? m["content"] : json(nullptr), &text, &why))
+        return ApiError{400, where + ".content " + why, "invalid_request_error", "messages", ""};
+      out["content"] = text;
+      c.messages.push_back(std::move(out));
+    }
+  }
+
+  std::optional<int64_t> max_tokens, max_completion, n, seed, top_k, logprobs_n, top_logprobs;
+  p.integer("max_tokens", std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max(), &max_tokens);
+  p.integer("max_completion_tokens", std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max(),
+            &max_completion);
+  p.integer("n", 1, std::numeric_limits<int32_t>::max(), &n);
+  p.integer("seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(), &seed);
+  p.integer("top_k", -1, std::numeric_limits<int32_t>::max(), &top_k);
+  p.number("temperature", 0.0, 2.0, &c.sampling.temperature);
+  p.number("top_p", 0.0, 1.0, &c.sampling.top_p);
+  p.number("min_p", 0.0, 1.0, &c.sampling.min_p);
+  p.number("presence_penalty", -2.0, 2.0, &c.sampling.presence_penalty);
+  p.number("frequency_penalty", -2.0, 2.0, &c.sampling.frequency_penalty);
+  p.number("repeat_penalty", 0.0, 10.0, &c.sampling.repeat_penalty);
+  p.boolean("stream", &c.stream);
+  p.boolean("ignore_eos", &c.ignore_eos);
+  if (p.error) return *p.error;
+  if (c.sampling.top_p <= 0.0f) return ApiError{400, "'top_p' must be in (0, 1], got 0", "invalid_request_error", "top_p", ""};
+  if (c.sampling.repeat_penalty <= 0.0f)
+    return ApiError{400, "'repeat_penalty' must be > 0", "invalid_request_error", "repeat_penalty", ""};
+  if (n && *n != 1)
+    return ApiError{400, "'n' must be 1: several choices per request are not supported yet", "invalid_request_error", "n", ""};
+  const std::optional<int64_t>& mt = max_completion ? max_completion : max_tokens;
+  if (mt) {
+    if (*mt <= 0)
+      return ApiError{400, std::string("'") + (max_completion ? "max_completion_tokens" : "max_tokens") +
+                               "' must be a positive integer, got " + std::to_string(*mt),
+                      "invalid_request_error", max_completion ? "max_completion_tokens" : "max_tokens", ""};
+    c.max_tokens = static_cast<int32_t>(*mt);
+  }
+  if (seed) {
+    c.seed_given = true;
+    c.sampling.seed = static_cast<uint64_t>(*seed);
+  }
+  if (top_k) c.sampling.top_k = static_cast<int32_t>(*top_k);
+
+  if (const json* st = p.get("stop")) {
+    if (st->is_string()) {
+      if (!st->get<std::string>().empty()) c.stop.push_back(st->get<std::string>());
+    } else if (st->is_array()) {
+      if (st->size() > 4)
+        return ApiError{400, "'stop' takes at most 4 sequences, got " + std::to_string(st->size()),
+                        "invalid_request_error", "stop", ""};
+      for (const json& s : *st) {
+        if (!s.is_string())
+          return ApiError{400, "'stop' must be a string or an array of strings, found " + shown(s),
+                          "invalid_request_error", "stop", ""};
+        if (!s.get<std::string>().empty()) c.stop.push_back(s.get<std::string>());
+      }
+    } else {
+      return ApiError{400, "'stop' must be a string or an array of strings, got " + shown(*st), "invalid_request_error",
+                      "stop", ""};
+    }
+  }
+  if (const json* so = p.get("stream_options")) {
+    if (!so->is_object())
+      return ApiError{400, "'stream_options' must be an object", "invalid_request_error", "stream_options", ""};
+    if (so->contains("include_usage") && !(*so)["include_usage"].is_null()) {
+      if (!(*so)["include_usage"].is_boolean())
+        return ApiError{400, "'stream_options.include_usage' must be a boolean", "invalid_request_error",
+                        "stream_options", ""};
+      c.include_usage = (*so)["include_usage"].get<bool>();
+    }
+  }
+  if (const json* lb = p.get("logit_bias")) {
+    auto add = [&](const json& key, const json& val) -> std::optional<ApiError> {
+      int64_t id = -1;
+      if (key.is_string()) {
+        const std::string k = key.get<std::string>();
+        size_t used = 0;
+        try {
+          id = std::stoll(k, &used);
+        } catch (...) {
+          used = 0;
+        }
+        if (used == 0 || used != k.size()) id = -1;
+      } else if (key.is_number_integer()) {
+        id = key.get<int64_t>();
+      }
+      if (id < 0 || id > std::numeric_limits<int32_t>::max())
+        return ApiError{400, "'logit_bias' keys must be token ids, got " + shown(key), "invalid_request_error",
+                        "logit_bias", ""};
+      float bias = 0.0f;
+      if (val.is_number() && std::isfinite(val.get<double>()) && std::fabs(val.get<double>()) <= 100.0) {
+        bias = static_cast<float>(val.get<double>());
+      } else if (val.is_boolean() && !val.get<bool>()) {
+        bias = -std::numeric_limits<float>::infinity();  // llama-server: false bans the token
+      } else {
+        return ApiError{400, "'logit_bias' values must be numbers in [-100, 100], got " + shown(val),
+                        "invalid_request_error", "logit_bias", ""};
+      }
+      c.sampling.logit_bias.push_back({static_cast<int32_t>(id), bias});
+      return std::nullopt;
+    };
+    if (lb->is_object()) {
+      for (auto it = lb->begin(); it != lb->end(); ++it)
+        if (auto e = add(json(it.key()), it.value())) return *e;
+    } else if (lb->is_array()) {  // llama-server's [[id, bias], ...]
+      for (const json& pair : *lb) {
+        if (!pair.is_array() || pair.size() != 2)
+          return ApiError{400, "'logit_bias' as an array takes [token_id, bias] pairs", "invalid_request_error",
+                          "logit_bias", ""};
+        if (auto e = add(pair[0], pair[1])) return *e;
+      }
+    } else {
+      return ApiError{400, "'logit_bias' must be an object of token id -> bias", "invalid_request_error", "logit_bias", ""};
+    }
+  }
+  // logprobs: completions take an integer (alternatives per token); chat a boolean plus
+  // top_logprobs.
+  if (const json* lp = p.get("logprobs")) {
+    if (endpoint == Endpoint::kCompletions) {
+      if (lp->is_boolean()) {
+        if (lp->get<bool>()) c.logprobs = 0;
+      } else {
+        p.integer("logprobs", 0, 20, &logprobs_n);
+        if (p.error) return *p.error;
+        c.logprobs = static_cast<int32_t>(*logprobs_n);
+      }
+    } else {
+      if (!lp->is_boolean())
+        return ApiError{400, "'logprobs' must be a boolean, got " + shown(*lp), "invalid_request_error", "logprobs", ""};
+      if (lp->get<bool>()) c.logprobs = 0;
+    }
+  }
+  p.integer("top_logprobs", 0, 20, &top_logprobs);
+  if (p.error) return *p.error;
+  if (top_logprobs) {
+    if (endpoint == Endpoint::kChat && c.logprobs < 0)
+      return ApiError{400, "'top_logprobs' requires 'logprobs': true", "invalid_request_error", "top_logprobs", ""};
+    c.logprobs = std::max<int32_t>(c.logprobs, static_cast<int32_t>(*top_logprobs));
+  }
+  return c;
+}
+
+namespace {
+json logprobs_completion(const std::vector<TokenLogprob>& lps, int64_t text_offset) {
+  json tokens = json::array(), values = json::array(), tops = json::array(), offsets = json::array();
+  int64_t off = text_offset;
+  for (const TokenLogprob& t : lps) {
+    tokens.push_back(t.token);
+    values.push_back(t.logprob);
+    json top = json::object();
+    for (const auto& [tok, lp] : t.top)
+      if (!top.contains(tok)) top[tok] = lp;
+    tops.push_back(top);
+    offsets.push_back(off);
+    off += static_cast<int64_t>(t.token.size());
+  }
+  return json{{"tokens", tokens}, {"token_logprobs", values}, {"top_logprobs", tops}, {"text_offset", offsets}};
+}
+
+json bytes_of(const std::string& s) {
+  json b = json::array();
+  for (unsigned char ch : s) b.push_back(static_cast<int>(ch));
+  return b;
+}
+
+json logprobs_chat(const std::vector<TokenLogprob>& lps) {
+  json content = json::array();
+  for (const TokenLogprob& t : lps) {
+    json top = json::array();
+    for (const auto& [tok, lp] : t.top) top.push_back(json{{"token", tok}, {"logprob", lp}, {"bytes", bytes_of(tok)}});
+    content.push_back(json{{"token", t.token}, {"logprob", t.logprob}, {"bytes", bytes_of(t.token)}, {"top_logprobs", top}});
+  }
+  return json{{"content", content}};
+}
+
+json reason(const std::string& r) { return r.empty() ? json(nullptr) : json(r); }
+}  // namespace
+
+nlohmann::json usage_json(const Usage& u) {
+  return json{{"prompt_tokens", u.prompt_tokens},
+              {"completion_tokens", u.completion_tokens},
+              {"total_tokens", u.prompt_tokens + u.completion_tokens}};
+}
+
+nlohmann::json completion_response(const std::string& id, int64_t created, const std::string& model,
+                                   const std::string& text, const std::vector<TokenLogprob>* logprobs,
+                                   const std::string& finish_reason, const Usage& usage) {
+  json choice = {{"index", 0}, {"text", text}, {"finish_reason", reason(finish_reason)}};
+  choice["logprobs"] = logprobs ? logprobs_completion(*logprobs, 0) : json(nullptr);
+  return json{{"id", id},           {"object", "text_completion"}, {"created", created}, {"model", model},
+              {"choices", {choice}}, {"usage", usage_json(usage)}};
+}
+
+nlohmann::json completion_chunk(const std::string& id, int64_t created, const std::string& model,
+                                const std::string& text, const std::vector<TokenLogprob>* logprobs,
+                                int64_t text_offset, const std::string& finish_reason) {
+  json choice = {{"index", 0}, {"text", text}, {"finish_reason", reason(finish_reason)}};
+  choice["logprobs"] = logprobs ? logprobs_completion(*logprobs, text_offset) : json(nullptr);
+  return json{{"id", id}, {"object", "text_completion"}, {"created", created}, {"model", model}, {"choices", {choice}}};
+}
+
+nlohmann::json chat_response(const std::string& id, int64_t created, const std::string& model,
+                             const std::string& content, const std::vector<TokenLogprob>* logprobs,
+                             const std::string& finish_reason, const Usage& usage) {
+  json choice = {{"index", 0},
+                 {"message", {{"role", "assistant"}, {"content", content}}},
+                 {"finish_reason", reason(finish_reason)}};
+  choice["logprobs"] = logprobs ? logprobs_chat(*logprobs) : json(nullptr);
+  return json{{"id", id},           {"object", "chat.completion"}, {"created", created}, {"model", model},
+              {"choices", {choice}}, {"usage", usage_json(usage)}};
+}
+
+nlohmann::json chat_chunk(const std::string& id, int64_t created, const std::string& model,
+                          const std::string* content, bool delta_role, const std::vector<TokenLogprob>* logprobs,
+                          const std::string& finish_reason) {
+  json delta = json::object();
+  if (delta_role) delta["role"] = "assistant";
+  if (content) delta["content"] = *content;
+  json choice = {{"index", 0}, {"delta", delta}, {"finish_reason", reason(finish_reason)}};
+  choice["logprobs"] = logprobs ? logprobs_chat(*logprobs) : json(nullptr);
+  return json{{"id", id}, {"object", "chat.completion.chunk"}, {"created", created}, {"model", model}, {"choices", {choice}}};
+}
+
+nlohmann::json usage_chunk(const std::string& id, int64_t created, const std::string& model, Endpoint endpoint,
+                           const Usage& usage) {
+  return json{{"id", id},
+              {"object", endpoint == Endpoint::kChat ? "chat.completion.chunk" : "text_completion"},
+              {"created", created},
+              {"model", model},
+              {"choices", json::array()},
+              {"usage", usage_json(usage)}};
+}
+
+}  // namespace specula::server

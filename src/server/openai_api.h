@@ -1,0 +1,93 @@
+// server/openai_api.h — the OpenAI-compatible request and response shapes: parsing and
+// checking a /v1/completions or /v1/chat/completions JSON body into CompletionParams, and
+// building the response objects (whole and streamed chunks) and error bodies.
+//
+// Follows the OpenAI API reference (platform.openai.com/docs/api-reference: completions,
+// chat, "Error codes") for field names, types and the error body
+// {"error": {"message", "type", "param", "code"}}; sampling defaults for omitted fields are
+// llama-server's (temperature 0.8, top_k 40, top_p 0.95, min_p 0.05), since specula is a
+// drop-in for it. Unknown fields are ignored, as llama-server does.
+// Does not tokenize, render chat templates or talk HTTP (server.cpp does).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "method/sampler.h"
+
+namespace specula::server {
+
+// An error answer: HTTP status and the OpenAI error body fields.
+struct ApiError {
+  int status = 400;
+  std::string message;
+  std::string type = "invalid_request_error";
+  std::string param;  // empty -> null
+  std::string code;   // empty -> null
+};
+nlohmann::json error_body(const ApiError& e);
+
+enum class Endpoint { kCompletions, kChat };
+
+struct CompletionParams {
+  Endpoint endpoint = Endpoint::kCompletions;
+  std::string model;  // as sent (may be empty when omitted)
+  // completions: the prompt as text, or as token ids
+  bool prompt_is_ids = false;
+  std::string prompt_text;
+  std::vector<int32_t> prompt_ids;
+  // chat: messages with content flattened to strings ({role, content} + other fields kept)
+  nlohmann::json messages;
+  std::optional<int32_t> max_tokens;  // absent: until the context is full
+  SamplingParams sampling;            // seed filled by the caller when !seed_given
+  bool seed_given = false;
+  std::vector<std::string> stop;      // up to 4 non-empty strings
+  bool stream = false;
+  bool include_usage = false;         // stream_options.include_usage
+  int32_t logprobs = -1;              // -1 none; else top alternatives per token (0..20)
+  bool ignore_eos = false;            // llama-server extension
+};
+
+// Parses a body for `endpoint`. Every wrong type or value is an ApiError naming the field
+// ("'temperature' must be a number in [0, 2], got \"hot\"").
+std::variant<CompletionParams, ApiError> parse_completion_request(const std::string& body, Endpoint endpoint);
+
+// One generated token's logprob entry as the API reports it.
+struct TokenLogprob {
+  std::string token;  // the token's bytes (may be a partial UTF-8 sequence)
+  float logprob = 0.0f;
+  std::vector<std::pair<std::string, float>> top;  // alternatives (bytes, logprob)
+};
+
+struct Usage {
+  int64_t prompt_tokens = 0, completion_tokens = 0;
+};
+
+// Builders. `finish_reason` empty -> null. Strings are emitted as valid UTF-8 (invalid
+// bytes replaced by U+FFFD when serialised with dump_json).
+nlohmann::json completion_response(const std::string& id, int64_t created, const std::string& model,
+                                   const std::string& text, const std::vector<TokenLogprob>* logprobs,
+                                   const std::string& finish_reason, const Usage& usage);
+nlohmann::json completion_chunk(const std::string& id, int64_t created, const std::string& model,
+                                const std::string& text, const std::vector<TokenLogprob>* logprobs,
+                                int64_t text_offset, const std::string& finish_reason);
+nlohmann::json chat_response(const std::string& id, int64_t created, const std::string& model,
+                             const std::string& content, const std::vector<TokenLogprob>* logprobs,
+                             const std::string& finish_reason, const Usage& usage);
+// delta_role: include "role":"assistant" (first chunk).
+nlohmann::json chat_chunk(const std::string& id, int64_t created, const std::string& model,
+                          const std::string* content, bool delta_role,
+                          const std::vector<TokenLogprob>* logprobs, const std::string& finish_reason);
+nlohmann::json usage_chunk(const std::string& id, int64_t created, const std::string& model, Endpoint endpoint,
+                           const Usage& usage);
+nlohmann::json usage_json(const Usage& usage);
+
+// Serialises with invalid UTF-8 replaced by U+FFFD (never throws).
+std::string dump_json(const nlohmann::json& j);
+
+}  // namespace specula::server

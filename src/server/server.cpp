@@ -1,0 +1,475 @@
+// server/server.cpp — see server.h.
+#include "server/server.h"
+
+#include <httplib.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <mutex>
+#include <random>
+#include <sstream>
+
+#include "engine/generate.h"
+#include "server/completion_stream.h"
+#include "server/openai_api.h"
+
+namespace specula::server {
+
+using nlohmann::json;
+
+namespace {
+int64_t unix_now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+bool constant_time_equal(const std::string& a, const std::string& b) {
+  unsigned diff = static_cast<unsigned>(a.size() ^ b.size());
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned>(a[i] ^ (i < b.size() ? b[i] : 0));
+  return diff == 0;
+}
+
+void send_error(httplib::Response& res, const ApiError& e) {
+  res.status = e.status;
+  res.set_content(dump_json(error_body(e)), "application/json");
+}
+
+std::string sse(const json& j) { return "data: " + dump_json(j) + "\n\n"; }
+}  // namespace
+
+struct Server::Impl {
+  ServerOptions opt;
+  std::unique_ptr<Model> model;
+  std::unique_ptr<tokenizer::Tokenizer> tok;
+  std::optional<tokenizer::ChatTemplate> chat_template;
+  std::string chat_template_origin;  // "model metadata" / "file"
+  std::unique_ptr<Engine> engine;
+  httplib::Server http;
+  std::atomic<uint64_t> next_id{1};
+  std::mt19937_64 seed_rng{std::random_device{}()};
+  std::mutex seed_mu;
+  // HTTP outcome counters for /metrics.
+  std::mutex counters_mu;
+  std::map<int, uint64_t> responses_by_status;
+
+  uint64_t random_seed() {
+    std::lock_guard<std::mutex> lock(seed_mu);
+    return seed_rng();
+  }
+  void count(int status) {
+    std::lock_guard<std::mutex> lock(counters_mu);
+    ++responses_by_status[status];
+  }
+
+  void routes();
+  void handle_completion(const httplib::Request& req, httplib::Response& res, Endpoint endpoint);
+  std::string metrics_text();
+  // Prompt ids for a parsed request, or an error.
+  std::optional<ApiError> build_prompt(const CompletionParams& c, std::vector<int32_t>* ids);
+};
+
+Result<std::unique_ptr<Server>> Server::create(std::unique_ptr<Model> model, ServerOptions options) {
+  if (model == nullptr) return Status::error("[server] no model");
+  auto impl = std::make_unique<Impl>();
+  auto vocab = tokenizer::Vocab::from_gguf(model->file());
+  if (!vocab) return vocab.status();
+  auto tok = tokenizer::make_tokenizer(std::move(vocab).value());
+  if (!tok) return tok.status();
+  impl->tok = std::move(tok).value();
+  if (options.chat_template) {
+    auto t = tokenizer::ChatTemplate::parse(*options.chat_template);
+    if (!t) return Status::error("[server] --chat-template-file: " + t.message());
+    impl->chat_template = std::move(t).value();
+    impl->chat_template_origin = "file";
+  } else if (auto src = tokenizer::chat_template_from_gguf(model->file())) {
+    auto t = tokenizer::ChatTemplate::parse(*src);
+    if (!t) return Status::error("[server] the model's chat template: " + t.message());
+    impl->chat_template = std::move(t).value();
+    impl->chat_template_origin = "model metadata";
+  }
+  if (options.model_id.empty()) options.model_id = model->info().name.empty() ? "model" : model->info().name;
+  if (options.engine.eog_ids.empty()) options.engine.eog_ids = end_of_generation_ids(impl->tok->vocab(), model->file());
+  auto engine = Engine::create(*model, options.engine);
+  if (!engine) return engine.status();
+  impl->engine = std::move(engine).value();
+  impl->model = std::move(model);
+  impl->opt = std::move(options);
+  std::unique_ptr<Server> s(new Server());
+  s->impl_ = std::move(impl);
+  s->impl_->routes();
+  return s;
+}
+
+Server::~Server() {
+  if (impl_) {
+    impl_->http.stop();
+    impl_->engine.reset();  // finishes what still runs before the model goes
+  }
+}
+
+Status Server::bind() {
+  if (impl_->opt.port == 0) {
+    port_ = impl_->http.bind_to_any_port(impl_->opt.host);
+    if (port_ <= 0) return Status::error("[server] cannot bind " + impl_->opt.host + " (any port)");
+  } else {
+    if (!impl_->http.bind_to_port(impl_->opt.host, impl_->opt.port))
+      return Status::error("[server] cannot bind " + impl_->opt.host + ":" + std::to_string(impl_->opt.port) +
+                           " (in use, or not a local address?)");
+    port_ = impl_->opt.port;
+  }
+  return Status::ok();
+}
+
+void Server::serve() { impl_->http.listen_after_bind(); }
+
+Status Server::listen() {
+  SPECULA_RETURN_IF_ERROR(bind());
+  serve();
+  return Status::ok();
+}
+
+void Server::stop() { impl_->http.stop(); }
+
+void Server::Impl::routes() {
+  const size_t threads = static_cast<size_t>(2 * (opt.engine.n_rows + opt.engine.max_queue) + 8);
+  http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  http.set_payload_max_length(opt.max_body_bytes);
+  http.set_keep_alive_timeout(30);
+  http.set_read_timeout(30);
+  http.set_write_timeout(30);
+
+  http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (opt.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
+    const std::string auth = req.get_header_value("Authorization");
+    if (!constant_time_equal(auth, "Bearer " + opt.api_key)) {
+      send_error(res, ApiError{401, "invalid or missing API key (send 'Authorization: Bearer <key>')",
+                               "authentication_error", "", "invalid_api_key"});
+      count(401);
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
+  http.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    ApiError e;
+    e.status = res.status;
+    if (res.status == 404) {
+      e.message = "no route for " + req.method + " " + req.path;
+      e.type = "not_found_error";
+    } else if (res.status == 413) {
+      e.message = "request body larger than the limit of " + std::to_string(opt.max_body_bytes) + " bytes";
+      e.code = "body_too_large";
+    } else if (res.status == 405) {
+      e.message = "method " + req.method + " not allowed on " + req.path;
+    } else {
+      e.message = "bad request";
+    }
+    res.set_content(dump_json(error_body(e)), "application/json");
+    count(res.status);
+  });
+  http.set_exception_handler([this](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+    std::string what = "internal error";
+    try {
+      if (ep) std::rethrow_exception(ep);
+    } catch (const std::exception& ex) {
+      what = std::string("internal error: ") + ex.what();
+    } catch (...) {
+    }
+    send_error(res, ApiError{500, what, "server_error", "", ""});
+    count(500);
+  });
+
+  http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(R"({"status":"ok"})", "application/json");
+    count(200);
+  });
+  http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+    const ModelInfo& info = model->info();
+    json m = {{"id", opt.model_id},
+              {"object", "model"},
+              {"created", unix_now()},
+              {"owned_by", "specula"},
+              {"meta",
+               {{"architecture", info.architecture},
+                {"n_vocab", info.n_vocab},
+                {"n_embd", info.n_embd},
+                {"n_ctx_train", info.n_ctx_train},
+                {"n_ctx", opt.engine.n_ctx},
+                {"parallel", opt.engine.n_rows},
+                {"chat_template", chat_template ? chat_template_origin : "none"}}}};
+    res.set_content(dump_json(json{{"object", "list"}, {"data", {m}}}), "application/json");
+    count(200);
+  });
+  http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(metrics_text(), "text/plain; version=0.0.4");
+    count(200);
+  });
+  http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    handle_completion(req, res, Endpoint::kCompletions);
+  });
+  http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    handle_completion(req, res, Endpoint::kChat);
+  });
+  // llama-server aliases
+  http.Post("/completion", [this](const httplib::Request& req, httplib::Response& res) {
+    handle_completion(req, res, Endpoint::kCompletions);
+  });
+  http.Post("/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    handle_completion(req, res, Endpoint::kChat);
+  });
+}
+
+std::optional<ApiError> Server::Impl::build_prompt(const CompletionParams& c, std::vector<int32_t>* ids) {
+  const tokenizer::Vocab& vocab = tok->vocab();
+  if (c.endpoint == Endpoint::kCompletions) {
+    if (c.prompt_is_ids) {
+      *ids = c.prompt_ids;
+      for (int32_t id : *ids)
+        if (!vocab.valid_id(id))
+          return ApiError{400, "token id " + std::to_string(id) + " in 'prompt' is outside the vocabulary [0, " +
+                                   std::to_string(vocab.size()) + ")",
+                          "invalid_request_error", "prompt", ""};
+    } else {
+      *ids = tok->encode(c.prompt_text, /*add_special=*/true, /*parse_special=*/true);
+    }
+  } else {
+    if (!chat_template)
+      return ApiError{400,
+                      "this model has no chat template (its GGUF metadata holds none); start the server with "
+                      "--chat-template-file FILE, or use /v1/completions",
+                      "invalid_request_error", "messages", "no_chat_template"};
+    const std::string bos = vocab.valid_id(vocab.bos_id()) ? vocab.text(vocab.bos_id()) : "";
+    const std::string eos = vocab.valid_id(vocab.eos_id()) ? vocab.text(vocab.eos_id()) : "";
+    json ctx = {{"messages", c.messages}, {"add_generation_prompt", true}, {"bos_token", bos}, {"eos_token", eos}};
+    auto text = chat_template->render(ctx);
+    if (!text) return ApiError{400, "the chat template failed on these messages: " + text.message(),
+                               "invalid_request_error", "messages", ""};
+    // Templates usually write the BOS text themselves; add it only when they don't.
+    const bool has_bos = !bos.empty() && text->rfind(bos, 0) == 0;
+    *ids = tok->encode(*text, /*add_special=*/!has_bos, /*parse_special=*/true);
+  }
+  if (ids->empty())
+    return ApiError{400, "the prompt is empty (it tokenizes to no tokens)", "invalid_request_error",
+                    c.endpoint == Endpoint::kChat ? "messages" : "prompt", ""};
+  return std::nullopt;
+}
+
+namespace {
+// State shared by a streaming response's content provider calls.
+struct StreamState {
+  std::shared_ptr<CompletionStream> stream;
+  std::shared_ptr<RequestHandle> handle;
+  CompletionParams params;
+  std::string id, model;
+  int64_t created = 0;
+  int64_t n_prompt = 0;
+  int64_t text_offset = 0;
+  bool sent_role = false;
+  bool done = false;
+};
+}  // namespace
+
+void Server::Impl::handle_completion(const httplib::Request& req, httplib::Response& res, Endpoint endpoint) {
+  auto parsed = parse_completion_request(req.body, endpoint);
+  if (auto* e = std::get_if<ApiError>(&parsed)) {
+    send_error(res, *e);
+    count(e->status);
+    return;
+  }
+  CompletionParams c = std::move(std::get<CompletionParams>(parsed));
+  if (!c.model.empty() && c.model != opt.model_id) {
+    send_error(res, ApiError{400, "model '" + c.model + "' is not served here; this server serves '" + opt.model_id + "'",
+                             "invalid_request_error", "model", "model_not_found"});
+    count(400);
+    return;
+  }
+  std::vector<int32_t> ids;
+  if (auto e = build_prompt(c, &ids)) {
+    send_error(res, *e);
+    count(e->status);
+    return;
+  }
+  EngineRequest er;
+  er.prompt = std::move(ids);
+  const int64_t n_prompt = static_cast<int64_t>(er.prompt.size());
+  if (c.max_tokens) {
+    er.max_tokens = *c.max_tokens;
+  } else {
+    const int64_t room = opt.engine.n_ctx - n_prompt;
+    if (room <= 0) {
+      send_error(res, ApiError{400, "the prompt has " + std::to_string(n_prompt) + " tokens; the context holds " +
+                                        std::to_string(opt.engine.n_ctx),
+                               "invalid_request_error", endpoint == Endpoint::kChat ? "messages" : "prompt",
+                               "context_length_exceeded"});
+      count(400);
+      return;
+    }
+    er.max_tokens = static_cast<int32_t>(room);
+  }
+  er.sampling = c.sampling;
+  if (!c.seed_given) er.sampling.seed = random_seed();
+  er.top_logprobs = c.logprobs;
+  er.ignore_eos = c.ignore_eos;
+  auto stream = std::make_shared<CompletionStream>(*tok, c.stop, c.logprobs >= 0);
+  Submission sub = engine->submit(std::move(er), stream);
+  if (sub.error != SubmitError::kNone) {
+    ApiError e;
+    e.message = sub.message;
+    e.param = sub.param;
+    if (sub.error == SubmitError::kBusy) {
+      e.status = 429;
+      e.type = "rate_limit_error";
+      e.code = "queue_full";
+    } else if (sub.error == SubmitError::kStopped) {
+      e.status = 503;
+      e.type = "server_error";
+    } else if (e.message.find("exceeds the context") != std::string::npos) {
+      e.code = "context_length_exceeded";
+    }
+    send_error(res, e);
+    count(e.status);
+    return;
+  }
+  const std::string id = (endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-") + std::to_string(sub.handle->id());
+  const int64_t created = unix_now();
+
+  if (!c.stream) {
+    std::string text;
+    std::vector<TokenLogprob> lps;
+    CompletionStream::Update u;
+    for (;;) {
+      u = stream->wait(std::chrono::milliseconds(500));
+      text += u.text;
+      for (auto& l : u.logprobs) lps.push_back(std::move(l));
+      if (u.finished) break;
+    }
+    if (u.summary.outcome == Outcome::kFailed || u.summary.outcome == Outcome::kCancelled) {
+      send_error(res, ApiError{u.summary.outcome == Outcome::kFailed ? 500 : 503,
+                               "generation " + u.finish_reason + (u.summary.error.empty() ? "" : ": " + u.summary.error),
+                               "server_error", "", ""});
+      count(res.status);
+      return;
+    }
+    Usage usage{u.summary.n_prompt, u.summary.n_generated};
+    const auto* lp = c.logprobs >= 0 ? &lps : nullptr;
+    json body = endpoint == Endpoint::kChat ? chat_response(id, created, opt.model_id, text, lp, u.finish_reason, usage)
+                                            : completion_response(id, created, opt.model_id, text, lp, u.finish_reason, usage);
+    res.set_content(dump_json(body), "application/json");
+    count(200);
+    return;
+  }
+
+  auto st = std::make_shared<StreamState>();
+  st->stream = stream;
+  st->handle = sub.handle;
+  st->params = std::move(c);
+  st->id = id;
+  st->model = opt.model_id;
+  st->created = created;
+  st->n_prompt = n_prompt;
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Accel-Buffering", "no");
+  count(200);
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [st, endpoint](size_t, httplib::DataSink& sink) {
+        if (st->done) {
+          sink.done();
+          return true;
+        }
+        CompletionStream::Update u = st->stream->wait(std::chrono::milliseconds(250));
+        std::string out;
+        const bool want_lp = st->params.logprobs >= 0;
+        if (!u.text.empty() || !u.logprobs.empty() || (endpoint == Endpoint::kChat && !st->sent_role)) {
+          if (endpoint == Endpoint::kChat) {
+            const bool first = !st->sent_role;
+            st->sent_role = true;
+            out += sse(chat_chunk(st->id, st->created, st->model, &u.text, first, want_lp ? &u.logprobs : nullptr, ""));
+          } else {
+            out += sse(completion_chunk(st->id, st->created, st->model, u.text, want_lp ? &u.logprobs : nullptr,
+                                        st->text_offset, ""));
+          }
+          st->text_offset += static_cast<int64_t>(u.text.size());
+        }
+        if (u.finished) {
+          if (u.summary.outcome == Outcome::kFailed) {
+            out += sse(error_body(ApiError{500, "generation failed: " + u.summary.error, "server_error", "", ""}));
+          } else {
+            const std::string reason = u.summary.outcome == Outcome::kLength ? "length" : "stop";
+            out += endpoint == Endpoint::kChat
+                       ? sse(chat_chunk(st->id, st->created, st->model, nullptr, false, nullptr, reason))
+                       : sse(completion_chunk(st->id, st->created, st->model, "", nullptr, st->text_offset, reason));
+            if (st->params.include_usage)
+              out += sse(usage_chunk(st->id, st->created, st->model, endpoint,
+                                     Usage{u.summary.n_prompt, u.summary.n_generated}));
+          }
+          out += "data: [DONE]\n\n";
+          st->done = true;
+        }
+        if (out.empty()) {
+          // Nothing new: probe the connection so a vanished client is noticed.
+          if (!sink.is_writable()) {
+            st->handle->cancel();
+            return false;
+          }
+          return true;
+        }
+        if (!sink.write(out.data(), out.size())) {
+          st->handle->cancel();
+          return false;
+        }
+        if (st->done) sink.done();
+        return true;
+      },
+      [st](bool success) {
+        // Called when the response ends; a failed send means the client went away.
+        if (!success || !st->done) st->handle->cancel();
+      });
+}
+
+std::string Server::Impl::metrics_text() {
+  const EngineStats s = engine->stats();
+  std::ostringstream o;
+  auto counter = [&](const char* name, const char* help) {
+    o << "# HELP " << name << " " << help << "\n# TYPE " << name << " counter\n";
+  };
+  auto gauge = [&](const char* name, const char* help, double v) {
+    o << "# HELP " << name << " " << help << "\n# TYPE " << name << " gauge\n" << name << " " << v << "\n";
+  };
+  auto histogram = [&](const char* name, const char* help, const Histogram& h) {
+    o << "# HELP " << name << " " << help << "\n# TYPE " << name << " histogram\n";
+    uint64_t cum = 0;
+    for (size_t i = 0; i < h.bounds.size(); ++i) {
+      cum += h.counts[i];
+      o << name << "_bucket{le=\"" << h.bounds[i] << "\"} " << cum << "\n";
+    }
+    cum += h.counts.back();
+    o << name << "_bucket{le=\"+Inf\"} " << cum << "\n" << name << "_sum " << h.sum << "\n" << name << "_count " << h.count << "\n";
+  };
+  counter("specula_requests_total", "Generation requests by outcome (rejected: refused before running).");
+  for (Outcome oc : {Outcome::kStop, Outcome::kLength, Outcome::kCancelled, Outcome::kFailed})
+    o << "specula_requests_total{outcome=\"" << outcome_name(oc) << "\"} " << s.finished[static_cast<int>(oc)] << "\n";
+  o << "specula_requests_total{outcome=\"rejected_invalid\"} " << s.rejected_invalid << "\n";
+  o << "specula_requests_total{outcome=\"rejected_busy\"} " << s.rejected_busy << "\n";
+  counter("specula_http_responses_total", "HTTP responses by status code.");
+  {
+    std::lock_guard<std::mutex> lock(counters_mu);
+    for (const auto& [code, n] : responses_by_status)
+      o << "specula_http_responses_total{code=\"" << code << "\"} " << n << "\n";
+  }
+  counter("specula_prompt_tokens_total", "Prompt tokens admitted.");
+  o << "specula_prompt_tokens_total " << s.prompt_tokens << "\n";
+  counter("specula_generated_tokens_total", "Tokens sampled.");
+  o << "specula_generated_tokens_total " << s.generated_tokens << "\n";
+  counter("specula_steps_total", "Engine steps (one batched forward each).");
+  o << "specula_steps_total " << s.steps << "\n";
+  gauge("specula_queue_depth", "Requests waiting for a row.", static_cast<double>(s.queue_depth));
+  gauge("specula_running_rows", "Requests holding a row.", static_cast<double>(s.running_rows));
+  gauge("specula_rows", "Rows (--parallel).", static_cast<double>(s.n_rows));
+  histogram("specula_step_seconds", "Wall time of one engine step.", s.step_seconds);
+  histogram("specula_batch_rows", "Rows in one step's forward.", s.batch_rows);
+  histogram("specula_batch_tokens", "Tokens in one step's forward.", s.batch_tokens);
+  return o.str();
+}
+
+}  // namespace specula::server
