@@ -1,0 +1,100 @@
+// tokenizer/chat_template.cpp — the ChatTemplate API over the Jinja interpreter
+// (jinja_parser.cpp, jinja_eval.cpp): JSON context conversion, defaults that mirror
+// transformers' apply_chat_template, and the exception-to-Status boundary. Does not
+// evaluate templates itself.
+#include "tokenizer/chat_template.h"
+
+#include <new>
+
+#include "formats/gguf.h"
+#include "tokenizer/jinja_ast.h"
+#include "tokenizer/jinja_eval.h"
+
+namespace specula::tokenizer {
+namespace {
+
+template <typename Json>
+jinja::Value to_value(const Json& j, uint32_t depth) {
+  using jinja::Value;
+  if (depth > jinja::kMaxValueDepth) throw jinja::JinjaError("context nested deeper than " + std::to_string(jinja::kMaxValueDepth));
+  switch (j.type()) {
+    case nlohmann::json::value_t::null: return Value::none();
+    case nlohmann::json::value_t::boolean: return Value::boolean(j.template get<bool>());
+    case nlohmann::json::value_t::number_integer: return Value::integer(j.template get<int64_t>());
+    case nlohmann::json::value_t::number_unsigned: {
+      const auto u = j.template get<uint64_t>();
+      return u <= static_cast<uint64_t>(INT64_MAX) ? Value::integer(static_cast<int64_t>(u)) : Value::number(static_cast<double>(u));
+    }
+    case nlohmann::json::value_t::number_float: return Value::number(j.template get<double>());
+    case nlohmann::json::value_t::string: return Value::string(j.template get<std::string>());
+    case nlohmann::json::value_t::array: {
+      jinja::List items;
+      items.reserve(j.size());
+      for (const auto& x : j) items.push_back(to_value(x, depth + 1));
+      return Value::make_list(std::move(items));
+    }
+    case nlohmann::json::value_t::object: {
+      jinja::Dict d;
+      for (auto it = j.begin(); it != j.end(); ++it) d.set(it.key(), to_value(it.value(), depth + 1));
+      return Value::make_dict(std::move(d));
+    }
+    default: break;  // binary, discarded
+  }
+  throw jinja::JinjaError("unsupported JSON value in context");
+}
+
+template <typename Json>
+Result<std::string> render_json(const jinja::Template& tpl, const ChatTemplateLimits& limits, const Json& context) {
+  if (!context.is_object()) return Status::error("[chat_template] context must be a JSON object");
+  try {
+    jinja::Value ctx = to_value(context, 0);
+    for (const char* key : {"tools", "documents"}) {
+      if (ctx.dict->find(key) == nullptr) ctx.dict->set(key, jinja::Value::none());
+    }
+    if (ctx.dict->find("add_generation_prompt") == nullptr) ctx.dict->set("add_generation_prompt", jinja::Value::boolean(false));
+    jinja::RenderLimits rl;
+    rl.max_output_bytes = limits.max_output_bytes;
+    rl.max_string_bytes = limits.max_string_bytes;
+    rl.max_loop_iterations = limits.max_loop_iterations;
+    rl.max_steps = limits.max_steps;
+    rl.max_depth = limits.max_depth;
+    return jinja::render(tpl, ctx, rl);
+  } catch (const jinja::JinjaError& e) {
+    return Status::error(std::string("[chat_template] ") + e.what());
+  } catch (const std::bad_alloc&) {
+    return Status::error("[chat_template] out of memory while rendering");
+  } catch (const std::exception& e) {
+    return Status::error(std::string("[chat_template] internal error: ") + e.what());
+  }
+}
+
+}  // namespace
+
+Result<ChatTemplate> ChatTemplate::parse(std::string source) {
+  ChatTemplate t;
+  try {
+    t.tpl_ = jinja::parse_template(source);
+  } catch (const jinja::JinjaError& e) {
+    return Status::error(std::string("[chat_template] ") + e.what());
+  } catch (const std::bad_alloc&) {
+    return Status::error("[chat_template] out of memory while parsing");
+  }
+  t.source_ = std::move(source);
+  return t;
+}
+
+Result<std::string> ChatTemplate::render(const nlohmann::ordered_json& context) const {
+  return render_json(*tpl_, limits_, context);
+}
+
+Result<std::string> ChatTemplate::render(const nlohmann::json& context) const {
+  return render_json(*tpl_, limits_, context);
+}
+
+std::optional<std::string> chat_template_from_gguf(const gguf::GgufFile& f) {
+  const gguf::Value* v = f.find("tokenizer.chat_template");
+  if (v == nullptr || v->type != gguf::ValueType::STRING) return std::nullopt;
+  return v->str;
+}
+
+}  // namespace specula::tokenizer

@@ -1,0 +1,1279 @@
+// tokenizer/jinja_eval.cpp — evaluator, filters, tests, methods and globals for chat
+// templates. See jinja_eval.h. Semantics are Jinja2 3.x's (jinja2/runtime.py,
+// jinja2/filters.py, jinja2/tests.py) over CPython's str/list/dict behaviour; case
+// mapping covers Latin, Greek and Cyrillic (jinja_value.h upper_cp/lower_cp).
+#include "tokenizer/jinja_eval.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cmath>
+#include <cstdlib>
+#include <optional>
+#include <ctime>
+#include <unordered_map>
+
+namespace specula::jinja {
+namespace {
+
+// An error that already carries its template position.
+class LocatedError : public JinjaError {
+ public:
+  using JinjaError::JinjaError;
+};
+
+enum class Flow { kNormal, kBreak, kContinue };
+
+const char* const kFilters[] = {
+    "abs", "attr", "capitalize", "count", "d", "default", "dictsort", "e", "escape", "first", "float",
+    "indent", "int", "items", "join", "last", "length", "list", "lower", "map", "max", "min", "reject",
+    "rejectattr", "replace", "reverse", "round", "safe", "select", "selectattr", "sort", "string", "sum",
+    "title", "tojson", "trim", "unique", "upper", "wordcount"};
+const char* const kTests[] = {
+    "boolean", "callable", "defined", "divisibleby", "eq", "equalto", "==", "even", "false", "float", "ge", ">=",
+    "gt", "greaterthan", ">", "in", "integer", "iterable", "le", "<=", "lower", "lt", "lessthan", "<", "mapping",
+    "ne", "!=", "none", "number", "odd", "sameas", "sequence", "string", "true", "undefined", "upper"};
+const char* const kStringMethods[] = {"strip", "lstrip", "rstrip", "startswith", "endswith", "split", "upper", "lower",
+                                      "replace", "title", "capitalize", "find", "count", "join"};
+const char* const kDictMethods[] = {"get", "items", "keys", "values"};
+
+template <size_t N>
+bool contains(const char* const (&names)[N], const std::string& name) {
+  for (const char* n : names) {
+    if (name == n) return true;
+  }
+  return false;
+}
+
+[[noreturn]] void fail(const std::string& what) { throw JinjaError(what); }
+
+// Throws the Undefined's own message when it is used in a way Undefined forbids.
+void check_defined(const Value& v) {
+  if (v.is_undefined()) fail(v.undefined_name.empty() ? "value is undefined" : v.undefined_name);
+}
+
+// Argument `index` (positional) or `name` (keyword) of a filter/test/method call.
+const Value* arg(const List& args, const KwArgs& kw, size_t index, const char* name) {
+  for (const auto& [k, v] : kw) {
+    if (k == name) return &v;
+  }
+  return index < args.size() ? &args[index] : nullptr;
+}
+
+int64_t int_arg(const Value* v, int64_t fallback, const char* what) {
+  if (v == nullptr || v->is_none()) return fallback;
+  if (!v->is_integral()) fail(std::string(what) + ": expected an integer, got " + v->type_name());
+  return v->as_int();
+}
+
+bool is_cased(uint32_t cp) { return upper_cp(cp) != cp || lower_cp(cp) != cp || cp == 0xDF; }
+
+// Python str.capitalize(): first character upper, the rest lower.
+std::string capitalize(const std::string& s) {
+  const auto cps = utf8_decode(s);
+  std::string out;
+  for (size_t k = 0; k < cps.size(); ++k) {
+    std::string one;
+    utf8_append(cps[k], one);
+    out += k == 0 ? utf8_upper(one) : utf8_lower(one);
+  }
+  return out;
+}
+
+// Python str.title(): a cased letter after an uncased character starts a word.
+std::string py_title(const std::string& s) {
+  std::string out;
+  bool prev_cased = false;
+  for (uint32_t cp : utf8_decode(s)) {
+    std::string one;
+    utf8_append(cp, one);
+    out += prev_cased ? utf8_lower(one) : utf8_upper(one);
+    prev_cased = is_cased(cp);
+  }
+  return out;
+}
+
+// jinja2's title filter: words start after runs of [-\s({\[<].
+std::string jinja_title(const std::string& s) {
+  std::string out;
+  bool word_start = true;
+  for (size_t pos = 0; pos < s.size();) {
+    const size_t sp = py_space_len(s, pos);
+    const char c = s[pos];
+    if (sp > 0 || c == '-' || c == '(' || c == '{' || c == '[' || c == '<') {
+      const size_t len = sp > 0 ? sp : 1;
+      out.append(s, pos, len);
+      pos += len;
+      word_start = true;
+      continue;
+    }
+    size_t len = 1;
+    while (pos + len < s.size() && (static_cast<unsigned char>(s[pos + len]) >> 6) == 0x2) ++len;
+    const std::string one = s.substr(pos, len);
+    out += word_start ? utf8_upper(one) : utf8_lower(one);
+    word_start = false;
+    pos += len;
+  }
+  return out;
+}
+
+List py_split(const std::string& s, const Value* sep, int64_t maxsplit) {
+  List out;
+  if (sep == nullptr || sep->is_none()) {
+    size_t pos = 0;
+    while (true) {
+      for (size_t len; (len = py_space_len(s, pos)) > 0;) pos += len;
+      if (pos >= s.size()) break;
+      if (maxsplit >= 0 && static_cast<int64_t>(out.size()) == maxsplit) {
+        out.push_back(Value::string(py_strip(s.substr(pos), false, true)));
+        break;
+      }
+      size_t end = pos;
+      while (end < s.size() && py_space_len(s, end) == 0) ++end;
+      out.push_back(Value::string(s.substr(pos, end - pos)));
+      pos = end;
+    }
+    return out;
+  }
+  if (!sep->is_string()) fail("split: separator must be a string");
+  const std::string& d = sep->str_ref();
+  if (d.empty()) fail("split: empty separator");
+  size_t pos = 0;
+  while (true) {
+    const size_t hit = s.find(d, pos);
+    if (hit == std::string::npos || (maxsplit >= 0 && static_cast<int64_t>(out.size()) == maxsplit)) {
+      out.push_back(Value::string(s.substr(pos)));
+      return out;
+    }
+    out.push_back(Value::string(s.substr(pos, hit - pos)));
+    pos = hit + d.size();
+  }
+}
+
+std::string py_replace(const std::string& s, const std::string& from, const std::string& to, int64_t count) {
+  std::string out;
+  int64_t done = 0;
+  if (from.empty()) {
+    for (std::string_view c : utf8_chars(s)) {
+      if (count < 0 || done < count) {
+        out += to;
+        ++done;
+      }
+      out += c;
+    }
+    if (count < 0 || done < count) out += to;
+    return out;
+  }
+  size_t pos = 0;
+  while (true) {
+    const size_t hit = s.find(from, pos);
+    if (hit == std::string::npos || (count >= 0 && done >= count)) break;
+    out.append(s, pos, hit - pos);
+    out += to;
+    pos = hit + from.size();
+    ++done;
+    charge_bytes(static_cast<int64_t>(to.size()));
+  }
+  out.append(s, pos);
+  return out;
+}
+
+// Python slice index list for a sequence of length n.
+std::vector<int64_t> slice_indices(int64_t n, const Value& start_v, const Value& stop_v, const Value& step_v) {
+  const auto get = [](const Value& v, const char* what) -> std::optional<int64_t> {
+    if (v.is_none() || v.is_undefined()) return std::nullopt;
+    if (!v.is_integral()) fail(std::string("slice ") + what + " must be an integer or None");
+    return v.as_int();
+  };
+  const int64_t step = get(step_v, "step").value_or(1);
+  if (step == 0) fail("slice step cannot be zero");
+  const int64_t lower = step > 0 ? 0 : -1;
+  const int64_t upper = step > 0 ? n : n - 1;
+  const auto clamp = [&](std::optional<int64_t> x, int64_t dflt) {
+    if (!x) return dflt;
+    int64_t v = *x;
+    if (v < 0) {
+      v += n;
+      if (v < lower) v = lower;
+    } else if (v > upper) {
+      v = upper;
+    }
+    return v;
+  };
+  const int64_t start = clamp(get(start_v, "start"), step > 0 ? lower : upper);
+  const int64_t stop = clamp(get(stop_v, "stop"), step > 0 ? upper : lower);
+  std::vector<int64_t> out;
+  for (int64_t k = start; step > 0 ? k < stop : k > stop; k += step) out.push_back(k);
+  return out;
+}
+
+// Checked int64 arithmetic (Python ints are unbounded; overflow is an error here).
+int64_t add_ck(int64_t a, int64_t b) {
+  int64_t r = 0;
+  if (__builtin_add_overflow(a, b, &r)) fail("integer overflow");
+  return r;
+}
+int64_t sub_ck(int64_t a, int64_t b) {
+  int64_t r = 0;
+  if (__builtin_sub_overflow(a, b, &r)) fail("integer overflow");
+  return r;
+}
+int64_t mul_ck(int64_t a, int64_t b) {
+  int64_t r = 0;
+  if (__builtin_mul_overflow(a, b, &r)) fail("integer overflow");
+  return r;
+}
+
+std::string html_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&#34;"; break;
+      case '\'': out += "&#39;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+bool is_known_filter(const std::string& name) { return contains(kFilters, name); }
+bool is_known_test(const std::string& name) { return contains(kTests, name); }
+
+class Interpreter {
+ public:
+  explicit Interpreter(const RenderLimits& limits) : limits_(limits) {
+    budget_.steps = limits.max_steps;
+    budget_.bytes = limits.max_string_bytes;
+  }
+
+  std::string run(const Template& tpl, const Value& context) {
+    struct BudgetScope {
+      explicit BudgetScope(Budget* b) { set_thread_budget(b); }
+      ~BudgetScope() { set_thread_budget(nullptr); }
+    } scope(&budget_);
+    frames_.emplace_back();
+    if (context.is_dict()) {
+      for (const auto& [k, v] : context.dict->items) frames_[0][k] = v;
+    }
+    std::string out;
+    out_ = &out;
+    exec_body(tpl.body);
+    return out;
+  }
+
+ private:
+  using Frame = std::unordered_map<std::string, Value>;
+
+  struct DepthGuard {
+    explicit DepthGuard(Interpreter& in) : in(in) {
+      if (++in.depth_ > in.limits_.max_depth) fail("recursion deeper than " + std::to_string(in.limits_.max_depth));
+    }
+    ~DepthGuard() { --in.depth_; }
+    Interpreter& in;
+  };
+
+  // ---- output and scopes ----
+
+  void emit(const std::string& s) {
+    if (out_->size() + s.size() > limits_.max_output_bytes) {
+      fail("output larger than " + std::to_string(limits_.max_output_bytes) + " bytes");
+    }
+    *out_ += s;
+  }
+
+  Value lookup(const std::string& name) {
+    for (size_t k = frames_.size(); k-- > floor_;) {
+      auto it = frames_[k].find(name);
+      if (it != frames_[k].end()) return it->second;
+    }
+    if (floor_ > 0) {
+      auto it = frames_[0].find(name);
+      if (it != frames_[0].end()) return it->second;
+    }
+    Value g = global(name);
+    if (!g.is_undefined()) return g;
+    return Value::undefined("'" + name + "' is undefined");
+  }
+
+  void assign(const std::string& name, Value v) { frames_.back()[name] = std::move(v); }
+
+  void count_iteration() {
+    if (++iterations_ > limits_.max_loop_iterations) {
+      fail("more than " + std::to_string(limits_.max_loop_iterations) + " loop iterations");
+    }
+  }
+
+  // ---- statements ----
+
+  Flow exec_body(const Body& body) {
+    for (const auto& n : body) {
+      const Flow f = exec(*n);
+      if (f != Flow::kNormal) return f;
+    }
+    return Flow::kNormal;
+  }
+
+  Flow exec(const Node& n) {
+    DepthGuard guard(*this);
+    try {
+      return exec_inner(n);
+    } catch (const LocatedError&) {
+      throw;
+    } catch (const JinjaError& e) {
+      throw LocatedError(std::to_string(n.line) + ":" + std::to_string(n.col) + ": " + e.what());
+    }
+  }
+
+  Flow exec_inner(const Node& n) {
+    charge_steps(1);
+    switch (n.kind) {
+      case NodeKind::kText: emit(n.text); return Flow::kNormal;
+      case NodeKind::kOutput: emit(to_str(eval(*n.expr))); return Flow::kNormal;
+      case NodeKind::kIf:
+        for (const auto& [cond, body] : n.branches) {
+          if (!cond || truthy(eval(*cond))) return exec_body(body);
+        }
+        return Flow::kNormal;
+      case NodeKind::kFor: return exec_for(n);
+      case NodeKind::kSet: {
+        Value v = eval(*n.expr);
+        if (!n.attr.empty()) {
+          Value target = lookup(n.targets[0]);
+          if (!target.is_dict() || !target.dict->is_namespace) {
+            fail("cannot assign attribute '" + n.attr + "' on a non-namespace object");
+          }
+          if (v.has_namespace) fail("a namespace cannot hold a namespace");
+          target.dict->set(n.attr, std::move(v));
+        } else if (n.targets.size() == 1) {
+          assign(n.targets[0], std::move(v));
+        } else {
+          unpack(n.targets, v);
+        }
+        return Flow::kNormal;
+      }
+      case NodeKind::kSetBlock: assign(n.targets[0], Value::string(capture(n.body))); return Flow::kNormal;
+      case NodeKind::kMacro: {
+        const Node* macro = &n;
+        assign(n.targets[0], Value::callable(n.targets[0], [macro](Interpreter& in, List& args, KwArgs& kw) {
+                 return in.call_macro(*macro, args, kw);
+               }));
+        return Flow::kNormal;
+      }
+      case NodeKind::kBreak: return Flow::kBreak;
+      case NodeKind::kContinue: return Flow::kContinue;
+    }
+    return Flow::kNormal;
+  }
+
+  std::string capture(const Body& body) {
+    std::string buf;
+    std::string* saved = out_;
+    out_ = &buf;
+    exec_body(body);
+    out_ = saved;
+    return buf;
+  }
+
+  void unpack(const std::vector<std::string>& targets, const Value& v) {
+    if (!v.is_list()) fail("cannot unpack " + v.type_name() + " into " + std::to_string(targets.size()) + " names");
+    if (v.list->size() != targets.size()) {
+      fail("expected " + std::to_string(targets.size()) + " values to unpack, got " + std::to_string(v.list->size()));
+    }
+    for (size_t k = 0; k < targets.size(); ++k) assign(targets[k], (*v.list)[k]);
+  }
+
+  void bind_targets(const std::vector<std::string>& targets, const Value& item) {
+    if (targets.size() == 1) {
+      assign(targets[0], item);
+    } else {
+      unpack(targets, item);
+    }
+  }
+
+  // The items a for-loop (or an iterating filter) walks over.
+  static List iterate(const Value& v) {
+    switch (v.kind) {
+      case Value::Kind::kUndefined: return {};
+      case Value::Kind::kList: return *v.list;
+      case Value::Kind::kDict: {
+        if (v.dict->is_namespace) break;
+        List keys;
+        for (const auto& kv : v.dict->items) keys.push_back(Value::string(kv.first));
+        return keys;
+      }
+      case Value::Kind::kString: {
+        List chars;
+        for (std::string_view c : utf8_chars(v.str_ref())) chars.push_back(Value::string(std::string(c)));
+        return chars;
+      }
+      default: break;
+    }
+    fail("'" + v.type_name() + "' object is not iterable");
+  }
+
+  Flow exec_for(const Node& n) {
+    List items = iterate(eval(*n.expr));
+    if (n.filter) {
+      List kept;
+      for (const Value& item : items) {
+        count_iteration();
+        frames_.emplace_back();
+        bind_targets(n.targets, item);
+        const bool keep = truthy(eval(*n.filter));
+        frames_.pop_back();
+        if (keep) kept.push_back(item);
+      }
+      items = std::move(kept);
+    }
+    if (items.empty()) return exec_body(n.else_body);
+    const auto len = static_cast<int64_t>(items.size());
+    for (int64_t k = 0; k < len; ++k) {
+      count_iteration();
+      frames_.emplace_back();
+      bind_targets(n.targets, items[static_cast<size_t>(k)]);
+      Dict loop;
+      loop.set("index", Value::integer(k + 1));
+      loop.set("index0", Value::integer(k));
+      loop.set("revindex", Value::integer(len - k));
+      loop.set("revindex0", Value::integer(len - k - 1));
+      loop.set("first", Value::boolean(k == 0));
+      loop.set("last", Value::boolean(k == len - 1));
+      loop.set("length", Value::integer(len));
+      loop.set("depth", Value::integer(1));
+      loop.set("depth0", Value::integer(0));
+      loop.set("previtem", k > 0 ? items[static_cast<size_t>(k - 1)] : Value::undefined("there is no previous item"));
+      loop.set("nextitem", k + 1 < len ? items[static_cast<size_t>(k + 1)] : Value::undefined("there is no next item"));
+      loop.set("cycle", Value::callable("cycle", [k](Interpreter&, List& args, KwArgs&) {
+                 if (args.empty()) fail("loop.cycle: no items given");
+                 return args[static_cast<size_t>(k) % args.size()];
+               }));
+      assign("loop", Value::make_dict(std::move(loop)));
+      const Flow f = exec_body(n.body);
+      frames_.pop_back();
+      if (f == Flow::kBreak) break;
+    }
+    return Flow::kNormal;
+  }
+
+ public:
+  Value call_macro(const Node& m, List& args, KwArgs& kw) {
+    if (args.size() > m.params.size()) {
+      fail("macro '" + m.targets[0] + "' takes " + std::to_string(m.params.size()) + " arguments, " +
+           std::to_string(args.size()) + " given");
+    }
+    const size_t saved_floor = floor_;
+    floor_ = frames_.size();
+    frames_.emplace_back();
+    for (const auto& [k, v] : kw) {
+      if (std::find(m.params.begin(), m.params.end(), k) == m.params.end()) {
+        fail("macro '" + m.targets[0] + "' has no argument '" + k + "'");
+      }
+    }
+    for (size_t p = 0; p < m.params.size(); ++p) {
+      const Value* given = arg(args, kw, p, m.params[p].c_str());
+      if (given != nullptr) {
+        assign(m.params[p], *given);
+      } else if (m.defaults[p]) {
+        assign(m.params[p], eval(*m.defaults[p]));
+      } else {
+        assign(m.params[p], Value::undefined("'" + m.params[p] + "' is undefined"));
+      }
+    }
+    std::string text = capture(m.body);
+    frames_.pop_back();
+    floor_ = saved_floor;
+    return Value::string(std::move(text));
+  }
+
+ private:
+  // ---- expressions ----
+
+  Value eval(const Expr& e) {
+    DepthGuard guard(*this);
+    charge_steps(1);
+    switch (e.kind) {
+      case ExprKind::kLiteral: return e.literal;
+      case ExprKind::kName: return lookup(e.name);
+      case ExprKind::kList: {
+        List items;
+        items.reserve(e.args.size());
+        for (const auto& a : e.args) items.push_back(eval(*a));
+        return Value::make_list(std::move(items), e.name == "tuple");
+      }
+      case ExprKind::kDict: {
+        Dict d;
+        for (size_t k = 0; k + 1 < e.args.size(); k += 2) {
+          Value key = eval(*e.args[k]);
+          if (!key.is_string()) fail("dict keys must be strings, got " + key.type_name());
+          d.set(key.str_ref(), eval(*e.args[k + 1]));
+        }
+        return Value::make_dict(std::move(d));
+      }
+      case ExprKind::kGetAttr: return get_attr(eval(*e.args[0]), e.name);
+      case ExprKind::kGetItem: return get_item(eval(*e.args[0]), eval(*e.args[1]));
+      case ExprKind::kSlice: {
+        Value obj = eval(*e.args[0]);
+        check_defined(obj);
+        Value parts[3];
+        for (int k = 0; k < 3; ++k) parts[k] = e.args[1 + k] ? eval(*e.args[1 + k]) : Value::none();
+        if (obj.is_list()) {
+          List out;
+          for (int64_t k : slice_indices(static_cast<int64_t>(obj.list->size()), parts[0], parts[1], parts[2])) {
+            out.push_back((*obj.list)[static_cast<size_t>(k)]);
+          }
+          return Value::make_list(std::move(out), obj.is_tuple);
+        }
+        if (obj.is_string()) {
+          const auto chars = utf8_chars(obj.str_ref());
+          std::string out;
+          for (int64_t k : slice_indices(static_cast<int64_t>(chars.size()), parts[0], parts[1], parts[2])) {
+            out += chars[static_cast<size_t>(k)];
+          }
+          return Value::string(std::move(out));
+        }
+        fail("'" + obj.type_name() + "' object is not subscriptable");
+      }
+      case ExprKind::kCall: return eval_call(e);
+      case ExprKind::kFilter: {
+        Value v = eval(*e.args[0]);
+        List args;
+        KwArgs kw;
+        eval_args(e, args, kw);
+        return apply_filter(e.name, v, args, kw);
+      }
+      case ExprKind::kTest: {
+        Value v = eval(*e.args[0]);
+        List args;
+        KwArgs kw;
+        eval_args(e, args, kw);
+        return Value::boolean(apply_test(e.name, v, args) != e.negated);
+      }
+      case ExprKind::kUnary: {
+        Value v = eval(*e.args[0]);
+        if (e.name == "not") return Value::boolean(!truthy(v));
+        check_defined(v);
+        if (!v.is_number()) fail("bad operand type for unary " + e.name + ": '" + v.type_name() + "'");
+        if (e.name == "+") return v.kind == Value::Kind::kBool ? Value::integer(v.as_int()) : v;
+        if (v.kind == Value::Kind::kFloat) return Value::number(-v.f);
+        return Value::integer(sub_ck(0, v.as_int()));
+      }
+      case ExprKind::kBinary: {
+        if (e.name == "and") {
+          Value a = eval(*e.args[0]);
+          return truthy(a) ? eval(*e.args[1]) : a;
+        }
+        if (e.name == "or") {
+          Value a = eval(*e.args[0]);
+          return truthy(a) ? a : eval(*e.args[1]);
+        }
+        Value a = eval(*e.args[0]);
+        Value b = eval(*e.args[1]);
+        return binary(e.name, a, b);
+      }
+      case ExprKind::kCompare: {
+        Value left = eval(*e.args[0]);
+        for (size_t k = 0; k < e.ops.size(); ++k) {
+          Value right = eval(*e.args[k + 1]);
+          if (!compare(e.ops[k], left, right)) return Value::boolean(false);
+          left = std::move(right);
+        }
+        return Value::boolean(true);
+      }
+      case ExprKind::kCond:
+        if (truthy(eval(*e.args[1]))) return eval(*e.args[0]);
+        return e.args[2] ? eval(*e.args[2]) : Value::undefined("conditional expression without else");
+    }
+    return Value::undefined();
+  }
+
+  void eval_args(const Expr& e, List& args, KwArgs& kw) {
+    for (size_t k = 1; k < e.args.size(); ++k) args.push_back(eval(*e.args[k]));
+    for (const auto& [name, x] : e.kwargs) kw.emplace_back(name, eval(*x));
+  }
+
+  Value eval_call(const Expr& e) {
+    const Expr& callee = *e.args[0];
+    List args;
+    KwArgs kw;
+    if (callee.kind == ExprKind::kGetAttr) {
+      Value obj = eval(*callee.args[0]);
+      eval_args(e, args, kw);
+      if (obj.is_string() && contains(kStringMethods, callee.name)) return string_method(obj, callee.name, args, kw);
+      if (obj.is_dict() && !obj.dict->is_namespace && contains(kDictMethods, callee.name)) {
+        return dict_method(obj, callee.name, args, kw);
+      }
+      return call(get_attr(obj, callee.name), args, kw);
+    }
+    Value fn = eval(callee);
+    eval_args(e, args, kw);
+    return call(fn, args, kw);
+  }
+
+  Value call(const Value& fn, List& args, KwArgs& kw) {
+    check_defined(fn);
+    if (fn.kind != Value::Kind::kCallable) fail("'" + fn.type_name() + "' object is not callable");
+    return fn.fn->fn(*this, args, kw);
+  }
+
+  Value get_attr(const Value& obj, const std::string& name) {
+    check_defined(obj);
+    if (obj.is_dict()) {
+      if (!obj.dict->is_namespace && contains(kDictMethods, name)) return bound_method(obj, name, false);
+      if (const Value* v = obj.dict->find(name)) return *v;
+    } else if (obj.is_string() && contains(kStringMethods, name)) {
+      return bound_method(obj, name, true);
+    }
+    return Value::undefined("'" + obj.type_name() + " object' has no attribute '" + name + "'");
+  }
+
+  Value bound_method(const Value& obj, const std::string& name, bool is_string) {
+    return Value::callable(name, [obj, name, is_string](Interpreter& in, List& args, KwArgs& kw) {
+      return is_string ? in.string_method(obj, name, args, kw) : in.dict_method(obj, name, args, kw);
+    });
+  }
+
+  Value get_item(const Value& obj, const Value& key) {
+    check_defined(obj);
+    if (obj.is_dict() && key.is_string()) {
+      if (const Value* v = obj.dict->find(key.str_ref())) return *v;
+    } else if ((obj.is_list() || obj.is_string()) && key.is_integral()) {
+      const bool is_list = obj.is_list();
+      std::vector<std::string_view> chars;
+      if (!is_list) chars = utf8_chars(obj.str_ref());
+      const auto n = static_cast<int64_t>(is_list ? obj.list->size() : chars.size());
+      int64_t k = key.as_int();
+      if (k < 0) k += n;
+      if (k >= 0 && k < n) {
+        return is_list ? (*obj.list)[static_cast<size_t>(k)] : Value::string(std::string(chars[static_cast<size_t>(k)]));
+      }
+    }
+    return Value::undefined("'" + obj.type_name() + " object' has no item " + repr(key));
+  }
+
+  // Attribute path "a.b.0" for map/selectattr/sort/join (jinja2 make_attrgetter).
+  Value attr_path(const Value& item, const std::string& path) {
+    Value cur = item;
+    size_t pos = 0;
+    while (true) {
+      const size_t dot = path.find('.', pos);
+      const std::string part = path.substr(pos, dot == std::string::npos ? std::string::npos : dot - pos);
+      const bool numeric = !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
+      if (cur.is_undefined()) return cur;
+      cur = numeric ? get_item(cur, Value::integer(std::stoll(part))) : get_item(cur, Value::string(part));
+      if (dot == std::string::npos) return cur;
+      pos = dot + 1;
+    }
+  }
+
+  // ---- operators ----
+
+  Value binary(const std::string& op, const Value& a, const Value& b) {
+    if (op == "~") return Value::string(to_str(a) + to_str(b));
+    check_defined(a);
+    check_defined(b);
+    const bool ints = a.is_integral() && b.is_integral();
+    const bool nums = a.is_number() && b.is_number();
+    if (op == "+") {
+      if (ints) return Value::integer(add_ck(a.as_int(), b.as_int()));
+      if (nums) return Value::number(a.as_double() + b.as_double());
+      if (a.is_string() && b.is_string()) return Value::string(a.str_ref() + b.str_ref());
+      if (a.is_list() && b.is_list()) {
+        List out = *a.list;
+        out.insert(out.end(), b.list->begin(), b.list->end());
+        return Value::make_list(std::move(out), a.is_tuple && b.is_tuple);
+      }
+    } else if (op == "-") {
+      if (ints) return Value::integer(sub_ck(a.as_int(), b.as_int()));
+      if (nums) return Value::number(a.as_double() - b.as_double());
+    } else if (op == "*") {
+      if (ints) return Value::integer(mul_ck(a.as_int(), b.as_int()));
+      if (nums) return Value::number(a.as_double() * b.as_double());
+      const Value& seq = a.is_integral() ? b : a;
+      const Value& times = a.is_integral() ? a : b;
+      if (times.is_integral() && (seq.is_string() || seq.is_list())) {
+        const int64_t n = std::max<int64_t>(0, times.as_int());
+        if (seq.is_string()) {
+          const auto total = static_cast<double>(seq.str_ref().size()) * static_cast<double>(n);
+          if (total > static_cast<double>(limits_.max_output_bytes)) fail("string repetition too large");
+          std::string out;
+          for (int64_t k = 0; k < n; ++k) out += seq.str_ref();
+          return Value::string(std::move(out));
+        }
+        if (static_cast<double>(seq.list->size()) * static_cast<double>(n) > static_cast<double>(limits_.max_loop_iterations)) {
+          fail("list repetition too large");
+        }
+        List out;
+        for (int64_t k = 0; k < n; ++k) out.insert(out.end(), seq.list->begin(), seq.list->end());
+        return Value::make_list(std::move(out), seq.is_tuple);
+      }
+    } else if (op == "/") {
+      if (nums) {
+        if (b.as_double() == 0) fail("division by zero");
+        return Value::number(a.as_double() / b.as_double());
+      }
+    } else if (op == "//" || op == "%") {
+      if (nums) {
+        if (b.as_double() == 0) fail(op == "//" ? "integer division or modulo by zero" : "modulo by zero");
+        if (ints) {
+          const int64_t x = a.as_int(), y = b.as_int();
+          if (x == INT64_MIN && y == -1) fail("integer overflow");
+          int64_t q = x / y, m = x % y;
+          if (m != 0 && ((m < 0) != (y < 0))) {
+            --q;
+            m += y;
+          }
+          return Value::integer(op == "//" ? q : m);
+        }
+        const double x = a.as_double(), y = b.as_double();
+        double m = std::fmod(x, y);
+        if (m != 0 && ((m < 0) != (y < 0))) m += y;
+        return Value::number(op == "//" ? std::floor(x / y) : m);
+      }
+      if (op == "%" && a.is_string()) fail("printf-style '%' string formatting is not supported");
+    } else if (op == "**") {
+      if (ints && b.as_int() >= 0) {
+        int64_t base = a.as_int(), result = 1;
+        for (int64_t e = b.as_int(); e > 0; e >>= 1) {
+          if (e & 1) result = mul_ck(result, base);
+          if (e > 1) base = mul_ck(base, base);
+        }
+        return Value::integer(result);
+      }
+      if (nums) {
+        if (a.as_double() == 0 && b.as_double() < 0) fail("0.0 cannot be raised to a negative power");
+        return Value::number(std::pow(a.as_double(), b.as_double()));
+      }
+    }
+    fail("unsupported operand type(s) for " + op + ": '" + a.type_name() + "' and '" + b.type_name() + "'");
+  }
+
+  static bool in(const Value& needle, const Value& hay) {
+    switch (hay.kind) {
+      case Value::Kind::kUndefined: return false;
+      case Value::Kind::kString:
+        if (!needle.is_string()) fail("'in <string>' requires string as left operand, not " + needle.type_name());
+        return hay.str_ref().find(needle.str_ref()) != std::string::npos;
+      case Value::Kind::kList:
+        for (const Value& x : *hay.list) {
+          if (equals(needle, x)) return true;
+        }
+        return false;
+      case Value::Kind::kDict:
+        if (hay.dict->is_namespace) break;
+        return needle.is_string() && hay.dict->find(needle.str_ref()) != nullptr;
+      default: break;
+    }
+    fail("argument of type '" + hay.type_name() + "' is not iterable");
+  }
+
+  static bool compare(const std::string& op, const Value& a, const Value& b) {
+    if (op == "==") return equals(a, b);
+    if (op == "!=") return !equals(a, b);
+    if (op == "in") return in(a, b);
+    if (op == "not in") return !in(a, b);
+    check_defined(a);
+    check_defined(b);
+    if (op == "<") return less_than(a, b);
+    if (op == ">") return less_than(b, a);
+    if (op == "<=") return !less_than(b, a);
+    return !less_than(a, b);  // ">="
+  }
+
+  // ---- globals ----
+
+  Value global(const std::string& name) {
+    if (name == "range") {
+      return Value::callable(name, [](Interpreter& in, List& args, KwArgs&) {
+        if (args.empty() || args.size() > 3) fail("range expected 1 to 3 arguments");
+        for (const Value& a : args) {
+          if (!a.is_integral()) fail("range: '" + a.type_name() + "' object cannot be interpreted as an integer");
+        }
+        const int64_t start = args.size() == 1 ? 0 : args[0].as_int();
+        const int64_t stop = args.size() == 1 ? args[0].as_int() : args[1].as_int();
+        const int64_t step = args.size() == 3 ? args[2].as_int() : 1;
+        if (step == 0) fail("range() arg 3 must not be zero");
+        const double count = std::max(0.0, std::ceil((static_cast<double>(stop) - static_cast<double>(start)) / static_cast<double>(step)));
+        if (count > static_cast<double>(in.limits_.max_loop_iterations)) {
+          fail("range of " + float_repr(count) + " items exceeds the loop limit");
+        }
+        List out;
+        for (int64_t k = 0; k < static_cast<int64_t>(count); ++k) out.push_back(Value::integer(start + k * step));
+        return Value::make_list(std::move(out));
+      });
+    }
+    if (name == "namespace" || name == "dict") {
+      const bool ns = name == "namespace";
+      return Value::callable(name, [ns](Interpreter&, List& args, KwArgs& kw) {
+        Dict d;
+        d.is_namespace = ns;
+        for (const Value& a : args) {
+          if (!a.is_dict() || a.dict->is_namespace) fail("namespace()/dict() positional argument must be a dict");
+          for (const auto& [k, v] : a.dict->items) d.set(k, v);
+        }
+        for (auto& [k, v] : kw) {
+          if (ns && v.has_namespace) fail("a namespace cannot hold a namespace");
+          d.set(k, v);
+        }
+        return Value::make_dict(std::move(d));
+      });
+    }
+    if (name == "raise_exception") {
+      return Value::callable(name, [](Interpreter&, List& args, KwArgs&) -> Value {
+        fail("raise_exception: " + (args.empty() ? std::string() : to_str(args[0])));
+      });
+    }
+    if (name == "strftime_now") {
+      return Value::callable(name, [](Interpreter&, List& args, KwArgs&) {
+        if (args.empty() || !args[0].is_string()) fail("strftime_now expects a format string");
+        const std::time_t now = std::time(nullptr);
+        std::tm tm{};
+        localtime_r(&now, &tm);
+        char buf[256];
+        const size_t n = std::strftime(buf, sizeof(buf), args[0].str_ref().c_str(), &tm);
+        return Value::string(std::string(buf, n));
+      });
+    }
+    return Value::undefined();
+  }
+
+  // ---- methods ----
+
+  Value string_method(const Value& obj, const std::string& name, List& args, KwArgs& kw) {
+    const std::string& s = obj.str_ref();
+    const Value* a0 = arg(args, kw, 0, "__0");
+    const auto str_arg = [&](const Value* v, const char* what) -> const std::string& {
+      if (v == nullptr || !v->is_string()) fail(std::string("str.") + name + ": " + what + " must be a string");
+      return v->str_ref();
+    };
+    if (name == "strip" || name == "lstrip" || name == "rstrip") {
+      const bool left = name != "rstrip", right = name != "lstrip";
+      if (a0 == nullptr || a0->is_none()) return Value::string(py_strip(s, left, right));
+      return Value::string(py_strip_chars(s, str_arg(a0, "chars"), left, right));
+    }
+    if (name == "startswith" || name == "endswith") {
+      if (a0 == nullptr) fail("str." + name + " expects a prefix");
+      List options = a0->is_list() ? *a0->list : List{*a0};
+      for (const Value& o : options) {
+        const std::string& p = str_arg(&o, "prefix");
+        const bool hit = name == "startswith" ? s.compare(0, p.size(), p) == 0
+                                              : (s.size() >= p.size() && s.compare(s.size() - p.size(), p.size(), p) == 0);
+        if (hit) return Value::boolean(true);
+      }
+      return Value::boolean(false);
+    }
+    if (name == "split") {
+      return Value::make_list(py_split(s, arg(args, kw, 0, "sep"), int_arg(arg(args, kw, 1, "maxsplit"), -1, "split")));
+    }
+    if (name == "upper") return Value::string(utf8_upper(s));
+    if (name == "lower") return Value::string(utf8_lower(s));
+    if (name == "title") return Value::string(py_title(s));
+    if (name == "capitalize") return Value::string(capitalize(s));
+    if (name == "replace") {
+      return Value::string(py_replace(s, str_arg(a0, "old"), str_arg(arg(args, kw, 1, "__1"), "new"),
+                                      int_arg(arg(args, kw, 2, "count"), -1, "replace")));
+    }
+    if (name == "find") {
+      const size_t hit = s.find(str_arg(a0, "sub"));
+      return Value::integer(hit == std::string::npos ? -1 : static_cast<int64_t>(utf8_length(std::string_view(s).substr(0, hit))));
+    }
+    if (name == "count") {
+      const std::string& sub = str_arg(a0, "sub");
+      if (sub.empty()) return Value::integer(static_cast<int64_t>(utf8_length(s)) + 1);
+      int64_t n = 0;
+      for (size_t pos = s.find(sub); pos != std::string::npos; pos = s.find(sub, pos + sub.size())) ++n;
+      return Value::integer(n);
+    }
+    // join
+    if (a0 == nullptr) fail("str.join expects an iterable");
+    std::string out;
+    bool first = true;
+    for (const Value& x : iterate(*a0)) {
+      if (!first) out += s;
+      out += str_arg(&x, "every joined item");
+      first = false;
+    }
+    return Value::string(std::move(out));
+  }
+
+  Value dict_method(const Value& obj, const std::string& name, List& args, KwArgs& kw) {
+    const Dict& d = *obj.dict;
+    if (name == "get") {
+      const Value* key = arg(args, kw, 0, "key");
+      if (key == nullptr) fail("dict.get expects a key");
+      const Value* dflt = arg(args, kw, 1, "default");
+      const Value* hit = key->is_string() ? d.find(key->str_ref()) : nullptr;
+      return hit != nullptr ? *hit : dflt != nullptr ? *dflt : Value::none();
+    }
+    List out;
+    for (const auto& [k, v] : d.items) {
+      if (name == "items") out.push_back(Value::make_list({Value::string(k), v}, true));
+      else if (name == "keys") out.push_back(Value::string(k));
+      else out.push_back(v);
+    }
+    return Value::make_list(std::move(out));
+  }
+
+  // ---- tests ----
+
+  bool apply_test(const std::string& name, const Value& v, List& args) {
+    using K = Value::Kind;
+    const auto need = [&](size_t n) -> const Value& {
+      if (args.size() < n) fail("test '" + name + "' expects an argument");
+      return args[n - 1];
+    };
+    if (name == "defined") return !v.is_undefined();
+    if (name == "undefined") return v.is_undefined();
+    if (name == "none") return v.is_none();
+    if (name == "boolean") return v.kind == K::kBool;
+    if (name == "true") return v.kind == K::kBool && v.b;
+    if (name == "false") return v.kind == K::kBool && !v.b;
+    if (name == "integer") return v.kind == K::kInt;
+    if (name == "float") return v.kind == K::kFloat;
+    if (name == "number") return v.is_number();
+    if (name == "string") return v.is_string();
+    if (name == "mapping") return v.is_dict() && !v.dict->is_namespace;
+    if (name == "callable") return v.kind == K::kCallable;
+    if (name == "iterable" || name == "sequence") {
+      return v.is_undefined() || v.is_string() || v.is_list() || (v.is_dict() && !v.dict->is_namespace);
+    }
+    if (name == "lower" || name == "upper") {
+      if (!v.is_string()) return false;
+      bool cased = false;
+      for (uint32_t cp : utf8_decode(v.str_ref())) {
+        if (!is_cased(cp)) continue;
+        cased = true;
+        if ((name == "lower") != (lower_cp(cp) == cp)) return false;
+      }
+      return cased;
+    }
+    if (name == "odd" || name == "even" || name == "divisibleby") {
+      check_defined(v);
+      const int64_t d = name == "divisibleby" ? int_arg(&need(1), 1, "divisibleby") : 2;
+      if (!v.is_integral() || d == 0) fail("test '" + name + "' needs integers");
+      const int64_t m = ((v.as_int() % d) + d) % d;
+      return name == "odd" ? m == 1 : m == 0;
+    }
+    if (name == "sameas") {
+      const Value& o = need(1);
+      if (v.kind != o.kind) return false;
+      if (v.is_list()) return v.list == o.list;
+      if (v.is_dict()) return v.dict == o.dict;
+      if (v.is_string()) return v.s == o.s;
+      return equals(v, o);
+    }
+    if (name == "in") return in(v, need(1));
+    if (name == "eq" || name == "equalto" || name == "==") return compare("==", v, need(1));
+    if (name == "ne" || name == "!=") return compare("!=", v, need(1));
+    if (name == "lt" || name == "lessthan" || name == "<") return compare("<", v, need(1));
+    if (name == "le" || name == "<=") return compare("<=", v, need(1));
+    if (name == "gt" || name == "greaterthan" || name == ">") return compare(">", v, need(1));
+    if (name == "ge" || name == ">=") return compare(">=", v, need(1));
+    fail("no test named '" + name + "'");
+  }
+
+  // ---- filters ----
+
+  // select/reject/selectattr/rejectattr.
+  Value select(const Value& seq, List& args, KwArgs& kw, bool by_attr, bool keep_if) {
+    size_t next = 0;
+    std::string attr;
+    if (by_attr) {
+      if (args.empty() || !args[0].is_string()) fail("selectattr/rejectattr expects an attribute name");
+      attr = args[0].str_ref();
+      next = 1;
+    }
+    std::string test;
+    if (next < args.size()) {
+      if (!args[next].is_string()) fail("select: test name must be a string");
+      test = args[next].str_ref();
+      if (!is_known_test(test)) fail("no test named '" + test + "'");
+      ++next;
+    }
+    List test_args(args.begin() + static_cast<std::ptrdiff_t>(std::min(next, args.size())), args.end());
+    (void)kw;
+    List out;
+    for (const Value& item : iterate(seq)) {
+      charge_steps(1);
+      const Value x = by_attr ? attr_path(item, attr) : item;
+      const bool pass = test.empty() ? truthy(x) : apply_test(test, x, test_args);
+      if (pass == keep_if) out.push_back(item);
+    }
+    return Value::make_list(std::move(out));
+  }
+
+  static std::string sort_key_str(const Value& v, bool case_sensitive) {
+    return case_sensitive ? v.str_ref() : utf8_lower(v.str_ref());
+  }
+
+  Value apply_filter(const std::string& name, const Value& v, List& args, KwArgs& kw) {
+    using K = Value::Kind;
+    if (name == "default" || name == "d") {
+      const Value* dflt = arg(args, kw, 0, "default_value");
+      const Value* boolean = arg(args, kw, 1, "boolean");
+      const bool use = v.is_undefined() || (boolean != nullptr && truthy(*boolean) && !truthy(v));
+      return use ? (dflt != nullptr ? *dflt : Value::string("")) : v;
+    }
+    if (name == "tojson") {
+      JsonOptions o;
+      if (const Value* a = arg(args, kw, 0, "ensure_ascii")) o.ensure_ascii = truthy(*a);
+      if (const Value* a = arg(args, kw, 1, "indent"); a != nullptr && !a->is_none()) {
+        if (a->is_string()) {
+          o.indent = 0;
+          o.indent_str = a->str_ref();
+        } else {
+          o.indent = static_cast<int>(std::clamp<int64_t>(int_arg(a, 0, "tojson indent"), 0, 64));
+          o.indent_str = std::string(static_cast<size_t>(o.indent), ' ');
+        }
+      }
+      if (const Value* a = arg(args, kw, 2, "separators"); a != nullptr && !a->is_none()) {
+        if (!a->is_list() || a->list->size() != 2 || !(*a->list)[0].is_string() || !(*a->list)[1].is_string()) {
+          fail("tojson: separators must be a pair of strings");
+        }
+        o.item_sep = (*a->list)[0].str_ref();
+        o.key_sep = (*a->list)[1].str_ref();
+      }
+      if (const Value* a = arg(args, kw, 3, "sort_keys")) o.sort_keys = truthy(*a);
+      check_defined(v);
+      return Value::string(to_json(v, o));
+    }
+    if (name == "length" || name == "count") {
+      switch (v.kind) {
+        case K::kUndefined: return Value::integer(0);
+        case K::kString: return Value::integer(static_cast<int64_t>(utf8_length(v.str_ref())));
+        case K::kList: return Value::integer(static_cast<int64_t>(v.list->size()));
+        case K::kDict:
+          if (!v.dict->is_namespace) return Value::integer(static_cast<int64_t>(v.dict->items.size()));
+          break;
+        default: break;
+      }
+      fail("object of type '" + v.type_name() + "' has no len()");
+    }
+    if (name == "safe") return v;
+    if (name == "items") {
+      if (v.is_undefined()) return Value::make_list({});
+      if (!v.is_dict() || v.dict->is_namespace) fail("items filter: can only get item pairs from a mapping");
+      return dict_method(v, "items", args, kw);
+    }
+    if (name == "list") {
+      if (v.is_list()) return Value::make_list(*v.list);
+      return Value::make_list(iterate(v));
+    }
+    if (name == "first" || name == "last") {
+      List items = iterate(v);
+      if (items.empty()) return Value::undefined("no first/last item of an empty sequence");
+      return name == "first" ? items.front() : items.back();
+    }
+    if (name == "join") {
+      const Value* sep = arg(args, kw, 0, "d");
+      const Value* attr = arg(args, kw, 1, "attribute");
+      const std::string d = sep != nullptr ? to_str(*sep) : "";
+      std::string out;
+      bool first = true;
+      for (const Value& x : iterate(v)) {
+        if (!first) out += d;
+        out += to_str(attr != nullptr && !attr->is_none() ? attr_path(x, to_str(*attr)) : x);
+        first = false;
+        if (out.size() > limits_.max_output_bytes) fail("join result too large");
+      }
+      return Value::string(std::move(out));
+    }
+    if (name == "map") {
+      const Value* attr = arg(args, kw, 99, "attribute");
+      List out;
+      if (attr != nullptr) {
+        const Value* dflt = arg(args, kw, 99, "default");
+        for (const Value& x : iterate(v)) {
+          Value y = attr_path(x, to_str(*attr));
+          out.push_back(y.is_undefined() && dflt != nullptr ? *dflt : y);
+        }
+      } else {
+        if (args.empty() || !args[0].is_string()) fail("map expects a filter name or attribute=");
+        const std::string filter = args[0].str_ref();
+        if (!is_known_filter(filter)) fail("no filter named '" + filter + "'");
+        List rest(args.begin() + 1, args.end());
+        for (const Value& x : iterate(v)) {
+          List a = rest;
+          KwArgs k = kw;
+          out.push_back(apply_filter(filter, x, a, k));
+        }
+      }
+      return Value::make_list(std::move(out));
+    }
+    if (name == "select" || name == "reject") return select(v, args, kw, false, name == "select");
+    if (name == "selectattr" || name == "rejectattr") return select(v, args, kw, true, name == "selectattr");
+    if (name == "attr") {
+      if (args.empty() || !args[0].is_string()) fail("attr expects a name");
+      return get_attr(v, args[0].str_ref());
+    }
+    if (name == "int") {
+      const int64_t dflt = int_arg(arg(args, kw, 0, "default"), 0, "int default");
+      if (v.is_integral()) return Value::integer(v.as_int());
+      if (v.kind == K::kFloat) {
+        if (!std::isfinite(v.f) || std::fabs(v.f) > 9.2e18) return Value::integer(dflt);
+        return Value::integer(static_cast<int64_t>(v.f));
+      }
+      if (v.is_string()) {
+        const std::string t = py_strip(v.str_ref(), true, true);
+        char* end = nullptr;
+        errno = 0;
+        const long long x = std::strtoll(t.c_str(), &end, 10);
+        if (!t.empty() && end == t.c_str() + t.size() && errno == 0) return Value::integer(x);
+        const double f = std::strtod(t.c_str(), &end);
+        if (!t.empty() && end == t.c_str() + t.size() && std::isfinite(f) && std::fabs(f) < 9.2e18) {
+          return Value::integer(static_cast<int64_t>(f));
+        }
+      }
+      return Value::integer(dflt);
+    }
+    if (name == "float") {
+      const Value* dflt = arg(args, kw, 0, "default");
+      if (v.is_number()) return Value::number(v.as_double());
+      if (v.is_string()) {
+        const std::string t = py_strip(v.str_ref(), true, true);
+        char* end = nullptr;
+        const double f = std::strtod(t.c_str(), &end);
+        if (!t.empty() && end == t.c_str() + t.size()) return Value::number(f);
+      }
+      return dflt != nullptr ? *dflt : Value::number(0.0);
+    }
+    if (name == "abs") {
+      check_defined(v);
+      if (v.kind == K::kFloat) return Value::number(std::fabs(v.f));
+      if (v.is_integral()) {
+        if (v.as_int() == INT64_MIN) fail("integer overflow");
+        return Value::integer(std::abs(v.as_int()));
+      }
+      fail("bad operand type for abs(): '" + v.type_name() + "'");
+    }
+    if (name == "round") {
+      check_defined(v);
+      if (!v.is_number()) fail("round: expected a number");
+      const int64_t precision = int_arg(arg(args, kw, 0, "precision"), 0, "round precision");
+      const Value* method_v = arg(args, kw, 1, "method");
+      const std::string method = method_v != nullptr ? to_str(*method_v) : "common";
+      if (method == "common" && v.is_integral()) return Value::integer(v.as_int());
+      const double scale = std::pow(10.0, static_cast<double>(precision));
+      const double x = v.as_double() * scale;
+      const double r = method == "ceil" ? std::ceil(x) : method == "floor" ? std::floor(x) : std::nearbyint(x);
+      return Value::number(r / scale);
+    }
+    if (name == "sum") {
+      const Value* attr = arg(args, kw, 0, "attribute");
+      Value total = arg(args, kw, 1, "start") != nullptr ? *arg(args, kw, 1, "start") : Value::integer(0);
+      for (const Value& x : iterate(v)) total = binary("+", total, attr != nullptr && !attr->is_none() ? attr_path(x, to_str(*attr)) : x);
+      return total;
+    }
+    if (name == "reverse") {
+      if (v.is_string()) {
+        auto chars = utf8_chars(v.str_ref());
+        std::string out;
+        for (size_t k = chars.size(); k-- > 0;) out += chars[k];
+        return Value::string(std::move(out));
+      }
+      List items = iterate(v);
+      std::reverse(items.begin(), items.end());
+      return Value::make_list(std::move(items));
+    }
+    if (name == "sort" || name == "unique" || name == "min" || name == "max" || name == "dictsort") {
+      const bool dictsort = name == "dictsort";
+      const Value* cs = arg(args, kw, dictsort ? 0 : name == "sort" ? 1 : 0, "case_sensitive");
+      const bool case_sensitive = cs != nullptr && truthy(*cs);
+      const Value* attr_v = dictsort ? nullptr : arg(args, kw, name == "sort" ? 2 : 1, "attribute");
+      const std::string attr = attr_v != nullptr && !attr_v->is_none() ? to_str(*attr_v) : "";
+      List items;
+      if (dictsort) {
+        if (!v.is_dict()) fail("dictsort: expected a mapping");
+        items = *dict_method(v, "items", args, kw).list;
+      } else {
+        items = iterate(v);
+      }
+      const auto key = [&](const Value& x) {
+        Value k = dictsort ? (*x.list)[0] : attr.empty() ? x : attr_path(x, attr);
+        return k.is_string() ? Value::string(sort_key_str(k, case_sensitive)) : k;
+      };
+      if (name == "unique") {
+        List out, seen;
+        for (const Value& x : items) {
+          Value k = key(x);
+          if (std::none_of(seen.begin(), seen.end(), [&](const Value& s) { return equals(s, k); })) {
+            seen.push_back(k);
+            out.push_back(x);
+          }
+        }
+        return Value::make_list(std::move(out));
+      }
+      std::vector<std::pair<Value, Value>> keyed;
+      for (const Value& x : items) keyed.emplace_back(key(x), x);
+      std::stable_sort(keyed.begin(), keyed.end(), [](const auto& a, const auto& b) { return less_than(a.first, b.first); });
+      if (name == "min" || name == "max") {
+        if (keyed.empty()) return Value::undefined("no min/max of an empty sequence");
+        return name == "min" ? keyed.front().second : keyed.back().second;
+      }
+      const Value* rev = arg(args, kw, dictsort ? 2 : 0, "reverse");
+      if (rev != nullptr && truthy(*rev)) std::stable_sort(keyed.begin(), keyed.end(), [](const auto& a, const auto& b) { return less_than(b.first, a.first); });
+      List out;
+      for (auto& kv : keyed) out.push_back(std::move(kv.second));
+      return Value::make_list(std::move(out));
+    }
+    // String filters: all work on str(value).
+    const std::string s = to_str(v);
+    if (name == "trim") {
+      const Value* chars = arg(args, kw, 0, "chars");
+      if (chars == nullptr || chars->is_none()) return Value::string(py_strip(s, true, true));
+      return Value::string(py_strip_chars(s, to_str(*chars), true, true));
+    }
+    if (name == "upper") return Value::string(utf8_upper(s));
+    if (name == "lower") return Value::string(utf8_lower(s));
+    if (name == "capitalize") return Value::string(capitalize(s));
+    if (name == "title") return Value::string(jinja_title(s));
+    if (name == "string") return Value::string(s);
+    if (name == "escape" || name == "e") return Value::string(html_escape(s));
+    if (name == "wordcount") return Value::integer(static_cast<int64_t>(py_split(s, nullptr, -1).size()));
+    if (name == "replace") {
+      const Value* from = arg(args, kw, 0, "old");
+      const Value* to = arg(args, kw, 1, "new");
+      if (from == nullptr || to == nullptr) fail("replace expects old and new");
+      return Value::string(py_replace(s, to_str(*from), to_str(*to), int_arg(arg(args, kw, 2, "count"), -1, "replace count")));
+    }
+    if (name == "indent") {
+      const Value* width = arg(args, kw, 0, "width");
+      const std::string pad = width != nullptr && width->is_string() ? width->str_ref()
+                                                                      : std::string(static_cast<size_t>(std::clamp<int64_t>(int_arg(width, 4, "indent width"), 0, 256)), ' ');
+      const Value* first_v = arg(args, kw, 1, "first");
+      const Value* blank_v = arg(args, kw, 2, "blank");
+      const bool first = first_v != nullptr && truthy(*first_v), blank = blank_v != nullptr && truthy(*blank_v);
+      std::vector<std::string> lines;
+      size_t pos = 0;
+      const std::string t = s + "\n";
+      while (pos < t.size()) {
+        const size_t nl = t.find('\n', pos);
+        lines.push_back(t.substr(pos, nl - pos));
+        pos = nl + 1;
+      }
+      std::string out = lines.empty() ? "" : lines[0];
+      for (size_t k = 1; k < lines.size(); ++k) out += "\n" + ((blank || !lines[k].empty()) ? pad : "") + lines[k];
+      return Value::string(first ? pad + out : out);
+    }
+    fail("no filter named '" + name + "'");
+  }
+
+  const RenderLimits& limits_;
+  Budget budget_;
+  std::vector<Frame> frames_;
+  size_t floor_ = 0;  // frames below this (except the root) are hidden: a macro call
+  std::string* out_ = nullptr;
+  int64_t iterations_ = 0;
+  int depth_ = 0;
+};
+
+std::string render(const Template& tpl, const Value& context, const RenderLimits& limits) {
+  Interpreter in(limits);
+  return in.run(tpl, context);
+}
+
+}  // namespace specula::jinja
