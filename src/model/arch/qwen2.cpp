@@ -1,0 +1,307 @@
+// model/arch/qwen2.cpp — Qwen2 / Qwen2.5 (text) from GGUF: hyperparameters, weights, forward.
+//
+// Architecture (Yang et al. 2024, "Qwen2 Technical Report"; llama.cpp's GGUF tensor
+// naming and its LLM_ARCH_QWEN2 graph): token embedding (no scaling); each block is a
+// pre-norm transformer: RMSNorm, Q/K/V projections with f32 biases, NEOX RoPE over the
+// whole head (base qwen2.rope.freq_base), grouped-query attention scaled by
+// 1/sqrt(head_dim) over the full KV cache, output projection without bias, residual;
+// RMSNorm, SwiGLU FFN down(silu(gate(x)) * up(x)) (Shazeer 2020), residual. Final
+// RMSNorm and an output projection (output.weight, or the token embedding when absent —
+// tied; an optional output.bias is added).
+// Does not support fused attn_qkv tensors, sliding-window layers (Qwen2's
+// use_sliding_window is off in released models) or YaRN / dynamic rope scaling (linear
+// scaling only); those files are rejected with an error naming the feature.
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "model/attention.h"
+#include "model/model.h"
+#include "ops/ops.h"
+
+namespace specula {
+namespace {
+
+struct Qwen2Params {
+  int64_t n_vocab = 0, n_embd = 0, n_layers = 0, n_ff = 0;
+  int64_t n_heads = 0, n_kv_heads = 0, head_dim = 0;
+  int64_t n_ctx_train = 0;
+  float eps = 1e-6f, rope_base = 1e6f;
+  float rope_freq_scale = 1.0f;  // linear position interpolation
+};
+
+struct Qwen2Layer {
+  std::vector<float> attn_norm, ffn_norm;  // [n_embd]
+  std::vector<float> bq;                   // [n_heads * head_dim]
+  std::vector<float> bk, bv;               // [n_kv_heads * head_dim]
+  // wq [n_heads*head_dim, n_embd], wk/wv [n_kv_heads*head_dim, n_embd],
+  // wo [n_embd, n_heads*head_dim], w_gate/w_up [n_ff, n_embd], w_down [n_embd, n_ff]
+  TensorView wq, wk, wv, wo, w_gate, w_up, w_down;
+};
+
+Result<uint64_t> req_uint(const gguf::GgufFile& f, const std::string& key) {
+  auto v = f.get_uint(key);
+  if (!v) return Status::error("[qwen2] missing or invalid metadata key '" + key + "': " + v.message());
+  return v;
+}
+
+// out[i] = silu(gate[i]) * up[i], silu(x) = x / (1 + e^-x) in f32 (llama.cpp's CPU swiglu).
+void silu_mul(int64_t n, const float* gate, const float* up, float* out) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    out[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
+class Qwen2 final : public Model {
+ public:
+  static Result<std::unique_ptr<Model>> create(ModelContext ctx);
+
+  const ModelInfo& info() const override { return info_; }
+  const gguf::GgufFile& file() const override { return *ctx_.file; }
+  Result<KvCache> new_cache(int32_t n_rows, int64_t n_ctx, int64_t max_rollback) const override {
+    std::vector<KvLayerSpec> specs;
+    for (int64_t il = 0; il < p_.n_layers; ++il) specs.push_back({p_.n_kv_heads, p_.head_dim, 0});
+    return KvCache::create(std::move(specs), n_rows, n_ctx, max_rollback);
+  }
+  Status forward(const Batch& batch, KvCache& cache, Tensor& hidden) override;
+  void project_logits(const float* hidden, int64_t n, float* logits) override;
+
+ private:
+  void ensure_buffers(int64_t M);
+  void parallel_rows(int64_t M, const std::function<void(int64_t, int64_t)>& fn) {
+    if (M < 4) {
+      fn(0, M);
+      return;
+    }
+    ctx_.pool->run([&](int ith, int nth) {
+      auto [a, b] = ThreadPool::split(M, ith, nth);
+      if (a < b) fn(a, b);
+    });
+  }
+
+  ModelContext ctx_;
+  ModelInfo info_;
+  Qwen2Params p_;
+  const kernels::KernelTable* kt_ = nullptr;
+  TensorView tok_embd_, output_;    // [n_vocab, n_embd]
+  std::vector<float> output_norm_;  // [n_embd]
+  std::vector<float> output_bias_;  // [n_vocab] or empty
+  std::vector<Qwen2Layer> layers_;
+  ops::Workspace ws_;
+  // Step buffers, grown to the largest M seen: x/xn/o [M, n_embd], q/attn [M, n_heads*head_dim],
+  // k/v [M, n_kv_heads*head_dim], gate/up [M, n_ff], cos/sin [M, head_dim/2].
+  int64_t cap_m_ = 0;
+  std::vector<float> x_, xn_, q_, k_, v_, attn_, o_, gate_, up_, cos_, sin_;
+  BatchLayout layout_;
+};
+
+Result<std::unique_ptr<Model>> Qwen2::create(ModelContext ctx) {
+  auto m = std::make_unique<Qwen2>();
+  const gguf::GgufFile& f = *ctx.file;
+  const kernels::KernelTable& kt = *ctx.kernels;
+  Qwen2Params& p = m->p_;
+  const std::string a = "qwen2.";
+#define SPECULA_REQ(var, key)                 \
+  do {                                        \
+    auto r_ = req_uint(f, a + key);           \
+    if (!r_) return r_.status();              \
+    var = static_cast<int64_t>(*r_);          \
+  } while (0)
+  SPECULA_REQ(p.n_embd, "embedding_length");
+  SPECULA_REQ(p.n_layers, "block_count");
+  SPECULA_REQ(p.n_ff, "feed_forward_length");
+  SPECULA_REQ(p.n_heads, "attention.head_count");
+  SPECULA_REQ(p.n_kv_heads, "attention.head_count_kv");
+  SPECULA_REQ(p.n_ctx_train, "context_length");
+#undef SPECULA_REQ
+  auto eps = f.get_float(a + "attention.layer_norm_rms_epsilon");
+  if (!eps) return Status::error("[qwen2] missing metadata key '" + a + "attention.layer_norm_rms_epsilon'");
+  p.eps = static_cast<float>(*eps);
+  if (!(p.eps > 0.0f) || !(p.eps < 1.0f))
+    return Status::error("[qwen2] attention.layer_norm_rms_epsilon " + std::to_string(*eps) + " is not in (0, 1)");
+  if (auto fb = f.get_float(a + "rope.freq_base")) p.rope_base = static_cast<float>(*fb);
+  if (!(p.rope_base > 1.0f) || !std::isfinite(p.rope_base))
+    return Status::error("[qwen2] rope.freq_base " + std::to_string(p.rope_base) + " is not usable");
+  if (auto st = f.get_string(a + "rope.scaling.type"); st && *st != "none") {
+    if (*st != "linear") return Status::error("[qwen2] unsupported rope.scaling.type '" + *st + "' (supported: none, linear)");
+    auto fac = f.get_float(a + "rope.scaling.factor");
+    if (!fac || !(*fac > 0))
+      return Status::error("[qwen2] rope.scaling.type is linear but '" + a + "rope.scaling.factor' is missing or not positive");
+    p.rope_freq_scale = static_cast<float>(1.0 / *fac);
+  }
+  constexpr int64_t kMax = int64_t{1} << 20;
+  if (p.n_heads <= 0 || p.n_kv_heads <= 0 || p.n_heads > 4096 || p.n_heads % p.n_kv_heads != 0 ||
+      p.n_embd <= 0 || p.n_embd > kMax || p.n_embd % p.n_heads != 0 || p.n_layers <= 0 ||
+      p.n_layers > 4096 || p.n_ff <= 0 || p.n_ff > kMax)
+    return Status::error("[qwen2] inconsistent hyperparameters: n_embd " + std::to_string(p.n_embd) + ", heads " +
+                         std::to_string(p.n_heads) + ", kv heads " + std::to_string(p.n_kv_heads) + ", layers " +
+                         std::to_string(p.n_layers) + ", n_ff " + std::to_string(p.n_ff));
+  p.head_dim = p.n_embd / p.n_heads;
+  for (const char* key : {"attention.key_length", "attention.value_length"})
+    if (auto kl = f.get_uint(a + key); kl && static_cast<int64_t>(*kl) != p.head_dim)
+      return Status::error("[qwen2] " + std::string(key) + " " + std::to_string(*kl) + " != n_embd / head_count " +
+                           std::to_string(p.head_dim) + " is not supported");
+  if (p.head_dim % 2 != 0 || p.head_dim > 4096)
+    return Status::error("[qwen2] head_dim " + std::to_string(p.head_dim) + " must be even and at most 4096");
+  if (f.find_tensor("blk.0.attn_qkv.weight") != nullptr)
+    return Status::error("[qwen2] fused tensor 'blk.0.attn_qkv.weight' is not supported (expected attn_q/attn_k/attn_v)");
+
+  const gguf::TensorInfo* te = f.find_tensor("token_embd.weight");
+  if (te == nullptr || te->shape.size() != 2) return Status::error("[qwen2] missing tensor 'token_embd.weight'");
+  p.n_vocab = te->shape[1];
+  if (p.n_vocab <= 0 || p.n_vocab > (int64_t{1} << 31) - 1)
+    return Status::error("[qwen2] token_embd.weight: vocabulary size " + std::to_string(p.n_vocab) + " is not usable");
+  auto tok = weight_2d(f, kt, "token_embd.weight", p.n_embd, p.n_vocab);
+  if (!tok) return tok.status();
+  m->tok_embd_ = *tok;
+  if (f.find_tensor("output.weight") != nullptr) {
+    auto out = weight_2d(f, kt, "output.weight", p.n_embd, p.n_vocab);
+    if (!out) return out.status();
+    m->output_ = *out;
+  } else {
+    m->output_ = m->tok_embd_;
+  }
+  if (f.find_tensor("output.bias") != nullptr) {
+    auto ob = weight_1d_f32(f, kt, "output.bias", p.n_vocab);
+    if (!ob) return ob.status();
+    m->output_bias_ = std::move(ob).value();
+  }
+  auto on = weight_1d_f32(f, kt, "output_norm.weight", p.n_embd);
+  if (!on) return on.status();
+  m->output_norm_ = std::move(on).value();
+
+  const int64_t E = p.n_embd, QD = p.n_heads * p.head_dim, KD = p.n_kv_heads * p.head_dim;
+  m->layers_.reserve(static_cast<size_t>(p.n_layers));
+  for (int64_t il = 0; il < p.n_layers; ++il) {
+    Qwen2Layer L;
+    const std::string b = "blk." + std::to_string(il) + ".";
+    struct N1 { std::vector<float>* dst; const char* name; int64_t n; };
+    for (const N1& n : {N1{&L.attn_norm, "attn_norm.weight", E}, N1{&L.ffn_norm, "ffn_norm.weight", E},
+                        N1{&L.bq, "attn_q.bias", QD}, N1{&L.bk, "attn_k.bias", KD},
+                        N1{&L.bv, "attn_v.bias", KD}}) {
+      auto w = weight_1d_f32(f, kt, b + n.name, n.n);
+      if (!w) return w.status();
+      *n.dst = std::move(w).value();
+    }
+    struct N2 { TensorView* dst; const char* name; int64_t K, N; };
+    for (const N2& n : {N2{&L.wq, "attn_q", E, QD}, N2{&L.wk, "attn_k", E, KD}, N2{&L.wv, "attn_v", E, KD},
+                        N2{&L.wo, "attn_output", QD, E}, N2{&L.w_gate, "ffn_gate", E, p.n_ff},
+                        N2{&L.w_up, "ffn_up", E, p.n_ff}, N2{&L.w_down, "ffn_down", p.n_ff, E}}) {
+      auto w = weight_2d(f, kt, b + n.name + ".weight", n.K, n.N);
+      if (!w) return w.status();
+      *n.dst = *w;
+    }
+    m->layers_.push_back(std::move(L));
+  }
+  m->info_.architecture = "qwen2";
+  if (auto nm = f.get_string("general.name")) m->info_.name = *nm;
+  m->info_.n_vocab = p.n_vocab;
+  m->info_.n_embd = p.n_embd;
+  m->info_.n_layers = p.n_layers;
+  m->info_.n_ctx_train = p.n_ctx_train;
+  m->kt_ = ctx.kernels;
+  m->ctx_ = std::move(ctx);
+  return std::unique_ptr<Model>(std::move(m));
+}
+
+void Qwen2::ensure_buffers(int64_t M) {
+  if (M <= cap_m_) return;
+  const int64_t E = p_.n_embd, QD = p_.n_heads * p_.head_dim, KD = p_.n_kv_heads * p_.head_dim;
+  const auto sz = [M](int64_t w) { return static_cast<size_t>(M * w); };
+  x_.assign(sz(E), 0); xn_.assign(sz(E), 0); o_.assign(sz(E), 0);
+  q_.assign(sz(QD), 0); attn_.assign(sz(QD), 0);
+  k_.assign(sz(KD), 0); v_.assign(sz(KD), 0);
+  gate_.assign(sz(p_.n_ff), 0); up_.assign(sz(p_.n_ff), 0);
+  cos_.assign(sz(p_.head_dim / 2), 0); sin_.assign(sz(p_.head_dim / 2), 0);
+  cap_m_ = M;
+}
+
+Status Qwen2::forward(const Batch& batch, KvCache& cache, Tensor& hidden) {
+  SPECULA_RETURN_IF_ERROR(plan_batch(batch, cache, p_.n_vocab, "[qwen2]", layout_));
+  const int64_t M = layout_.M;
+  ensure_buffers(M);
+  ThreadPool& pool = *ctx_.pool;
+  const kernels::KernelTable& kt = *kt_;
+  const int64_t E = p_.n_embd, hd = p_.head_dim, nh = p_.n_heads, nkv = p_.n_kv_heads;
+  const int64_t QD = nh * hd, KD = nkv * hd, F = p_.n_ff;
+  const int32_t* pos = layout_.pos.data();
+
+  ops::get_rows(kt, tok_embd_, batch.ids, M, 1.0f, x_.data());
+  ops::rope_table(pos, M, hd, p_.rope_base, p_.rope_freq_scale, cos_.data(), sin_.data());
+  const float attn_scale = 1.0f / std::sqrt(static_cast<float>(hd));
+
+  for (int64_t il = 0; il < p_.n_layers; ++il) {
+    const Qwen2Layer& L = layers_[il];
+    parallel_rows(M, [&](int64_t a, int64_t b) {
+      ops::rms_norm(x_.data() + a * E, L.attn_norm.data(), b - a, E, p_.eps, xn_.data() + a * E);
+    });
+    ops::matmul(pool, kt, L.wq, xn_.data(), M, q_.data(), ws_);
+    ops::matmul(pool, kt, L.wk, xn_.data(), M, k_.data(), ws_);
+    ops::matmul(pool, kt, L.wv, xn_.data(), M, v_.data(), ws_);
+    parallel_rows(M, [&](int64_t a, int64_t b) {
+      for (int64_t m = a; m < b; ++m) {
+        float* q = q_.data() + m * QD;
+        float* k = k_.data() + m * KD;
+        float* v = v_.data() + m * KD;
+        for (int64_t i = 0; i < QD; ++i) q[i] += L.bq[i];
+        for (int64_t i = 0; i < KD; ++i) k[i] += L.bk[i];
+        for (int64_t i = 0; i < KD; ++i) v[i] += L.bv[i];
+      }
+      ops::rope_neox(q_.data() + a * QD, b - a, nh, hd, cos_.data() + a * (hd / 2), sin_.data() + a * (hd / 2));
+      ops::rope_neox(k_.data() + a * KD, b - a, nkv, hd, cos_.data() + a * (hd / 2), sin_.data() + a * (hd / 2));
+    });
+    AttentionArgs aa;
+    aa.layer = il;
+    aa.n_heads = nh;
+    aa.n_kv_heads = nkv;
+    aa.head_dim = hd;
+    aa.window = 0;
+    aa.scale = attn_scale;
+    aa.M = M;
+    aa.rows = batch.rows;
+    aa.offset = layout_.offset.data();
+    aa.token_row = layout_.token_row.data();
+    aa.kt = &kt;
+    attention(pool, aa, cache, q_.data(), k_.data(), v_.data(), attn_.data());
+    for (int64_t m = 0; m < M; ++m)
+      cache.write(il, batch.rows[layout_.token_row[m]], pos[m], k_.data() + m * KD, v_.data() + m * KD);
+    ops::matmul(pool, kt, L.wo, attn_.data(), M, o_.data(), ws_);
+    parallel_rows(M, [&](int64_t a, int64_t b) {
+      for (int64_t i = a * E; i < b * E; ++i) x_[i] += o_[i];
+      ops::rms_norm(x_.data() + a * E, L.ffn_norm.data(), b - a, E, p_.eps, xn_.data() + a * E);
+    });
+    ops::matmul(pool, kt, L.w_gate, xn_.data(), M, gate_.data(), ws_);
+    ops::matmul(pool, kt, L.w_up, xn_.data(), M, up_.data(), ws_);
+    // Split the elementwise SwiGLU over all M*F elements (decode has M = 1).
+    pool.run([&](int ith, int nth) {
+      auto [a, b] = ThreadPool::split(M * F, ith, nth);
+      if (a < b) silu_mul(b - a, gate_.data() + a, up_.data() + a, gate_.data() + a);
+    });
+    ops::matmul(pool, kt, L.w_down, gate_.data(), M, o_.data(), ws_);
+    parallel_rows(M, [&](int64_t a, int64_t b) {
+      for (int64_t i = a * E; i < b * E; ++i) x_[i] += o_[i];
+    });
+  }
+  for (int32_t b = 0; b < batch.B; ++b) {
+    Status st = cache.advance(batch.rows[b], batch.tokens_of(b));
+    SPECULA_CHECK(st.is_ok());  // checked by plan_batch
+  }
+  if (hidden.shape().size() != 2 || hidden.dim(0) != M || hidden.dim(1) != E) hidden = Tensor({M, E});
+  ops::rms_norm(x_.data(), output_norm_.data(), M, E, p_.eps, hidden.data());
+  return Status::ok();
+}
+
+void Qwen2::project_logits(const float* hidden, int64_t n, float* logits) {
+  ops::matmul(*ctx_.pool, *kt_, output_, hidden, n, logits, ws_);
+  if (!output_bias_.empty()) {
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t i = 0; i < p_.n_vocab; ++i) logits[r * p_.n_vocab + i] += output_bias_[i];
+  }
+}
+
+const bool kRegistered = register_architecture("qwen2", &Qwen2::create);
+
+}  // namespace
+}  // namespace specula
