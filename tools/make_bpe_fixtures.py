@@ -105,6 +105,8 @@ CASES = [
     ("emoji_flags", "🇺🇸🇫🇷🇯🇵🇩🇪", PLAIN),
     ("emoji_keycap", "1️⃣ #️⃣", PLAIN),
     ("supplementary", "\U0001D11E \U00010348 \U0001F9FF \U000E0041 \U0010FFFD", PLAIN),
+    # Letters/digits new in Unicode 15 (llama.cpp's tables know them, PCRE2 10.42 does not).
+    ("unicode15_letters", "\U00031350's \U0001E030's x\U00011F50\U00011F51 \U0002EBF0\U0002EBF1", PLAIN),
     ("private_use", "\ue000\uf8ff\U000F0000", PLAIN),
     ("controls", "\x00\x01\x07\x1b[0m\x7f", PLAIN),
     ("unicode_spaces", "a\u00a0b\u3000c\u2003d\u0085e\u2028f \u00a0 g", PLAIN),

@@ -17,25 +17,35 @@ namespace {
 // llama.cpp's whitespace set (src/unicode-data.cpp unicode_set_whitespace); PCRE2's \s
 // lacks U+0085, so the patterns spell it out.
 #define SPECULA_BPE_WS "\\t\\n\\x{0B}\\f\\r \\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}"
+// Letters and numbers as in llama.cpp's tables (Unicode 15.1): \p{L} / \p{N} plus the
+// code points assigned in Unicode 15.0/15.1 that an older PCRE2 (10.42: Unicode 14)
+// does not know yet (harmless with a newer PCRE2, where they already belong).
+#define SPECULA_BPE_L                                                                              \
+  "\\p{L}\\x{1123F}-\\x{11240}\\x{11F02}\\x{11F04}-\\x{11F10}\\x{11F12}-\\x{11F33}\\x{1342F}"          \
+  "\\x{13441}-\\x{13446}\\x{1B132}\\x{1B155}\\x{1DF25}-\\x{1DF2A}\\x{1E030}-\\x{1E06D}\\x{1E4D0}-\\x{1E4EB}" \
+  "\\x{2B739}\\x{2EBF0}-\\x{2EE5D}\\x{31350}-\\x{323AF}"
+#define SPECULA_BPE_N "\\p{N}\\x{11F50}-\\x{11F59}\\x{1D2C0}-\\x{1D2D3}\\x{1E4F0}-\\x{1E4F9}"
 
 constexpr const char* kQwen2Pattern =
     "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
-    "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+"
-    "|\\p{N}"
-    "| ?[^" SPECULA_BPE_WS "\\p{L}\\p{N}]+[\\r\\n]*"
+    "|[^\\r\\n" SPECULA_BPE_L SPECULA_BPE_N "]?[" SPECULA_BPE_L "]+"
+    "|[" SPECULA_BPE_N "]"
+    "| ?[^" SPECULA_BPE_WS SPECULA_BPE_L SPECULA_BPE_N "]+[\\r\\n]*"
     "|[" SPECULA_BPE_WS "]*[\\r\\n]+"
     "|[" SPECULA_BPE_WS "]+(?![^" SPECULA_BPE_WS "])"
     "|[" SPECULA_BPE_WS "]+";
 
 constexpr const char* kGpt2Pattern =
     "'s|'t|'re|'ve|'m|'ll|'d"
-    "| ?\\p{L}+"
-    "| ?\\p{N}+"
-    "| ?[^" SPECULA_BPE_WS "\\p{L}\\p{N}]+"
+    "| ?[" SPECULA_BPE_L "]+"
+    "| ?[" SPECULA_BPE_N "]+"
+    "| ?[^" SPECULA_BPE_WS SPECULA_BPE_L SPECULA_BPE_N "]+"
     "|[" SPECULA_BPE_WS "]+(?![^" SPECULA_BPE_WS "])"
     "|[" SPECULA_BPE_WS "]+";
 
 #undef SPECULA_BPE_WS
+#undef SPECULA_BPE_L
+#undef SPECULA_BPE_N
 
 // tokenizer.ggml.pre names -> pattern (llama.cpp llama_vocab::impl::load, the
 // pre_type switch in llm_tokenizer_bpe).

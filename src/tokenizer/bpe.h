@@ -9,7 +9,10 @@
 //      above U+10FFFF (where llama.cpp throws) is treated as invalid bytes too;
 //   1. pre-tokenize with the regex of `tokenizer.ggml.pre` (PCRE2, UTF + UCP, compiled
 //      and JIT-ed once; per-call match data, so encode is thread-safe). `\s` is spelled
-//      out as llama.cpp's whitespace set (it includes U+0085). Supported pre types:
+//      out as llama.cpp's whitespace set (it includes U+0085), and \p{L} / \p{N} gain
+//      the Unicode 15.0/15.1 letters and digits of llama.cpp's tables that PCRE2 10.42
+//      (Unicode 14) lacks; a newer Unicode in PCRE2 than in llama.cpp could still
+//      differ on code points assigned later. Supported pre types:
 //        qwen2 (and deepseek-r1-qwen, kormo, f2llmv2):
 //          (?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|
 //          \p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
