@@ -161,7 +161,7 @@ int run_generate(const GenerateArgs& a) {
 
 struct BenchArgs {
   std::string model;
-  int n_prompt = 512, n_gen = 128, threads = 0, reps = 3;
+  int n_prompt = 512, n_gen = 128, threads = 0, reps = 3, batch = 1;
   bool json = false;
 };
 
@@ -212,14 +212,17 @@ int run_bench(const BenchArgs& a) {
   if (!l) return fail(l.message());
   Model& model = *l->model;
   const int64_t n_vocab = model.info().n_vocab, E = model.info().n_embd;
-  auto cache = model.new_cache(1, a.n_prompt + a.n_gen + 16);
+  const int32_t B = a.batch;
+  auto cache = model.new_cache(B, a.n_prompt + a.n_gen + 16);
   if (!cache) return fail(cache.message());
   std::mt19937 rng(1234);
   std::vector<int32_t> prompt(static_cast<size_t>(std::max(1, a.n_prompt)));
   for (auto& t : prompt) t = static_cast<int32_t>(rng() % static_cast<uint32_t>(n_vocab));
-  std::vector<float> logits(static_cast<size_t>(n_vocab));
+  std::vector<float> logits(static_cast<size_t>(n_vocab) * B);
   Tensor hidden;
   const int32_t rows[1] = {0};
+  std::vector<int32_t> all_rows(static_cast<size_t>(B)), toks(static_cast<size_t>(B));
+  for (int32_t r = 0; r < B; ++r) all_rows[r] = r;
   auto run_pp = [&]() -> Result<double> {
     cache->clear(0);
     const double t0 = now_seconds();
@@ -228,15 +231,18 @@ int run_bench(const BenchArgs& a) {
     model.project_logits(hidden.data() + (hidden.dim(0) - 1) * E, 1, logits.data());
     return now_seconds() - t0;
   };
+  // Decode: B rows step together (one forward + one logits projection per step).
   auto run_tg = [&]() -> Result<double> {
-    cache->clear(0);
-    int32_t tok = prompt[0];
+    for (int32_t r = 0; r < B; ++r) {
+      cache->clear(r);
+      toks[r] = prompt[0];
+    }
     const double t0 = now_seconds();
     for (int i = 0; i < a.n_gen; ++i) {
-      Batch b{1, 1, &tok, rows};
+      Batch b{B, 1, toks.data(), all_rows.data()};
       SPECULA_RETURN_IF_ERROR(model.forward(b, *cache, hidden));
-      model.project_logits(hidden.data(), 1, logits.data());
-      tok = static_cast<int32_t>(rng() % static_cast<uint32_t>(n_vocab));
+      model.project_logits(hidden.data(), B, logits.data());
+      for (auto& t : toks) t = static_cast<int32_t>(rng() % static_cast<uint32_t>(n_vocab));
     }
     return now_seconds() - t0;
   };
@@ -259,7 +265,7 @@ int run_bench(const BenchArgs& a) {
     if (a.n_gen > 0) {
       auto t = run_tg();
       if (!t) return fail(t.message());
-      tg.push_back(a.n_gen / *t);
+      tg.push_back(static_cast<double>(a.n_gen) * B / *t);
     }
   }
   const int threads = a.threads > 0 ? a.threads : default_thread_count();
@@ -274,11 +280,11 @@ int run_bench(const BenchArgs& a) {
   }
   if (!tg.empty()) {
     auto [m, s] = stats(tg);
-    std::printf("| %s | %d | %s | tg%d | %.2f ± %.2f |\n", model.info().name.c_str(), threads,
-                kernels::active().isa, a.n_gen, m, s);
-    out["tg"] = {{"n", a.n_gen}, {"tokens_per_s", m}, {"sd", s}};
+    std::printf("| %s | %d | %s | tg%d%s | %.2f ± %.2f |\n", model.info().name.c_str(), threads,
+                kernels::active().isa, a.n_gen, B > 1 ? (" x " + std::to_string(B) + " rows").c_str() : "", m, s);
+    out["tg"] = {{"n", a.n_gen}, {"rows", B}, {"tokens_per_s", m}, {"sd", s}};
   }
-  if (!tg.empty()) {
+  if (!tg.empty() && B == 1) {
     const double wb = weight_bytes(model.file());
     const double bw = measure_read_bandwidth(threads);
     const double tps = out["tg"]["tokens_per_s"].get<double>();
@@ -423,6 +429,7 @@ int main(int argc, char** argv) {
   bench->add_option("-t,--threads", b.threads, "Threads (default: all cores)")->check(CLI::Range(0, 1024));
   bench->add_option("-r,--repetitions", b.reps, "Repetitions (default 3)")->check(CLI::Range(1, 1000));
   bench->add_flag("--json", b.json, "Also print one JSON line");
+  bench->add_option("-b,--batch", b.batch, "Rows decoding together in the decode test (default 1)")->check(CLI::Range(1, 256));
 
   std::string tmodel, ttext;
   bool tjson = false, tspecial = false, tnobos = false;
