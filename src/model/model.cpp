@@ -37,8 +37,9 @@ Result<std::unique_ptr<Model>> load_model(const std::string& path, const ModelOp
   }
   ModelContext ctx;
   ctx.file = std::make_shared<gguf::GgufFile>(std::move(f).value());
-  ctx.pool = std::make_shared<ThreadPool>(options.n_threads > 0 ? options.n_threads
-                                                                : default_thread_count());
+  ctx.pool = options.pool ? options.pool
+                          : std::make_shared<ThreadPool>(options.n_threads > 0 ? options.n_threads
+                                                                               : default_thread_count());
   ctx.kernels = &kernels::active();
   return it->second(std::move(ctx));
 }

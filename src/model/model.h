@@ -59,6 +59,8 @@ class Model {
   virtual ~Model() = default;
   virtual const ModelInfo& info() const = 0;
   virtual const gguf::GgufFile& file() const = 0;
+  // The pool the model computes on (for sharing with a draft model).
+  virtual std::shared_ptr<ThreadPool> pool() const { return nullptr; }
   // A cache with this model's layer layouts. Errors: bad sizes.
   virtual Result<KvCache> new_cache(int32_t n_rows, int64_t n_ctx, int64_t max_rollback = 64) const = 0;
   // Runs the step. Errors (nothing is written to the cache on error): an id outside the
@@ -70,7 +72,10 @@ class Model {
 };
 
 struct ModelOptions {
-  int n_threads = 0;  // 0 = all cores
+  int n_threads = 0;  // 0 = all cores (ignored when pool is given)
+  // Share a thread pool between models used one after the other from one thread (a
+  // speculative target and its draft), so two pools never spin against each other.
+  std::shared_ptr<ThreadPool> pool;
 };
 
 // Context handed to architecture factories.

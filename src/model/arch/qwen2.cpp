@@ -60,6 +60,7 @@ class Qwen2 final : public Model {
 
   const ModelInfo& info() const override { return info_; }
   const gguf::GgufFile& file() const override { return *ctx_.file; }
+  std::shared_ptr<ThreadPool> pool() const override { return ctx_.pool; }
   Result<KvCache> new_cache(int32_t n_rows, int64_t n_ctx, int64_t max_rollback) const override {
     std::vector<KvLayerSpec> specs;
     for (int64_t il = 0; il < p_.n_layers; ++il) specs.push_back({p_.n_kv_heads, p_.head_dim, 0});
