@@ -7,7 +7,7 @@ namespace specula {
 
 WalkResult speculative_walk(Sampler& sampler, const float* logits, int32_t n_vocab,
                             std::span<const int32_t> proposals, int32_t budget,
-                            std::span<const int32_t> eog, bool ignore_eos, int32_t top_logprobs) {
+                            std::span<const int32_t> eog, bool ignore_eos, int32_t n_top) {
   WalkResult r;
   const size_t k = proposals.size();
   for (size_t j = 0; j <= k && r.sampled < budget; ++j) {
@@ -20,9 +20,9 @@ WalkResult speculative_walk(Sampler& sampler, const float* logits, int32_t n_voc
       r.hit_eog = true;
       return r;
     }
-    if (top_logprobs >= 0) {
+    if (n_top >= 0) {
       t.logprob = token_logprob(lg, n_vocab, t.id);
-      if (top_logprobs > 0) t.top = top_logprobs(lg, n_vocab, top_logprobs);
+      if (n_top > 0) t.top = top_logprobs(lg, n_vocab, n_top);
     }
     const bool match = j < k && t.id == proposals[j];
     r.tokens.push_back(std::move(t));
