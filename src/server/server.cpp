@@ -62,6 +62,8 @@ struct Server::Impl {
   }
 
   void routes();
+  // API key check (true: go on); answers 401 itself otherwise.
+  bool authorized(const httplib::Request& req, httplib::Response& res);
   void handle_completion(const httplib::Request& req, httplib::Response& res, Endpoint endpoint);
   std::string metrics_text();
   // Prompt ids for a parsed request, or an error.
@@ -138,16 +140,15 @@ void Server::Impl::routes() {
   http.set_read_timeout(30);
   http.set_write_timeout(30);
 
+  // The pre-routing handler runs before cpp-httplib reads the body: answering a request
+  // that has one there would leave its body unread on a keep-alive connection, to be
+  // parsed as the next request (a bogus 400). Requests with a body are checked in their
+  // handler instead, once the body is consumed.
   http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (opt.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
-    const std::string auth = req.get_header_value("Authorization");
-    if (!constant_time_equal(auth, "Bearer " + opt.api_key)) {
-      send_error(res, ApiError{401, "invalid or missing API key (send 'Authorization: Bearer <key>')",
-                               "authentication_error", "", "invalid_api_key"});
-      count(401);
-      return httplib::Server::HandlerResponse::Handled;
-    }
-    return httplib::Server::HandlerResponse::Unhandled;
+    if (req.has_header("Content-Length") || req.has_header("Transfer-Encoding"))
+      return httplib::Server::HandlerResponse::Unhandled;
+    return authorized(req, res) ? httplib::Server::HandlerResponse::Unhandled
+                                : httplib::Server::HandlerResponse::Handled;
   });
   http.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
@@ -183,7 +184,8 @@ void Server::Impl::routes() {
     res.set_content(R"({"status":"ok"})", "application/json");
     count(200);
   });
-  http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+  http.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
+    if (!authorized(req, res)) return;  // a GET with a body skipped the pre-routing check
     const ModelInfo& info = model->info();
     json m = {{"id", opt.model_id},
               {"object", "model"},
@@ -200,7 +202,8 @@ void Server::Impl::routes() {
     res.set_content(dump_json(json{{"object", "list"}, {"data", {m}}}), "application/json");
     count(200);
   });
-  http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+  http.Get("/metrics", [this](const httplib::Request& req, httplib::Response& res) {
+    if (!authorized(req, res)) return;
     res.set_content(metrics_text(), "text/plain; version=0.0.4");
     count(200);
   });
@@ -269,7 +272,18 @@ struct StreamState {
 };
 }  // namespace
 
+bool Server::Impl::authorized(const httplib::Request& req, httplib::Response& res) {
+  if (opt.api_key.empty() || req.path == "/health") return true;
+  const std::string auth = req.get_header_value("Authorization");
+  if (constant_time_equal(auth, "Bearer " + opt.api_key)) return true;
+  send_error(res, ApiError{401, "invalid or missing API key (send 'Authorization: Bearer <key>')",
+                           "authentication_error", "", "invalid_api_key"});
+  count(401);
+  return false;
+}
+
 void Server::Impl::handle_completion(const httplib::Request& req, httplib::Response& res, Endpoint endpoint) {
+  if (!authorized(req, res)) return;
   auto parsed = parse_completion_request(req.body, endpoint);
   if (auto* e = std::get_if<ApiError>(&parsed)) {
     send_error(res, *e);
