@@ -47,9 +47,9 @@ namespace specula::tokenizer {
 
 struct ChatTemplateLimits {
   size_t max_output_bytes = size_t{16} << 20;     // rendered prompt size
-  int64_t max_string_bytes = int64_t{256} << 20;  // all strings built while rendering
+  int64_t max_string_bytes = int64_t{64} << 20;   // all strings built while rendering
   int64_t max_loop_iterations = 1'000'000;        // all loops together; also range() length
-  int64_t max_steps = 50'000'000;                 // expression evaluations (bounds CPU time)
+  int64_t max_steps = 10'000'000;                 // expression evaluations (bounds CPU time)
   int max_depth = 500;                            // nested evaluation, incl. macro recursion
 };
 

@@ -82,6 +82,7 @@ struct Node {
   Body body, else_body;
   std::vector<std::string> params;
   std::vector<ExprPtr> defaults;  // parallel to params; null when none
+  bool uses_loop = false;         // kFor: the body or filter mentions `loop`
 };
 
 struct Template {

@@ -11,7 +11,6 @@
 #include <cstdlib>
 #include <optional>
 #include <ctime>
-#include <unordered_map>
 
 namespace specula::jinja {
 namespace {
@@ -49,7 +48,7 @@ bool contains(const char* const (&names)[N], const std::string& name) {
 
 // Throws the Undefined's own message when it is used in a way Undefined forbids.
 void check_defined(const Value& v) {
-  if (v.is_undefined()) fail(v.undefined_name.empty() ? "value is undefined" : v.undefined_name);
+  if (v.is_undefined()) fail(v.s ? *v.s : "value is undefined");
 }
 
 // Argument `index` (positional) or `name` (keyword) of a filter/test/method call.
@@ -258,7 +257,7 @@ class Interpreter {
     } scope(&budget_);
     frames_.emplace_back();
     if (context.is_dict()) {
-      for (const auto& [k, v] : context.dict->items) frames_[0][k] = v;
+      for (const auto& [k, v] : context.dict->items) frames_[0].set(k, v);
     }
     std::string out;
     out_ = &out;
@@ -267,7 +266,7 @@ class Interpreter {
   }
 
  private:
-  using Frame = std::unordered_map<std::string, Value>;
+  using Frame = Dict;  // a scope's variables (few: linear lookup is cheapest)
 
   struct DepthGuard {
     explicit DepthGuard(Interpreter& in) : in(in) {
@@ -288,19 +287,17 @@ class Interpreter {
 
   Value lookup(const std::string& name) {
     for (size_t k = frames_.size(); k-- > floor_;) {
-      auto it = frames_[k].find(name);
-      if (it != frames_[k].end()) return it->second;
+      if (const Value* v = frames_[k].find(name)) return *v;
     }
     if (floor_ > 0) {
-      auto it = frames_[0].find(name);
-      if (it != frames_[0].end()) return it->second;
+      if (const Value* v = frames_[0].find(name)) return *v;
     }
     Value g = global(name);
     if (!g.is_undefined()) return g;
     return Value::undefined("'" + name + "' is undefined");
   }
 
-  void assign(const std::string& name, Value v) { frames_.back()[name] = std::move(v); }
+  void assign(const std::string& name, Value v) { frames_.back().set(name, std::move(v)); }
 
   void count_iteration() {
     if (++iterations_ > limits_.max_loop_iterations) {
@@ -416,11 +413,37 @@ class Interpreter {
     fail("'" + v.type_name() + "' object is not iterable");
   }
 
+  // The `loop` variable of iteration k (built only when the body mentions `loop`).
+  static Value loop_object(const List& items, int64_t k) {
+    const auto len = static_cast<int64_t>(items.size());
+    Dict loop;
+    loop.items.reserve(12);
+    const auto add = [&](const char* key, Value v) { loop.items.emplace_back(key, std::move(v)); };
+    add("index", Value::integer(k + 1));
+    add("index0", Value::integer(k));
+    add("revindex", Value::integer(len - k));
+    add("revindex0", Value::integer(len - k - 1));
+    add("first", Value::boolean(k == 0));
+    add("last", Value::boolean(k == len - 1));
+    add("length", Value::integer(len));
+    add("depth", Value::integer(1));
+    add("depth0", Value::integer(0));
+    add("previtem", k > 0 ? items[static_cast<size_t>(k - 1)] : Value::undefined("there is no previous item"));
+    add("nextitem", k + 1 < len ? items[static_cast<size_t>(k + 1)] : Value::undefined("there is no next item"));
+    add("cycle", Value::callable("cycle", [k](Interpreter&, List& args, KwArgs&) {
+          if (args.empty()) fail("loop.cycle: no items given");
+          return args[static_cast<size_t>(k) % args.size()];
+        }));
+    return Value::make_dict(std::move(loop));
+  }
+
   Flow exec_for(const Node& n) {
-    List items = iterate(eval(*n.expr));
+    const Value seq = eval(*n.expr);
+    // Lists are walked in place (no copy); other iterables are materialised.
+    std::shared_ptr<const List> items_ptr = seq.is_list() ? seq.list : std::make_shared<const List>(iterate(seq));
     if (n.filter) {
       List kept;
-      for (const Value& item : items) {
+      for (const Value& item : *items_ptr) {
         count_iteration();
         frames_.emplace_back();
         bind_targets(n.targets, item);
@@ -428,31 +451,16 @@ class Interpreter {
         frames_.pop_back();
         if (keep) kept.push_back(item);
       }
-      items = std::move(kept);
+      items_ptr = std::make_shared<const List>(std::move(kept));
     }
+    const List& items = *items_ptr;
     if (items.empty()) return exec_body(n.else_body);
     const auto len = static_cast<int64_t>(items.size());
     for (int64_t k = 0; k < len; ++k) {
       count_iteration();
       frames_.emplace_back();
       bind_targets(n.targets, items[static_cast<size_t>(k)]);
-      Dict loop;
-      loop.set("index", Value::integer(k + 1));
-      loop.set("index0", Value::integer(k));
-      loop.set("revindex", Value::integer(len - k));
-      loop.set("revindex0", Value::integer(len - k - 1));
-      loop.set("first", Value::boolean(k == 0));
-      loop.set("last", Value::boolean(k == len - 1));
-      loop.set("length", Value::integer(len));
-      loop.set("depth", Value::integer(1));
-      loop.set("depth0", Value::integer(0));
-      loop.set("previtem", k > 0 ? items[static_cast<size_t>(k - 1)] : Value::undefined("there is no previous item"));
-      loop.set("nextitem", k + 1 < len ? items[static_cast<size_t>(k + 1)] : Value::undefined("there is no next item"));
-      loop.set("cycle", Value::callable("cycle", [k](Interpreter&, List& args, KwArgs&) {
-                 if (args.empty()) fail("loop.cycle: no items given");
-                 return args[static_cast<size_t>(k) % args.size()];
-               }));
-      assign("loop", Value::make_dict(std::move(loop)));
+      if (n.uses_loop) assign("loop", loop_object(items, k));
       const Flow f = exec_body(n.body);
       frames_.pop_back();
       if (f == Flow::kBreak) break;
@@ -672,8 +680,18 @@ class Interpreter {
 
   // ---- operators ----
 
+  // Fails before building a string that the remaining string budget cannot hold.
+  void reserve_bytes(size_t n) const {
+    if (static_cast<int64_t>(n) > budget_.bytes) fail("string memory limit exceeded");
+  }
+
   Value binary(const std::string& op, const Value& a, const Value& b) {
-    if (op == "~") return Value::string(to_str(a) + to_str(b));
+    if (op == "~") {
+      std::string x = to_str(a);
+      const std::string y = to_str(b);
+      reserve_bytes(x.size() + y.size());
+      return Value::string(x += y);
+    }
     check_defined(a);
     check_defined(b);
     const bool ints = a.is_integral() && b.is_integral();
@@ -681,7 +699,10 @@ class Interpreter {
     if (op == "+") {
       if (ints) return Value::integer(add_ck(a.as_int(), b.as_int()));
       if (nums) return Value::number(a.as_double() + b.as_double());
-      if (a.is_string() && b.is_string()) return Value::string(a.str_ref() + b.str_ref());
+      if (a.is_string() && b.is_string()) {
+        reserve_bytes(a.str_ref().size() + b.str_ref().size());
+        return Value::string(a.str_ref() + b.str_ref());
+      }
       if (a.is_list() && b.is_list()) {
         List out = *a.list;
         out.insert(out.end(), b.list->begin(), b.list->end());

@@ -19,9 +19,9 @@ namespace specula::jinja {
 
 struct RenderLimits {
   size_t max_output_bytes = size_t{16} << 20;   // rendered text
-  int64_t max_string_bytes = int64_t{256} << 20;  // sum of all strings built while rendering
+  int64_t max_string_bytes = int64_t{64} << 20;   // sum of all strings built while rendering
   int64_t max_loop_iterations = 1'000'000;      // all loops together (and range() length)
-  int64_t max_steps = 50'000'000;               // expression evaluations and value walks
+  int64_t max_steps = 10'000'000;               // expression evaluations and value walks
   int max_depth = 500;                          // nested evaluation (macro recursion)
 };
 

@@ -536,6 +536,33 @@ class Parser {
 
   // ---- statements ----
 
+  // Whether a tree names the variable `loop` (conservatively, nested loops included).
+  static bool mentions_loop(const Expr& e) {
+    if (e.kind == ExprKind::kName && e.name == "loop") return true;
+    for (const auto& a : e.args) {
+      if (a && mentions_loop(*a)) return true;
+    }
+    for (const auto& kv : e.kwargs) {
+      if (mentions_loop(*kv.second)) return true;
+    }
+    return false;
+  }
+  static bool mentions_loop(const Body& body) {
+    for (const auto& n : body) {
+      if ((n->expr && mentions_loop(*n->expr)) || (n->filter && mentions_loop(*n->filter)) ||
+          mentions_loop(n->body) || mentions_loop(n->else_body)) {
+        return true;
+      }
+      for (const auto& [cond, branch] : n->branches) {
+        if ((cond && mentions_loop(*cond)) || mentions_loop(branch)) return true;
+      }
+      for (const auto& d : n->defaults) {
+        if (d && mentions_loop(*d)) return true;
+      }
+    }
+    return false;
+  }
+
   // Parses nodes until one of `end_tags` opens a block (its name is consumed, the rest
   // of that tag is left to the caller) or the template ends.
   void parse_body(Body& body, const std::vector<std::string>& end_tags, std::string* ended_by) {
@@ -546,6 +573,7 @@ class Parser {
         case Tok::kText: {
           auto node = std::make_unique<Node>();
           node->kind = NodeKind::kText;
+          set_pos(*node, tok);
           node->text = tok.text;
           body.push_back(std::move(node));
           advance();
@@ -635,6 +663,7 @@ class Parser {
         parse_body(node->else_body, {"endfor"}, &ended_by);
       }
       expect_block_end();
+      node->uses_loop = mentions_loop(node->body) || (node->filter && mentions_loop(*node->filter));
     } else if (name == "set") {
       node->targets.push_back(expect_name());
       if (skip_op(".")) {

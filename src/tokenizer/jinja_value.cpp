@@ -54,7 +54,7 @@ void Dict::set(std::string key, Value v) {
 
 Value Value::undefined(std::string name) {
   Value v;
-  v.undefined_name = std::move(name);
+  if (!name.empty()) v.s = std::make_shared<const std::string>(std::move(name));
   return v;
 }
 Value Value::none() {

@@ -68,11 +68,10 @@ struct Value {
   bool b = false;
   int64_t i = 0;
   double f = 0;
-  std::shared_ptr<const std::string> s;   // kString (immutable, shared)
+  std::shared_ptr<const std::string> s;   // kString (immutable, shared); kUndefined: error message or null
   std::shared_ptr<const List> list;       // kList (immutable, shared)
   std::shared_ptr<Dict> dict;             // kDict (mutable only when is_namespace)
   std::shared_ptr<const Callable> fn;     // kCallable
-  std::string undefined_name;             // kUndefined: what was looked up, for errors
   uint32_t depth = 0;                     // nesting depth of lists/dicts (scalars 0)
   bool has_namespace = false;             // is or contains a namespace (no cycles allowed)
   bool is_tuple = false;                  // kList made by a tuple literal or items(): prints as (a, b)
