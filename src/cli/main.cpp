@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <condition_variable>
+#include <mutex>
 #include <chrono>
 #include <csignal>
 #include <cstring>
@@ -24,6 +26,8 @@
 
 #include "core/thread_pool.h"
 #include "engine/generate.h"
+#include "engine/scheduler.h"
+#include "method/draft.h"
 #include "formats/gguf.h"
 #include "kernels/kernels.h"
 #include "model/model.h"
@@ -99,7 +103,66 @@ struct GenerateArgs {
   float temp = 0.8f, top_p = 0.95f, min_p = 0.05f, repeat_penalty = 1.0f;
   uint64_t seed = 0;
   bool seed_set = false, parse_special = false, greedy = false;
+  std::string draft_model, spec;
+  int spec_depth = 4;
 };
+
+// Prints one request's tokens as text (engine thread) and waits for its end.
+class PrintSink : public RequestSink {
+ public:
+  explicit PrintSink(const tokenizer::Tokenizer& tok) : detok_(tok) {}
+  bool on_tokens(std::span<const TokenEvent> events) override {
+    for (const TokenEvent& e : events) {
+      auto piece = detok_.push(e.id);
+      if (!piece) return false;
+      std::fwrite(piece->data(), 1, piece->size(), stdout);
+    }
+    std::fflush(stdout);
+    return true;
+  }
+  void on_finish(const RequestSummary& s) override {
+    const std::string tail = detok_.finish();
+    std::fwrite(tail.data(), 1, tail.size(), stdout);
+    std::fputc('\n', stdout);
+    std::fflush(stdout);
+    std::lock_guard<std::mutex> lock(mu_);
+    summary_ = s;
+    done_ = true;
+    cv_.notify_all();
+  }
+  RequestSummary wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return done_; });
+    return summary_;
+  }
+
+ private:
+  tokenizer::StreamingDetokenizer detok_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  RequestSummary summary_;
+};
+
+// Builds the engine's draft source from --draft-model / --spec. Null when not asked for.
+Result<std::shared_ptr<DraftSource>> make_draft(const std::string& draft_model, const std::string& spec,
+                                                Model& target, int32_t rows, int64_t n_ctx) {
+  if (!spec.empty() && spec != "ngram" && spec != "draft" && spec != "none")
+    return Status::error("[cli] --spec must be ngram, draft or none, got '" + spec + "'");
+  if (spec == "none" || (spec.empty() && draft_model.empty())) return std::shared_ptr<DraftSource>();
+  if (spec == "ngram") return std::shared_ptr<DraftSource>(make_ngram_draft());
+  if (draft_model.empty()) return Status::error("[cli] --spec draft needs --draft-model FILE");
+  auto path = resolve_model(draft_model);
+  if (!path) return path.status();
+  ModelOptions mo;
+  mo.pool = target.pool();
+  auto dm = load_model(*path, mo);
+  if (!dm) return dm.status();
+  SPECULA_RETURN_IF_ERROR(check_same_vocabulary(target, **dm));
+  auto d = make_model_draft(std::move(dm).value(), rows, n_ctx);
+  if (!d) return d.status();
+  return std::shared_ptr<DraftSource>(std::move(d).value());
+}
 
 int run_generate(const GenerateArgs& a) {
   auto l = load(a.model, a.threads);
@@ -110,39 +173,34 @@ int run_generate(const GenerateArgs& a) {
   if (static_cast<int64_t>(ids.size()) >= n_ctx)
     return fail("[cli] prompt of " + std::to_string(ids.size()) + " tokens does not fit the context of " +
                 std::to_string(n_ctx) + " (raise --ctx)");
-  auto cache = model.new_cache(1, n_ctx);
-  if (!cache) return fail(cache.message());
-  GenerateRequest req;
+  EngineOptions eo;
+  eo.n_rows = 1;
+  eo.n_ctx = n_ctx;
+  eo.step_tokens = 512;
+  eo.eog_ids = end_of_generation_ids(l->tok->vocab(), model.file());
+  eo.spec_depth = a.spec_depth;
+  auto draft = make_draft(a.draft_model, a.spec, model, 1, n_ctx);
+  if (!draft) return fail(draft.message());
+  eo.draft = std::move(draft).value();
+  auto engine = Engine::create(model, eo);
+  if (!engine) return fail(engine.message());
+  EngineRequest req;
   req.prompt = ids;
-  req.max_tokens = a.n_predict;
+  req.max_tokens = static_cast<int32_t>(std::min<int64_t>(a.n_predict, n_ctx - static_cast<int64_t>(ids.size())));
   req.sampling.temperature = a.greedy ? 0.0f : a.temp;
   req.sampling.top_k = a.top_k;
   req.sampling.top_p = a.top_p;
   req.sampling.min_p = a.min_p;
   req.sampling.repeat_penalty = a.repeat_penalty;
   req.sampling.seed = a.seed_set ? a.seed : std::random_device{}();
-  req.eog_ids = end_of_generation_ids(l->tok->vocab(), model.file());
-  tokenizer::StreamingDetokenizer detok(*l->tok);
+  auto sink = std::make_shared<PrintSink>(*l->tok);
   std::fputs(a.prompt.c_str(), stdout);
   std::fflush(stdout);
-  std::string err;
-  auto res = generate(model, *cache, 0, req, [&](int32_t id) {
-    auto piece = detok.push(id);
-    if (!piece) {
-      err = piece.message();
-      return false;
-    }
-    std::fwrite(piece->data(), 1, piece->size(), stdout);
-    std::fflush(stdout);
-    return true;
-  });
-  const std::string tail = detok.finish();
-  std::fwrite(tail.data(), 1, tail.size(), stdout);
-  std::fputc('\n', stdout);
-  std::fflush(stdout);
-  if (!res) return fail(res.message());
-  if (!err.empty()) return fail(err);
-  if (res->finish == FinishReason::kContextFull)
+  Submission sub = (*engine)->submit(std::move(req), sink);
+  if (sub.error != SubmitError::kNone) return fail(sub.message);
+  const RequestSummary res = sink->wait();
+  if (res.outcome == Outcome::kFailed) return fail(res.error);
+  if (res.outcome == Outcome::kLength && res.n_generated < a.n_predict)
     std::fprintf(stderr, "[specula] stopped: the context of %lld tokens is full (raise --ctx)\n",
                  static_cast<long long>(n_ctx));
   std::fprintf(stderr, "[specula] model %s (%s), %d thread(s), ISA %s\n", model.info().name.c_str(),
@@ -150,12 +208,18 @@ int run_generate(const GenerateArgs& a) {
                kernels::active().isa);
   std::fprintf(stderr, "[specula] load: %.3f s\n", l->load_seconds);
   std::fprintf(stderr, "[specula] prompt: %lld tokens, prefill %.3f s (%.2f tokens/s)\n",
-               static_cast<long long>(res->n_prompt), res->prefill_seconds,
-               res->n_prompt / std::max(1e-9, res->prefill_seconds));
-  const int64_t n_dec = std::max<int64_t>(0, res->n_generated - 1);
+               static_cast<long long>(res.n_prompt), res.prefill_seconds,
+               res.n_prompt / std::max(1e-9, res.prefill_seconds));
+  const int64_t n_dec = std::max<int64_t>(0, res.n_generated - 1);
   std::fprintf(stderr, "[specula] generated: %lld tokens, decode %.3f s (%.2f tokens/s)\n",
-               static_cast<long long>(res->n_generated), res->decode_seconds,
-               n_dec / std::max(1e-9, res->decode_seconds));
+               static_cast<long long>(res.n_generated), res.decode_seconds,
+               n_dec / std::max(1e-9, res.decode_seconds));
+  if (res.spec_rounds > 0)
+    std::fprintf(stderr, "[specula] speculative (%s, depth %d): %lld drafted, %lld accepted (%.1f%%), "
+                 "%.2f tokens per verify round\n", eo.draft->name().c_str(), a.spec_depth,
+                 static_cast<long long>(res.drafted), static_cast<long long>(res.accepted),
+                 100.0 * static_cast<double>(res.accepted) / std::max<int64_t>(1, res.drafted),
+                 static_cast<double>(res.accepted + res.spec_rounds) / static_cast<double>(res.spec_rounds));
   return 0;
 }
 
@@ -420,6 +484,9 @@ int main(int argc, char** argv) {
   gen->add_option("-c,--ctx", g.ctx, "Context size in tokens (default 4096, at most the model's)")->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
   gen->add_flag("--parse-special", g.parse_special, "Parse special tokens (e.g. <start_of_turn>) in the prompt");
   gen->add_flag("--greedy", g.greedy, "Greedy decoding (same as --temp 0)");
+  gen->add_option("--draft-model", g.draft_model, "Speculative decoding with this draft model (same vocabulary)");
+  gen->add_option("--spec", g.spec, "Draft source: ngram (prompt lookup), draft (needs --draft-model), none");
+  gen->add_option("--spec-depth", g.spec_depth, "Drafted tokens per verify step (default 4)")->check(CLI::Range(1, 32));
 
   BenchArgs b;
   auto* bench = app.add_subcommand("bench", "Measure prefill and decode tokens/s (like llama-bench)");

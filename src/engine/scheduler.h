@@ -31,6 +31,7 @@
 #include <utility>
 #include <vector>
 
+#include "method/draft.h"
 #include "method/sampler.h"
 #include "model/model.h"
 #include "specula/status.h"
@@ -43,6 +44,7 @@ struct EngineRequest {
   SamplingParams sampling;
   int32_t top_logprobs = -1;    // -1: no logprobs; 0..20: the sampled token's logprob plus k alternatives
   bool ignore_eos = false;      // keep going past end-of-generation tokens
+  bool speculative = true;      // use the engine's draft source (if any) for this request
 };
 
 // One generated token as delivered to a sink.
@@ -63,6 +65,10 @@ struct RequestSummary {
   double queue_seconds = 0;   // submit -> admitted
   double prefill_seconds = 0; // admitted -> first token
   double decode_seconds = 0;  // first token -> finish
+  // Speculation (zero when the request did not speculate).
+  int64_t spec_rounds = 0;    // verify forwards that carried drafts for this request
+  int64_t drafted = 0;        // draft tokens proposed
+  int64_t accepted = 0;       // draft tokens accepted
 };
 
 // The consumer of one request. Called on the engine thread: keep it short, never block.
@@ -102,6 +108,11 @@ struct EngineOptions {
   int64_t step_tokens = 512;   // per-step token budget (decode rows + prompt chunks)
   int32_t max_queue = 64;      // waiting requests beyond the running rows; more -> kBusy
   std::vector<int32_t> eog_ids;  // end-of-generation tokens
+  // Speculative decoding (DESIGN.md "Speculative round"): when set, every decoding row of
+  // a request that allows it gets up to spec_depth drafted tokens per step, verified in
+  // the same single forward as the other rows. Exact-match acceptance: lossless.
+  std::shared_ptr<DraftSource> draft;
+  int32_t spec_depth = 4;
 };
 
 // Prometheus-style histogram: cumulative counts per upper bound, plus sum and count.
@@ -119,6 +130,7 @@ struct EngineStats {
   uint64_t rejected_invalid = 0, rejected_busy = 0;
   uint64_t prompt_tokens = 0, generated_tokens = 0;
   uint64_t steps = 0;
+  uint64_t spec_rounds = 0, drafted = 0, accepted = 0;  // row-rounds with drafts, draft tokens, accepted drafts
   int64_t queue_depth = 0, running_rows = 0;
   int32_t n_rows = 0;
   Histogram step_seconds, batch_rows, batch_tokens;
@@ -159,6 +171,7 @@ class Engine {
     double submitted = 0;
   };
   struct Active {
+    Active(Pending pending, Sampler s) : p(std::move(pending)), sampler(std::move(s)) {}
     Pending p;
     Sampler sampler;
     int32_t row = -1;
@@ -166,6 +179,8 @@ class Engine {
     int32_t next = -1;       // decoding: the token to feed next
     int64_t n_generated = 0;
     double admitted = 0, first_token = 0;
+    std::vector<int32_t> context;  // prompt + emitted tokens (back() == next while decoding)
+    int64_t spec_rounds = 0, drafted = 0, accepted = 0;
   };
 
   Engine(Model& model, EngineOptions options, KvCache cache);
