@@ -9,6 +9,7 @@
 #include <mutex>
 #include <random>
 #include <sstream>
+#include <thread>
 
 #include "engine/generate.h"
 #include "server/completion_stream.h"
@@ -46,6 +47,7 @@ struct Server::Impl {
   std::unique_ptr<Engine> engine;
   httplib::Server http;
   std::atomic<uint64_t> next_id{1};
+  std::atomic<bool> stop_requested{false};  // stop() was called (maybe before serve())
   std::mt19937_64 seed_rng{std::random_device{}()};
   std::mutex seed_mu;
   // HTTP outcome counters for /metrics.
@@ -122,7 +124,23 @@ Status Server::bind() {
   return Status::ok();
 }
 
-void Server::serve() { impl_->http.listen_after_bind(); }
+// stop() may come (from a signal handler) before listen_after_bind() has set httplib's
+// running flag, when httplib's own stop() does nothing; a watcher repeats it once the
+// loop runs, so a SIGTERM right after start is never lost.
+void Server::serve() {
+  Impl& im = *impl_;
+  if (im.stop_requested.load()) return;
+  std::atomic<bool> done{false};
+  std::thread watcher([&im, &done] {
+    while (!done.load()) {
+      if (im.stop_requested.load() && im.http.is_running()) im.http.stop();
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  });
+  im.http.listen_after_bind();
+  done.store(true);
+  watcher.join();
+}
 
 Status Server::listen() {
   SPECULA_RETURN_IF_ERROR(bind());
@@ -130,13 +148,19 @@ Status Server::listen() {
   return Status::ok();
 }
 
-void Server::stop() { impl_->http.stop(); }
+void Server::stop() {
+  impl_->stop_requested.store(true);
+  impl_->http.stop();
+}
 
 void Server::Impl::routes() {
   const size_t threads = static_cast<size_t>(2 * (opt.engine.n_rows + opt.engine.max_queue) + 8);
   http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   http.set_payload_max_length(opt.max_body_bytes);
-  http.set_keep_alive_timeout(30);
+  // Shutdown waits for every worker, and a worker holding an idle keep-alive connection
+  // notices only when this timeout ends (cpp-httplib 0.11): keep it short, so SIGTERM
+  // stops the server in seconds, not half a minute.
+  http.set_keep_alive_timeout(5);
   http.set_read_timeout(30);
   http.set_write_timeout(30);
 
@@ -352,6 +376,7 @@ void Server::Impl::handle_completion(const httplib::Request& req, httplib::Respo
     std::vector<TokenLogprob> lps;
     CompletionStream::Update u;
     for (;;) {
+      if (stop_requested.load()) sub.handle->cancel();  // shutting down: don't hold it up
       u = stream->wait(std::chrono::milliseconds(500));
       text += u.text;
       for (auto& l : u.logprobs) lps.push_back(std::move(l));
@@ -386,11 +411,12 @@ void Server::Impl::handle_completion(const httplib::Request& req, httplib::Respo
   count(200);
   res.set_chunked_content_provider(
       "text/event-stream",
-      [st, endpoint](size_t, httplib::DataSink& sink) {
+      [this, st, endpoint](size_t, httplib::DataSink& sink) {
         if (st->done) {
           sink.done();
           return true;
         }
+        if (stop_requested.load()) st->handle->cancel();  // shutting down: end the stream now
         CompletionStream::Update u = st->stream->wait(std::chrono::milliseconds(250));
         std::string out;
         const bool want_lp = st->params.logprobs >= 0;
@@ -408,6 +434,9 @@ void Server::Impl::handle_completion(const httplib::Request& req, httplib::Respo
         if (u.finished) {
           if (u.summary.outcome == Outcome::kFailed) {
             out += sse(error_body(ApiError{500, "generation failed: " + u.summary.error, "server_error", "", ""}));
+          } else if (u.summary.outcome == Outcome::kCancelled) {
+            // Not a finish the client asked for (the server is stopping): say so, not "stop".
+            out += sse(error_body(ApiError{503, "generation cancelled: the server is shutting down", "server_error", "", ""}));
           } else {
             const std::string reason = u.summary.outcome == Outcome::kLength ? "length" : "stop";
             out += endpoint == Endpoint::kChat
