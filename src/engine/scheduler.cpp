@@ -51,6 +51,8 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, EngineOptions optio
     return Status::error("[engine] step token budget " + std::to_string(options.step_tokens) +
                          " must be at least the row count " + std::to_string(options.n_rows));
   if (options.max_queue < 0) return Status::error("[engine] queue limit must be >= 0");
+  if (options.draft && (options.spec_depth < 1 || options.spec_depth > 32))
+    return Status::error("[engine] speculative depth must be in [1, 32], got " + std::to_string(options.spec_depth));
   auto cache = model.new_cache(options.n_rows, options.n_ctx);
   if (!cache) return cache.status();
   return std::unique_ptr<Engine>(new Engine(model, std::move(options), std::move(cache).value()));
@@ -186,6 +188,7 @@ void Engine::loop() {
       for (int32_t id : p.request.prompt) sampler.accept(id);
       Active a{std::move(p), std::move(sampler)};
       a.admitted = now;
+      a.context = a.p.request.prompt;
       // Commit: take a free row.
       a.row = free_rows_.back();
       free_rows_.pop_back();
@@ -204,131 +207,11 @@ void Engine::loop() {
   }
 }
 
-bool Engine::step() {
-  const double t0 = now_seconds();
-  const int64_t E = model_->info().n_embd;
-  const int32_t n_vocab = static_cast<int32_t>(model_->info().n_vocab);
-  ids_.clear();
-  rows_.clear();
-  counts_.clear();
-  std::vector<size_t> members;       // running_ index of each batch row
-  std::vector<int64_t> logit_token;  // packed token index whose logits are needed, or -1
-  int64_t n_decode = 0;
-  for (size_t i = 0; i < running_.size(); ++i) {
-    Active& a = running_[i];
-    if (a.prefilled < static_cast<int64_t>(a.p.request.prompt.size())) continue;
-    members.push_back(i);
-    rows_.push_back(a.row);
-    counts_.push_back(1);
-    logit_token.push_back(static_cast<int64_t>(ids_.size()));
-    ids_.push_back(a.next);
-    ++n_decode;
-  }
-  // Prompt chunks under the step budget, first admitted first; at least one token of
-  // progress per step for the oldest prefilling row.
-  int64_t budget = std::max<int64_t>(options_.step_tokens - n_decode, 1);
-  for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
-    Active& a = running_[i];
-    const int64_t n_prompt = static_cast<int64_t>(a.p.request.prompt.size());
-    if (a.prefilled >= n_prompt) continue;
-    const int64_t n = std::min(n_prompt - a.prefilled, budget);
-    budget -= n;
-    members.push_back(i);
-    rows_.push_back(a.row);
-    counts_.push_back(n);
-    ids_.insert(ids_.end(), a.p.request.prompt.begin() + a.prefilled, a.p.request.prompt.begin() + a.prefilled + n);
-    logit_token.push_back(a.prefilled + n == n_prompt ? static_cast<int64_t>(ids_.size()) - 1 : -1);
-  }
-  if (members.empty()) return false;
-
-  Batch batch;
-  batch.B = static_cast<int32_t>(members.size());
-  batch.ids = ids_.data();
-  batch.rows = rows_.data();
-  batch.n_tokens = counts_.data();
-  Status st = model_->forward(batch, cache_, hidden_);
-  if (!st.is_ok()) {
-    // The group's state is not trustworthy after a failed step: fail its requests.
-    std::vector<size_t> order(members);
-    std::sort(order.rbegin(), order.rend());
-    for (size_t i : order) finish(i, Outcome::kFailed, st.message());
-    return true;
-  }
-  // One logits projection for every row that samples this step.
-  std::vector<size_t> sampling;  // batch row b
-  for (size_t b = 0; b < members.size(); ++b)
-    if (logit_token[b] >= 0) sampling.push_back(b);
-  const int64_t n_out = static_cast<int64_t>(sampling.size());
-  if (n_out > 0) {
-    logit_hidden_.resize(static_cast<size_t>(n_out * E));
-    for (int64_t j = 0; j < n_out; ++j)
-      std::memcpy(logit_hidden_.data() + j * E, hidden_.data() + logit_token[sampling[j]] * E, E * sizeof(float));
-    logits_.resize(static_cast<size_t>(n_out) * n_vocab);
-    model_->project_logits(logit_hidden_.data(), n_out, logits_.data());
-  }
-  for (size_t b = 0; b < members.size(); ++b) {
-    Active& a = running_[members[b]];
-    if (a.prefilled < static_cast<int64_t>(a.p.request.prompt.size())) a.prefilled += counts_[b];
-  }
-  const double t_forward = now_seconds();
-  std::vector<std::pair<size_t, Outcome>> done;
-  for (int64_t j = 0; j < n_out; ++j) {
-    const size_t idx = members[sampling[j]];
-    Active& a = running_[idx];
-    if (a.p.handle->cancelled()) {
-      done.push_back({idx, Outcome::kCancelled});
-      continue;
-    }
-    const float* lg = logits_.data() + j * n_vocab;
-    TokenEvent ev;
-    ev.id = a.sampler.sample(lg, n_vocab);
-    a.sampler.accept(ev.id);
-    ++a.n_generated;
-    if (a.first_token == 0) a.first_token = t_forward;
-    const EngineRequest& r = a.p.request;
-    if (r.top_logprobs >= 0) {
-      ev.logprob = token_logprob(lg, n_vocab, ev.id);
-      if (r.top_logprobs > 0) ev.top = top_logprobs(lg, n_vocab, r.top_logprobs);
-    }
-    const bool eog = !r.ignore_eos &&
-                     std::find(options_.eog_ids.begin(), options_.eog_ids.end(), ev.id) != options_.eog_ids.end();
-    if (eog) {
-      done.push_back({idx, Outcome::kStop});
-      continue;
-    }
-    bool keep = true;
-    try {
-      keep = a.p.sink->on_tokens(std::span<const TokenEvent>(&ev, 1));
-    } catch (...) {
-      done.push_back({idx, Outcome::kFailed});
-      continue;
-    }
-    if (!keep) {
-      done.push_back({idx, Outcome::kStop});
-    } else if (a.n_generated >= r.max_tokens || cache_.length(a.row) + 1 > cache_.n_ctx()) {
-      done.push_back({idx, Outcome::kLength});
-    } else {
-      a.next = ev.id;
-    }
-  }
-  {
-    std::lock_guard<std::mutex> lock(wakeup_->mu);
-    ++stats_.steps;
-    stats_.generated_tokens += static_cast<uint64_t>(n_out);
-    stats_.step_seconds.observe(now_seconds() - t0);
-    stats_.batch_rows.observe(static_cast<double>(members.size()));
-    stats_.batch_tokens.observe(static_cast<double>(ids_.size()));
-  }
-  std::sort(done.begin(), done.end(), [](const auto& x, const auto& y) { return x.first > y.first; });
-  for (const auto& [idx, outcome] : done)
-    finish(idx, outcome, outcome == Outcome::kFailed ? "[engine] the request's consumer failed" : "");
-  return true;
-}
-
 void Engine::finish(size_t index, Outcome outcome, std::string error) {
   Active a = std::move(running_[index]);
   running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(index));
   cache_.clear(a.row);
+  if (options_.draft) options_.draft->release(a.row);
   free_rows_.push_back(a.row);
   const double now = now_seconds();
   RequestSummary sum;
@@ -339,6 +222,9 @@ void Engine::finish(size_t index, Outcome outcome, std::string error) {
   sum.queue_seconds = a.admitted - a.p.submitted;
   sum.prefill_seconds = a.first_token > 0 ? a.first_token - a.admitted : now - a.admitted;
   sum.decode_seconds = a.first_token > 0 ? now - a.first_token : 0;
+  sum.spec_rounds = a.spec_rounds;
+  sum.drafted = a.drafted;
+  sum.accepted = a.accepted;
   {
     std::lock_guard<std::mutex> lock(wakeup_->mu);
     ++stats_.finished[static_cast<int>(outcome)];
