@@ -8,11 +8,6 @@
 
 namespace specula {
 
-struct EngineWakeup {
-  std::mutex mu;
-  std::condition_variable cv;
-};
-
 namespace {
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();

@@ -84,7 +84,11 @@ class RequestSink {
 };
 
 class Engine;
-struct EngineWakeup;  // the loop's mutex + condition variable, shared with handles
+// The loop's mutex + condition variable, shared with handles (which may outlive the engine).
+struct EngineWakeup {
+  std::mutex mu;
+  std::condition_variable cv;
+};
 
 // Shared between the submitter and the engine. cancel() is thread-safe and idempotent; the
 // engine retires the row at its next step boundary.
