@@ -1,6 +1,7 @@
 // server/openai_api.cpp — see openai_api.h.
 #include "server/openai_api.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -9,10 +10,40 @@ namespace {
 
 using nlohmann::json;
 
+// A value for an error message: scalars as JSON (cut to 60 bytes), arrays and objects by
+// size only — dumping them whole would recurse once per nesting level and copy them.
 std::string shown(const json& v) {
+  if (v.is_array()) return v.empty() ? "[]" : "an array of " + std::to_string(v.size()) + " items";
+  if (v.is_object()) return v.empty() ? "{}" : "an object";
   std::string s = dump_json(v);
   if (s.size() > 60) s = s.substr(0, 57) + "...";
   return s;
+}
+
+// Deepest array/object nesting accepted. nlohmann's parser and destructor are iterative,
+// but copying, dumping and template rendering recurse once per level, so a body of 100k
+// '[' would overflow a worker's stack.
+constexpr int kMaxDepth = 64;
+
+// Nesting depth of the JSON text (brackets outside strings), stopping past `limit`.
+int nesting_depth(const std::string& body, int limit) {
+  int depth = 0, deepest = 0;
+  bool in_string = false, escaped = false;
+  for (char ch : body) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (ch == '\\') escaped = true;
+      else if (ch == '"') in_string = false;
+    } else if (ch == '"') {
+      in_string = true;
+    } else if (ch == '[' || ch == '{') {
+      deepest = std::max(deepest, ++depth);
+      if (deepest > limit) return deepest;
+    } else if (ch == ']' || ch == '}') {
+      --depth;
+    }
+  }
+  return deepest;
 }
 
 struct Parser {
@@ -109,6 +140,9 @@ nlohmann::json error_body(const ApiError& e) {
 }
 
 std::variant<CompletionParams, ApiError> parse_completion_request(const std::string& body, Endpoint endpoint) {
+  if (nesting_depth(body, kMaxDepth) > kMaxDepth)
+    return ApiError{400, "the request body nests arrays/objects deeper than " + std::to_string(kMaxDepth) + " levels",
+                    "invalid_request_error", "", ""};
   json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return ApiError{400, "the request body is not valid JSON", "invalid_request_error", "", ""};
   if (!j.is_object()) return ApiError{400, "the request body must be a JSON object", "invalid_request_error", "", ""};
