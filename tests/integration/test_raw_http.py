@@ -1,0 +1,271 @@
+"""tests/integration/test_raw_http.py — `specula serve` over raw HTTP (http.client): every
+refusal is the right status with an OpenAI error body {"error": {"message", "type",
+"param", "code"}} (invalid JSON, non-object bodies, wrong types per field, unknown model,
+max_tokens <= 0, ids outside the vocabulary, prompt + max_tokens beyond --ctx, a body over
+--max-body, top_logprobs > 20, more than 4 stop strings, unknown routes); SSE framing
+(Content-Type, `data: <json>\\n\\n` events, `data: [DONE]` last, chunk objects, the first
+chat chunk's role); 429 with a JSON error when the queue is full (--parallel 1 --queue 0
+while one stream holds the only row).
+Does not: use the openai client (test_openai_client.py) or fuzz (test_fuzz.py).
+Exit 0 pass, 1 fail, 77 skip (no model).
+"""
+
+import json
+import os
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import specula_server as ss  # noqa: E402
+from specula_server import check  # noqa: E402
+
+CTX = 128
+MAX_BODY = 4096
+C = "/v1/completions"
+CH = "/v1/chat/completions"
+MSG = [{"role": "user", "content": "hi"}]
+
+
+def bad_requests():
+    """(route, body, status, param or None, what)."""
+    cases = [
+        (C, "{", 400, None, "invalid JSON"),
+        (C, '{"prompt": "hi",}', 400, None, "trailing comma"),
+        (C, "", 400, None, "empty body"),
+        (C, "[1, 2]", 400, None, "array body"),
+        (C, '"hello"', 400, None, "string body"),
+        (C, "42", 400, None, "number body"),
+        (C, "null", 400, None, "null body"),
+        (CH, "[]", 400, None, "chat: array body"),
+        (C, {"max_tokens": 2}, 400, "prompt", "missing prompt"),
+        (C, {"prompt": 5, "max_tokens": 2}, 400, "prompt", "prompt number"),
+        (C, {"prompt": {"a": 1}, "max_tokens": 2}, 400, "prompt", "prompt object"),
+        (C, {"prompt": [], "max_tokens": 2}, 400, "prompt", "prompt empty array"),
+        (C, {"prompt": ["a", "b"], "max_tokens": 2}, 400, "prompt", "several prompts"),
+        (C, {"prompt": [2, "x"], "max_tokens": 2}, 400, "prompt", "mixed prompt array"),
+        (C, {"prompt": [2, 1.5], "max_tokens": 2}, 400, "prompt", "float id"),
+        (C, {"prompt": [2, 262144], "max_tokens": 2}, 400, "prompt", "id == vocab size"),
+        (C, {"prompt": [2, 10 ** 12], "max_tokens": 2}, 400, "prompt", "huge id"),
+        (C, {"prompt": [2, -1], "max_tokens": 2}, 400, "prompt", "negative id"),
+        (C, {"prompt": "", "max_tokens": 2, "model": 5}, 400, "model", "model number"),
+        (C, {"prompt": "hi", "max_tokens": 2, "model": "gpt-4o"}, 400, "model", "unknown model"),
+        (CH, {"messages": MSG, "max_tokens": 2, "model": "nope"}, 400, "model", "chat: unknown model"),
+        (C, {"prompt": "hi", "max_tokens": 0}, 400, "max_tokens", "max_tokens 0"),
+        (C, {"prompt": "hi", "max_tokens": -5}, 400, "max_tokens", "max_tokens negative"),
+        (C, {"prompt": "hi", "max_tokens": "8"}, 400, "max_tokens", "max_tokens string"),
+        (C, {"prompt": "hi", "max_tokens": 2.5}, 400, "max_tokens", "max_tokens fraction"),
+        (C, {"prompt": "hi", "max_tokens": True}, 400, "max_tokens", "max_tokens bool"),
+        (C, {"prompt": "hi", "max_tokens": 10 ** 20}, 400, "max_tokens", "max_tokens huge"),
+        (CH, {"messages": MSG, "max_completion_tokens": 0}, 400, "max_completion_tokens", "max_completion_tokens 0"),
+        (C, {"prompt": "hi", "max_tokens": 2, "temperature": "hot"}, 400, "temperature", "temperature string"),
+        (C, {"prompt": "hi", "max_tokens": 2, "temperature": -0.1}, 400, "temperature", "temperature < 0"),
+        (C, {"prompt": "hi", "max_tokens": 2, "temperature": 2.5}, 400, "temperature", "temperature > 2"),
+        (C, {"prompt": "hi", "max_tokens": 2, "top_p": [1]}, 400, "top_p", "top_p array"),
+        (C, {"prompt": "hi", "max_tokens": 2, "top_p": 0}, 400, "top_p", "top_p 0"),
+        (C, {"prompt": "hi", "max_tokens": 2, "top_p": 1.5}, 400, "top_p", "top_p > 1"),
+        (C, {"prompt": "hi", "max_tokens": 2, "min_p": "x"}, 400, "min_p", "min_p string"),
+        (C, {"prompt": "hi", "max_tokens": 2, "top_k": "x"}, 400, "top_k", "top_k string"),
+        (C, {"prompt": "hi", "max_tokens": 2, "top_k": -2}, 400, "top_k", "top_k < -1"),
+        (C, {"prompt": "hi", "max_tokens": 2, "presence_penalty": 3}, 400, "presence_penalty", "presence_penalty"),
+        (C, {"prompt": "hi", "max_tokens": 2, "frequency_penalty": "x"}, 400, "frequency_penalty", "freq penalty"),
+        (C, {"prompt": "hi", "max_tokens": 2, "repeat_penalty": 0}, 400, "repeat_penalty", "repeat_penalty 0"),
+        (C, {"prompt": "hi", "max_tokens": 2, "seed": "x"}, 400, "seed", "seed string"),
+        (C, {"prompt": "hi", "max_tokens": 2, "seed": 1.5}, 400, "seed", "seed fraction"),
+        (C, {"prompt": "hi", "max_tokens": 2, "n": 2}, 400, "n", "n 2"),
+        (C, {"prompt": "hi", "max_tokens": 2, "n": "1"}, 400, "n", "n string"),
+        (C, {"prompt": "hi", "max_tokens": 2, "stream": "yes"}, 400, "stream", "stream string"),
+        (C, {"prompt": "hi", "max_tokens": 2, "stream": 1}, 400, "stream", "stream int"),
+        (C, {"prompt": "hi", "max_tokens": 2, "ignore_eos": "x"}, 400, "ignore_eos", "ignore_eos string"),
+        (C, {"prompt": "hi", "max_tokens": 2, "stop": 5}, 400, "stop", "stop number"),
+        (C, {"prompt": "hi", "max_tokens": 2, "stop": ["a", 1]}, 400, "stop", "stop array with number"),
+        (C, {"prompt": "hi", "max_tokens": 2, "stop": ["a", "b", "c", "d", "e"]}, 400, "stop", "5 stop strings"),
+        (CH, {"messages": MSG, "max_tokens": 2, "stop": list("abcde")}, 400, "stop", "chat: 5 stop strings"),
+        (C, {"prompt": "hi", "max_tokens": 2, "stream": True, "stream_options": 5}, 400, "stream_options", "so"),
+        (C, {"prompt": "hi", "max_tokens": 2, "stream_options": {"include_usage": "y"}}, 400, "stream_options", "iu"),
+        (C, {"prompt": "hi", "max_tokens": 2, "logprobs": 21}, 400, "logprobs", "logprobs 21"),
+        (C, {"prompt": "hi", "max_tokens": 2, "logprobs": -1}, 400, "logprobs", "logprobs -1"),
+        (C, {"prompt": "hi", "max_tokens": 2, "logprobs": "5"}, 400, "logprobs", "logprobs string"),
+        (C, {"prompt": "hi", "max_tokens": 2, "top_logprobs": 21}, 400, "top_logprobs", "top_logprobs 21"),
+        (CH, {"messages": MSG, "max_tokens": 2, "logprobs": True, "top_logprobs": 21}, 400, "top_logprobs",
+         "chat: top_logprobs 21"),
+        (CH, {"messages": MSG, "max_tokens": 2, "logprobs": 3}, 400, "logprobs", "chat: logprobs int"),
+        (CH, {"messages": MSG, "max_tokens": 2, "top_logprobs": 3}, 400, "top_logprobs", "chat: top_logprobs alone"),
+        (C, {"prompt": "hi", "max_tokens": 2, "logit_bias": 5}, 400, "logit_bias", "logit_bias number"),
+        (C, {"prompt": "hi", "max_tokens": 2, "logit_bias": {"abc": 1}}, 400, "logit_bias", "logit_bias key"),
+        (C, {"prompt": "hi", "max_tokens": 2, "logit_bias": {"5": "x"}}, 400, "logit_bias", "logit_bias value"),
+        (C, {"prompt": "hi", "max_tokens": 2, "logit_bias": {"5": 1000}}, 400, "logit_bias", "logit_bias big"),
+        (C, {"prompt": "hi", "max_tokens": 2, "logit_bias": {"300000": 1}}, 400, None, "logit_bias id > vocab"),
+        (CH, {"max_tokens": 2}, 400, "messages", "chat: no messages"),
+        (CH, {"messages": "hi", "max_tokens": 2}, 400, "messages", "chat: messages string"),
+        (CH, {"messages": [], "max_tokens": 2}, 400, "messages", "chat: messages empty"),
+        (CH, {"messages": [5], "max_tokens": 2}, 400, "messages", "chat: message number"),
+        (CH, {"messages": [{"content": "x"}], "max_tokens": 2}, 400, "messages", "chat: no role"),
+        (CH, {"messages": [{"role": 5, "content": "x"}], "max_tokens": 2}, 400, "messages", "chat: role number"),
+        (CH, {"messages": [{"role": "robot", "content": "x"}], "max_tokens": 2}, 400, "messages", "chat: bad role"),
+        (CH, {"messages": [{"role": "user", "content": 5}], "max_tokens": 2}, 400, "messages", "chat: content num"),
+        (CH, {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}],
+              "max_tokens": 2}, 400, "messages", "chat: image part"),
+        (CH, {"messages": [{"role": "user", "content": [{"type": "text"}]}], "max_tokens": 2}, 400, "messages",
+         "chat: text part without text"),
+        (CH, {"messages": [{"role": "user", "content": [5]}], "max_tokens": 2}, 400, "messages", "chat: part num"),
+        # Context: prompt + max_tokens beyond --ctx (the default max_tokens fills the context,
+        # so a prompt as long as the context is refused too).
+        (C, {"prompt": [2] * 100, "max_tokens": 100}, 400, "max_tokens", "prompt + max_tokens > ctx"),
+        (C, {"prompt": [2] * CTX}, 400, "prompt", "prompt == ctx, no max_tokens"),
+        (C, {"prompt": [2] * (CTX + 5), "max_tokens": 1}, 400, None, "prompt > ctx"),
+    ]
+    return cases
+
+
+def test_errors(srv, stats):
+    for route, body, status, param, what in bad_requests():
+        st, headers, data = srv.post(route, body)
+        e = ss.check_error_body(st, data, status, f"{what} ({route})", param)
+        check(headers.get("content-type", "").startswith("application/json"), f"{what}: content type {headers}")
+        if what == "unknown model":
+            check("gpt-4o" in e["message"], f"unknown model message: {e['message']}")
+        if "ctx" in what:
+            check(e["code"] == "context_length_exceeded", f"{what}: code {e['code']}")
+        stats["errors"] += 1
+    # A non-UTF-8 body.
+    st, _, data = srv.post(C, b'{"prompt": "\xff\xfe", "max_tokens": 1, "temperature": "x"}')
+    ss.check_error_body(st, data, 400, "invalid UTF-8 body")
+    # A body over --max-body: 413 on both routes, with and without a declared length.
+    big = json.dumps({"prompt": "x" * (MAX_BODY + 100), "max_tokens": 1})
+    for route in (C, CH):
+        st, _, data = srv.post(route, big)
+        ss.check_error_body(st, data, 413, f"body over --max-body ({route})")
+    stats["errors"] += 3
+    # Unknown routes: 404 with a JSON error.
+    for method, path in (("GET", "/nope"), ("POST", "/v1/nope"), ("GET", "/v1/engines"), ("DELETE", "/v1/models")):
+        st, _, data = srv.request(method, path, b"{}" if method == "POST" else None)
+        check(st in (404, 405), f"{method} {path}: {st}")
+        ss.check_error_body(st, data, st, f"{method} {path}")
+        stats["errors"] += 1
+    st, _, data = srv.request("GET", C)
+    check(st in (404, 405), f"GET {C}: {st}")
+    ss.check_error_body(st, data, st, f"GET {C}")
+
+
+def test_sse(srv, stats):
+    # Completions.
+    st, headers, raw, events = srv.stream(C, {"prompt": "Hello", "max_tokens": 6, "temperature": 0, "stream": True,
+                                              "stream_options": {"include_usage": True}})
+    check(st == 200, f"stream status {st}: {raw[:200]!r}")
+    check(headers.get("content-type", "").startswith("text/event-stream"), f"content type {headers}")
+    objs = [json.loads(e) for e in events[:-1]]
+    check(len(objs) >= 3, f"too few events: {events}")
+    ids = {o["id"] for o in objs}
+    check(len(ids) == 1 and next(iter(ids)).startswith("cmpl-"), f"chunk ids {ids}")
+    check(all(o["object"] == "text_completion" for o in objs), "completion chunk object")
+    check(objs[-1]["choices"] == [] and objs[-1]["usage"]["completion_tokens"] >= 1, f"usage chunk {objs[-1]}")
+    reasons = [o["choices"][0]["finish_reason"] for o in objs[:-1]]
+    check(reasons[-1] in ("stop", "length") and all(r is None for r in reasons[:-1]), f"finish reasons {reasons}")
+    # Chat.
+    st, headers, raw, events = srv.stream(CH, {"messages": MSG, "max_tokens": 6, "temperature": 0, "stream": True})
+    check(st == 200, f"chat stream status {st}: {raw[:300]!r}")
+    check(headers.get("content-type", "").startswith("text/event-stream"), f"chat content type {headers}")
+    objs = [json.loads(e) for e in events[:-1]]
+    check(all(o["object"] == "chat.completion.chunk" for o in objs), "chat chunk object")
+    check(objs[0]["choices"][0]["delta"].get("role") == "assistant", f"first chat chunk {objs[0]}")
+    check(all("role" not in o["choices"][0]["delta"] for o in objs[1:]), "role repeated after the first chunk")
+    check(objs[-1]["choices"][0]["finish_reason"] in ("stop", "length"), f"last chat chunk {objs[-1]}")
+    check(all(o["id"].startswith("chatcmpl-") for o in objs), "chat chunk ids")
+    # Errors on a streaming request are plain JSON answers, not SSE.
+    st, headers, data = srv.post(C, {"prompt": "hi", "max_tokens": 0, "stream": True})
+    ss.check_error_body(st, data, 400, "streaming request with max_tokens 0")
+    stats["streams"] += 2
+
+
+def test_queue_full(srv, stats):
+    # Hold the only row with a long stream, read its first event, then ask again.
+    c = srv.conn()
+    c.request("POST", C, body=json.dumps({"prompt": "Tell me a long story.", "max_tokens": 100, "ignore_eos": True,
+                                          "stream": True}), headers={"Content-Type": "application/json"})
+    r = c.getresponse()
+    check(r.status == 200, f"holder stream: {r.status}")
+    first = r.read(6)
+    check(first.startswith(b"data: "), f"holder's first line {first!r}")
+    st, headers, data = srv.post(C, {"prompt": "hi", "max_tokens": 2})
+    e = ss.check_error_body(st, data, 429, "request while the queue is full")
+    check(e["code"] == "queue_full" and e["type"] == "rate_limit_error", f"429 body {e}")
+    st, _, data = srv.post(CH, {"messages": MSG, "max_tokens": 2, "stream": True})
+    ss.check_error_body(st, data, 429, "streaming request while the queue is full")
+    m = srv.metrics()
+    check(m.get('specula_requests_total{outcome="rejected_busy"}', 0) >= 2, "rejected_busy not counted")
+    check(m.get('specula_http_responses_total{code="429"}', 0) >= 2, "429 responses not counted")
+    # Disconnect mid-stream: the row is freed, a new request runs.
+    c.sock.close()
+    c.close()
+    m = srv.wait_idle(10)
+    check(m.get('specula_requests_total{outcome="cancelled"}', 0) >= 1, "disconnected stream not counted cancelled")
+    st, _, data = srv.post(C, {"prompt": "hi", "max_tokens": 2})
+    check(st == 200, f"after the holder left: {st} {data[:200]!r}")
+    stats["queue"] = "429 ok"
+
+
+def test_shutdown(stats):
+    """SIGTERM right after start is not lost; SIGTERM during a long stream and a long
+    non-streamed request ends them promptly (non-streamed: a 503 error body)."""
+    t0 = time.time()
+    srv = ss.Server("--parallel", "2", "--ctx", "512").start()
+    srv.stop(timeout=20)
+    t_quick = time.time() - t0
+    srv = ss.Server("--parallel", "2", "--ctx", "512").start()
+    out = {}
+
+    def stream():
+        try:
+            out["stream"] = srv.stream(C, {"prompt": "Story:", "max_tokens": 400, "ignore_eos": True, "stream": True})
+        except Exception as e:  # noqa: BLE001 - cpp-httplib cuts chunked responses on stop
+            out["stream"] = e
+
+    def whole():
+        out["whole"] = srv.post(C, {"prompt": "Story:", "max_tokens": 400, "ignore_eos": True})
+
+    threads = [threading.Thread(target=stream), threading.Thread(target=whole)]
+    for t in threads:
+        t.start()
+    deadline = time.time() + 60
+    while srv.metrics().get("specula_running_rows", 0) < 2:
+        check(time.time() < deadline, "the two long requests never both ran")
+        time.sleep(0.05)
+    t1 = time.time()
+    srv.stop(timeout=30)
+    t_stop = time.time() - t1
+    for t in threads:
+        t.join(30)
+    check(t_stop < 10, f"SIGTERM with two long requests running took {t_stop:.1f}s")
+    # The stream is either cut (the client sees an incomplete chunked body) or ends with an
+    # error event; never with a normal finish.
+    if not isinstance(out["stream"], Exception):
+        st, _, raw, events = out["stream"]
+        check(st == 200 and events is not None, f"shutdown stream: {st} {raw[-200:]!r}")
+        last = json.loads(events[-2])
+        check("error" in last, f"a stream cut by shutdown must end with an error event, got {last}")
+    st, _, data = out["whole"]
+    ss.check_error_body(st, data, 503, "non-streamed request cut by shutdown")
+    stats["shutdown"] = f"stop at start {t_quick:.1f}s, with 2 long requests {t_stop:.1f}s"
+
+
+def main():
+    ss.require_model()
+    stats = {"errors": 0, "streams": 0}
+    t0 = time.time()
+    with ss.Server("--parallel", "1", "--queue", "0", "--ctx", str(CTX), "--max-body", str(MAX_BODY),
+                   "--chat-template-file", ss.gemma_template()) as srv:
+        test_errors(srv, stats)
+        t_err = time.time() - t0
+        test_sse(srv, stats)
+        test_queue_full(srv, stats)
+        check(srv.alive(), "server died")
+        st, _, _ = srv.request("GET", "/health")
+        check(st == 200, "health after the tests")
+    test_shutdown(stats)
+    return (f"{stats['errors']} error cases ({t_err:.1f}s), {stats['streams']} SSE streams, {stats['queue']}, "
+            f"{stats['shutdown']}")
+
+
+if __name__ == "__main__":
+    ss.run_main("test_raw_http", main)
