@@ -385,8 +385,8 @@ int run_tokenize(const std::string& model_arg, const std::string& text, bool jso
 }
 
 struct ServeArgs {
-  std::string model, host = "127.0.0.1", api_key, alias, chat_template_file;
-  int port = 8080, parallel = 4, threads = 0, queue = 64;
+  std::string model, host = "127.0.0.1", api_key, alias, chat_template_file, draft_model, spec;
+  int port = 8080, parallel = 4, threads = 0, queue = 64, spec_depth = 4;
   int64_t ctx = 4096, step_tokens = 512;
   size_t max_body = 1 << 20;
 };
@@ -421,15 +421,22 @@ int run_serve(const ServeArgs& a) {
   so.engine.n_ctx = n_ctx_train > 0 ? std::min<int64_t>(a.ctx, n_ctx_train) : a.ctx;
   so.engine.step_tokens = std::max<int64_t>(a.step_tokens, a.parallel);
   so.engine.max_queue = a.queue;
+  so.engine.spec_depth = a.spec_depth;
+  auto draft = make_draft(a.draft_model, a.spec, **model, a.parallel, so.engine.n_ctx);
+  if (!draft) return fail(draft.message());
+  so.engine.draft = std::move(draft).value();
   auto srv = server::Server::create(std::move(model).value(), so);
   if (!srv) return fail(srv.message());
   if (Status st = (*srv)->bind(); !st.is_ok()) return fail(st.message());
   g_server = srv->get();
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
-  std::fprintf(stderr, "specula: serving %s as '%s' on http://%s:%d (parallel %d, ctx %lld per request%s)\n",
+  const std::string spec_note =
+      so.engine.draft ? ", speculative " + so.engine.draft->name() + " depth " + std::to_string(a.spec_depth) : "";
+  std::fprintf(stderr, "specula: serving %s as '%s' on http://%s:%d (parallel %d, ctx %lld per request%s%s)\n",
                path->c_str(), so.model_id.c_str(), a.host.c_str(), (*srv)->port(), a.parallel,
-               static_cast<long long>(so.engine.n_ctx), a.api_key.empty() ? "" : ", API key required");
+               static_cast<long long>(so.engine.n_ctx), a.api_key.empty() ? "" : ", API key required",
+               spec_note.c_str());
   std::fflush(stderr);
   (*srv)->serve();
   g_server = nullptr;
@@ -521,6 +528,9 @@ int main(int argc, char** argv) {
   serve->add_option("--step-tokens", sv.step_tokens, "Tokens per engine step: decode rows + prompt chunks (default 512)")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   serve->add_option("--max-body", sv.max_body, "Largest request body in bytes (default 1 MiB)")->check(CLI::Range(size_t{1024}, size_t{1} << 30));
   serve->add_option("-t,--threads", sv.threads, "Threads (default: all cores)")->check(CLI::Range(0, 1024));
+  serve->add_option("--draft-model", sv.draft_model, "Speculative decoding with this draft model (same vocabulary)");
+  serve->add_option("--spec", sv.spec, "Draft source for every request: ngram, draft (needs --draft-model), none");
+  serve->add_option("--spec-depth", sv.spec_depth, "Drafted tokens per verify step (default 4)")->check(CLI::Range(1, 32));
 
   std::vector<std::string> pull_names;
   bool pull_list = false;

@@ -228,6 +228,7 @@ std::variant<CompletionParams, ApiError> parse_completion_request(const std::str
   p.number("repeat_penalty", 0.0, 10.0, &c.sampling.repeat_penalty);
   p.boolean("stream", &c.stream);
   p.boolean("ignore_eos", &c.ignore_eos);
+  p.boolean("speculative", &c.speculative);
   if (p.error) return *p.error;
   if (c.sampling.top_p <= 0.0f) return ApiError{400, "'top_p' must be in (0, 1], got 0", "invalid_request_error", "top_p", ""};
   if (c.sampling.repeat_penalty <= 0.0f)
@@ -384,9 +385,16 @@ json reason(const std::string& r) { return r.empty() ? json(nullptr) : json(r); 
 }  // namespace
 
 nlohmann::json usage_json(const Usage& u) {
-  return json{{"prompt_tokens", u.prompt_tokens},
-              {"completion_tokens", u.completion_tokens},
-              {"total_tokens", u.prompt_tokens + u.completion_tokens}};
+  json j = json{{"prompt_tokens", u.prompt_tokens},
+                {"completion_tokens", u.completion_tokens},
+                {"total_tokens", u.prompt_tokens + u.completion_tokens}};
+  if (u.spec_rounds > 0)
+    j["speculative"] = {{"rounds", u.spec_rounds},
+                        {"draft_tokens", u.drafted},
+                        {"accepted_tokens", u.accepted},
+                        {"acceptance_rate", u.drafted > 0 ? static_cast<double>(u.accepted) / static_cast<double>(u.drafted) : 0.0},
+                        {"mean_accepted_length", static_cast<double>(u.accepted) / static_cast<double>(u.spec_rounds)}};
+  return j;
 }
 
 nlohmann::json completion_response(const std::string& id, int64_t created, const std::string& model,

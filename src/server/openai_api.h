@@ -51,6 +51,7 @@ struct CompletionParams {
   bool include_usage = false;         // stream_options.include_usage
   int32_t logprobs = -1;              // -1 none; else top alternatives per token (0..20)
   bool ignore_eos = false;            // llama-server extension
+  bool speculative = true;            // specula extension: false opts this request out of speculation
 };
 
 // Parses a body for `endpoint`. Every wrong type or value is an ApiError naming the field
@@ -66,6 +67,9 @@ struct TokenLogprob {
 
 struct Usage {
   int64_t prompt_tokens = 0, completion_tokens = 0;
+  // Speculative decoding telemetry (specula extension, reported as usage.speculative
+  // when spec_rounds > 0): verify rounds with drafts, drafted and accepted tokens.
+  int64_t spec_rounds = 0, drafted = 0, accepted = 0;
 };
 
 // Builders. `finish_reason` empty -> null. Strings are emitted as valid UTF-8 (invalid

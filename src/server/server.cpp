@@ -36,6 +36,10 @@ void send_error(httplib::Response& res, const ApiError& e) {
 }
 
 std::string sse(const json& j) { return "data: " + dump_json(j) + "\n\n"; }
+
+Usage usage_of(const RequestSummary& s) {
+  return Usage{s.n_prompt, s.n_generated, s.spec_rounds, s.drafted, s.accepted};
+}
 }  // namespace
 
 struct Server::Impl {
@@ -348,6 +352,7 @@ void Server::Impl::handle_completion(const httplib::Request& req, httplib::Respo
   if (!c.seed_given) er.sampling.seed = random_seed();
   er.top_logprobs = c.logprobs;
   er.ignore_eos = c.ignore_eos;
+  er.speculative = c.speculative;
   auto stream = std::make_shared<CompletionStream>(*tok, c.stop, c.logprobs >= 0);
   Submission sub = engine->submit(std::move(er), stream);
   if (sub.error != SubmitError::kNone) {
@@ -389,7 +394,7 @@ void Server::Impl::handle_completion(const httplib::Request& req, httplib::Respo
       count(res.status);
       return;
     }
-    Usage usage{u.summary.n_prompt, u.summary.n_generated};
+    Usage usage = usage_of(u.summary);
     const auto* lp = c.logprobs >= 0 ? &lps : nullptr;
     json body = endpoint == Endpoint::kChat ? chat_response(id, created, opt.model_id, text, lp, u.finish_reason, usage)
                                             : completion_response(id, created, opt.model_id, text, lp, u.finish_reason, usage);
@@ -444,7 +449,7 @@ void Server::Impl::handle_completion(const httplib::Request& req, httplib::Respo
                        : sse(completion_chunk(st->id, st->created, st->model, "", nullptr, st->text_offset, reason));
             if (st->params.include_usage)
               out += sse(usage_chunk(st->id, st->created, st->model, endpoint,
-                                     Usage{u.summary.n_prompt, u.summary.n_generated}));
+                                     usage_of(u.summary)));
           }
           out += "data: [DONE]\n\n";
           st->done = true;
@@ -506,6 +511,16 @@ std::string Server::Impl::metrics_text() {
   o << "specula_generated_tokens_total " << s.generated_tokens << "\n";
   counter("specula_steps_total", "Engine steps (one batched forward each).");
   o << "specula_steps_total " << s.steps << "\n";
+  counter("specula_spec_rounds_total", "Row verify rounds that carried drafted tokens.");
+  o << "specula_spec_rounds_total " << s.spec_rounds << "\n";
+  counter("specula_spec_draft_tokens_total", "Drafted tokens proposed to the target.");
+  o << "specula_spec_draft_tokens_total " << s.drafted << "\n";
+  counter("specula_spec_accepted_tokens_total", "Drafted tokens the target accepted.");
+  o << "specula_spec_accepted_tokens_total " << s.accepted << "\n";
+  gauge("specula_spec_acceptance_rate", "Accepted / drafted tokens since start.",
+        s.drafted > 0 ? static_cast<double>(s.accepted) / static_cast<double>(s.drafted) : 0.0);
+  gauge("specula_spec_mean_accepted_length", "Accepted drafts per verify round since start.",
+        s.spec_rounds > 0 ? static_cast<double>(s.accepted) / static_cast<double>(s.spec_rounds) : 0.0);
   gauge("specula_queue_depth", "Requests waiting for a row.", static_cast<double>(s.queue_depth));
   gauge("specula_running_rows", "Requests holding a row.", static_cast<double>(s.running_rows));
   gauge("specula_rows", "Rows (--parallel).", static_cast<double>(s.n_rows));
