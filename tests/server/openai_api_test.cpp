@@ -1,0 +1,211 @@
+// tests/server/openai_api_test.cpp — server::parse_completion_request: defaults, every
+// field's accepted forms and its refusals (status 400, the field named in `param`), deep
+// nesting, and the response builders' shapes (error body, logprobs, usage, chunks).
+// No model needed.
+#include "server/openai_api.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace specula::server {
+namespace {
+
+using nlohmann::json;
+
+CompletionParams ok(const std::string& body, Endpoint e = Endpoint::kCompletions) {
+  auto r = parse_completion_request(body, e);
+  if (auto* err = std::get_if<ApiError>(&r)) {
+    ADD_FAILURE() << body << " -> " << err->message;
+    return {};
+  }
+  return std::get<CompletionParams>(r);
+}
+
+ApiError bad(const std::string& body, Endpoint e = Endpoint::kCompletions) {
+  auto r = parse_completion_request(body, e);
+  if (!std::holds_alternative<ApiError>(r)) {
+    ADD_FAILURE() << body << " was accepted";
+    return {};
+  }
+  return std::get<ApiError>(r);
+}
+
+TEST(OpenAiApi, DefaultsAreLlamaServers) {
+  CompletionParams c = ok(R"({"prompt": "hi"})");
+  EXPECT_EQ(c.prompt_text, "hi");
+  EXPECT_FALSE(c.prompt_is_ids);
+  EXPECT_FLOAT_EQ(c.sampling.temperature, 0.8f);
+  EXPECT_EQ(c.sampling.top_k, 40);
+  EXPECT_FLOAT_EQ(c.sampling.top_p, 0.95f);
+  EXPECT_FLOAT_EQ(c.sampling.min_p, 0.05f);
+  EXPECT_FALSE(c.max_tokens.has_value());
+  EXPECT_FALSE(c.seed_given);
+  EXPECT_FALSE(c.stream);
+  EXPECT_EQ(c.logprobs, -1);
+  EXPECT_TRUE(c.stop.empty());
+}
+
+TEST(OpenAiApi, AcceptedForms) {
+  CompletionParams c = ok(R"({"prompt": [2, 100, 262143], "max_tokens": 5, "temperature": 0, "seed": -1,
+      "stop": ["a", "", "b"], "stream": true, "stream_options": {"include_usage": true}, "logprobs": 3,
+      "top_k": 0, "n": 1, "unknown_field": {"x": [1, 2]}, "model": "m"})");
+  EXPECT_TRUE(c.prompt_is_ids);
+  EXPECT_EQ(c.prompt_ids, (std::vector<int32_t>{2, 100, 262143}));
+  EXPECT_EQ(*c.max_tokens, 5);
+  EXPECT_FLOAT_EQ(c.sampling.temperature, 0.0f);
+  EXPECT_TRUE(c.seed_given);
+  EXPECT_EQ(c.sampling.seed, static_cast<uint64_t>(-1));
+  EXPECT_EQ(c.stop, (std::vector<std::string>{"a", "b"}));  // empty strings dropped
+  EXPECT_TRUE(c.stream);
+  EXPECT_TRUE(c.include_usage);
+  EXPECT_EQ(c.logprobs, 3);
+  EXPECT_EQ(c.model, "m");
+  EXPECT_EQ(ok(R"({"prompt": ["one string"]})").prompt_text, "one string");
+  EXPECT_EQ(*ok(R"({"prompt": "x", "max_tokens": 7.0})").max_tokens, 7);  // integral float
+  EXPECT_EQ(ok(R"({"prompt": "x", "logprobs": true})").logprobs, 0);
+  EXPECT_EQ(ok(R"({"prompt": "x", "stop": "\n"})").stop, std::vector<std::string>{"\n"});
+  EXPECT_EQ(*ok(R"({"prompt": "x", "max_tokens": 3, "max_completion_tokens": 9})").max_tokens, 9);
+  EXPECT_EQ(ok(R"({"prompt": "x", "temperature": null})").sampling.temperature, 0.8f);  // null = omitted
+}
+
+TEST(OpenAiApi, ChatMessagesAreFlattened) {
+  CompletionParams c = ok(R"({"messages": [{"role": "system", "content": "s"},
+      {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+      {"role": "assistant", "content": null, "name": "bot"}], "logprobs": true, "top_logprobs": 4})",
+                          Endpoint::kChat);
+  ASSERT_EQ(c.messages.size(), 3u);
+  EXPECT_EQ(c.messages[1]["content"], "ab");
+  EXPECT_EQ(c.messages[2]["content"], "");
+  EXPECT_EQ(c.messages[2]["name"], "bot");
+  EXPECT_EQ(c.logprobs, 4);
+}
+
+TEST(OpenAiApi, RefusalsNameTheField) {
+  struct Case {
+    const char* body;
+    Endpoint e;
+    const char* param;
+  };
+  const Case cases[] = {
+      {R"({"max_tokens": 1})", Endpoint::kCompletions, "prompt"},
+      {R"({"prompt": 1})", Endpoint::kCompletions, "prompt"},
+      {R"({"prompt": []})", Endpoint::kCompletions, "prompt"},
+      {R"({"prompt": ["a", "b"]})", Endpoint::kCompletions, "prompt"},
+      {R"({"prompt": [1, -1]})", Endpoint::kCompletions, "prompt"},
+      {R"({"prompt": [1, 4294967296]})", Endpoint::kCompletions, "prompt"},
+      {R"({"prompt": [1, 18446744073709551615]})", Endpoint::kCompletions, "prompt"},
+      {R"({"prompt": [1, 2.5]})", Endpoint::kCompletions, "prompt"},
+      {R"({"prompt": "x", "model": 3})", Endpoint::kCompletions, "model"},
+      {R"({"prompt": "x", "max_tokens": 0})", Endpoint::kCompletions, "max_tokens"},
+      {R"({"prompt": "x", "max_tokens": -1})", Endpoint::kCompletions, "max_tokens"},
+      {R"({"prompt": "x", "max_tokens": 1.5})", Endpoint::kCompletions, "max_tokens"},
+      {R"({"prompt": "x", "max_tokens": "3"})", Endpoint::kCompletions, "max_tokens"},
+      {R"({"prompt": "x", "max_tokens": 1e300})", Endpoint::kCompletions, "max_tokens"},
+      {R"({"prompt": "x", "max_tokens": 99999999999})", Endpoint::kCompletions, "max_tokens"},
+      {R"({"prompt": "x", "temperature": "hot"})", Endpoint::kCompletions, "temperature"},
+      {R"({"prompt": "x", "temperature": 2.01})", Endpoint::kCompletions, "temperature"},
+      {R"({"prompt": "x", "top_p": 0})", Endpoint::kCompletions, "top_p"},
+      {R"({"prompt": "x", "min_p": -0.1})", Endpoint::kCompletions, "min_p"},
+      {R"({"prompt": "x", "top_k": -2})", Endpoint::kCompletions, "top_k"},
+      {R"({"prompt": "x", "seed": 0.5})", Endpoint::kCompletions, "seed"},
+      {R"({"prompt": "x", "n": 2})", Endpoint::kCompletions, "n"},
+      {R"({"prompt": "x", "stream": "true"})", Endpoint::kCompletions, "stream"},
+      {R"({"prompt": "x", "stop": ["a", "b", "c", "d", "e"]})", Endpoint::kCompletions, "stop"},
+      {R"({"prompt": "x", "stop": [1]})", Endpoint::kCompletions, "stop"},
+      {R"({"prompt": "x", "stream_options": []})", Endpoint::kCompletions, "stream_options"},
+      {R"({"prompt": "x", "logprobs": 21})", Endpoint::kCompletions, "logprobs"},
+      {R"({"prompt": "x", "top_logprobs": 21})", Endpoint::kCompletions, "top_logprobs"},
+      {R"({"prompt": "x", "logit_bias": {"x": 1}})", Endpoint::kCompletions, "logit_bias"},
+      {R"({"prompt": "x", "logit_bias": {"1": 101}})", Endpoint::kCompletions, "logit_bias"},
+      {R"({"prompt": "x", "presence_penalty": 2.5})", Endpoint::kCompletions, "presence_penalty"},
+      {R"({"messages": []})", Endpoint::kChat, "messages"},
+      {R"({"messages": [{"role": "robot", "content": "x"}]})", Endpoint::kChat, "messages"},
+      {R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", Endpoint::kChat, "messages"},
+      {R"({"messages": [{"role": "user", "content": 1}]})", Endpoint::kChat, "messages"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "logprobs": 2})", Endpoint::kChat, "logprobs"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})", Endpoint::kChat, "top_logprobs"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 0})", Endpoint::kChat,
+       "max_completion_tokens"},
+  };
+  for (const Case& c : cases) {
+    ApiError e = bad(c.body, c.e);
+    EXPECT_EQ(e.status, 400) << c.body;
+    EXPECT_EQ(e.type, "invalid_request_error") << c.body;
+    EXPECT_EQ(e.param, c.param) << c.body << " -> " << e.message;
+    EXPECT_FALSE(e.message.empty());
+  }
+}
+
+TEST(OpenAiApi, MalformedBodies) {
+  for (const char* body : {"", "{", "[1]", "\"x\"", "null", "{\"prompt\": NaN}", "{\"prompt\": \"\\ud800\"}",
+                           "{\"prompt\": \"a\xff\"}", "{\"prompt\": 1e999}"}) {
+    ApiError e = bad(body);
+    EXPECT_EQ(e.status, 400) << body;
+    EXPECT_TRUE(e.param.empty() || e.param == "prompt") << body;
+  }
+}
+
+TEST(OpenAiApi, DeepNestingIsRefusedNotRecursed) {
+  // 100k levels: parsing, copying or dumping this recursively would overflow the stack.
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  for (const std::string& body : {deep, "{\"prompt\": " + deep + "}", "{\"max_tokens\": " + deep + "}",
+                                  std::string(100000, '['), "{\"stop\": [" + deep + "]}"}) {
+    ApiError e = bad(body);
+    EXPECT_EQ(e.status, 400);
+    EXPECT_LT(e.message.size(), 300u);
+  }
+  // Brackets inside strings do not count.
+  CompletionParams c = ok("{\"prompt\": \"" + std::string(1000, '[') + "\"}");
+  EXPECT_EQ(c.prompt_text.size(), 1000u);
+  // Moderate nesting in an ignored field is fine.
+  ok("{\"prompt\": \"x\", \"extra\": " + std::string(30, '[') + std::string(30, ']') + "}");
+}
+
+TEST(OpenAiApi, ErrorMessagesAreShort) {
+  std::string items = "1";
+  for (int i = 0; i < 20000; ++i) items += ",1";
+  const std::string big = "{\"prompt\": \"x\", \"temperature\": [" + items + "]}";
+  ApiError e = bad(big);
+  EXPECT_EQ(e.param, "temperature");
+  EXPECT_LT(e.message.size(), 200u) << e.message.substr(0, 300);
+}
+
+TEST(OpenAiApi, ErrorBodyShape) {
+  json j = error_body(ApiError{429, "full", "rate_limit_error", "", "queue_full"});
+  EXPECT_EQ(j["error"]["message"], "full");
+  EXPECT_EQ(j["error"]["type"], "rate_limit_error");
+  EXPECT_TRUE(j["error"]["param"].is_null());
+  EXPECT_EQ(j["error"]["code"], "queue_full");
+}
+
+TEST(OpenAiApi, ResponseBuilders) {
+  std::vector<TokenLogprob> lps = {{"Hel", -0.1f, {{"Hel", -0.1f}, {"He", -2.5f}}}, {"lo", -0.2f, {{"lo", -0.2f}}}};
+  json r = completion_response("cmpl-1", 5, "m", "Hello", &lps, "length", Usage{3, 2});
+  EXPECT_EQ(r["object"], "text_completion");
+  EXPECT_EQ(r["choices"][0]["text"], "Hello");
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(r["usage"]["total_tokens"], 5);
+  EXPECT_EQ(r["choices"][0]["logprobs"]["tokens"], json({"Hel", "lo"}));
+  EXPECT_EQ(r["choices"][0]["logprobs"]["text_offset"], json({0, 3}));
+  EXPECT_EQ(r["choices"][0]["logprobs"]["top_logprobs"][0].size(), 2u);
+  json c = chat_response("chatcmpl-1", 5, "m", "Hi", &lps, "stop", Usage{3, 2});
+  EXPECT_EQ(c["choices"][0]["message"]["role"], "assistant");
+  EXPECT_EQ(c["choices"][0]["logprobs"]["content"][0]["bytes"], json({'H', 'e', 'l'}));
+  EXPECT_EQ(c["choices"][0]["logprobs"]["content"][0]["top_logprobs"][1]["token"], "He");
+  const std::string content = "x";
+  json ch = chat_chunk("chatcmpl-1", 5, "m", &content, true, nullptr, "");
+  EXPECT_EQ(ch["object"], "chat.completion.chunk");
+  EXPECT_EQ(ch["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_TRUE(ch["choices"][0]["finish_reason"].is_null());
+  json u = usage_chunk("cmpl-1", 5, "m", Endpoint::kCompletions, Usage{1, 2});
+  EXPECT_TRUE(u["choices"].empty());
+  EXPECT_EQ(u["usage"]["completion_tokens"], 2);
+  // Invalid UTF-8 in a token is replaced when serialised, never thrown.
+  std::vector<TokenLogprob> partial = {{"\xF0\x9F", -1.0f, {}}};
+  const std::string s = dump_json(completion_response("c", 0, "m", "", &partial, "length", Usage{}));
+  EXPECT_NE(s.find("\xEF\xBF\xBD"), std::string::npos) << s;
+}
+
+}  // namespace
+}  // namespace specula::server
