@@ -6,7 +6,10 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cmath>
+#include <filesystem>
 #include <future>
+#include <map>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -75,8 +78,11 @@ class SchedulerTest : public ::testing::Test {
     r.top_logprobs = 2;
     return r;
   }
-  static std::unique_ptr<Engine> engine(int32_t rows, int64_t step_tokens = 64, int32_t max_queue = 64) {
+  static std::unique_ptr<Engine> engine(int32_t rows, int64_t step_tokens = 64, int32_t max_queue = 64,
+                                        std::shared_ptr<DraftSource> draft = nullptr, int32_t depth = 4) {
     EngineOptions o;
+    o.draft = std::move(draft);
+    o.spec_depth = depth;
     o.n_rows = rows;
     o.n_ctx = 512;
     o.step_tokens = step_tokens;
@@ -199,6 +205,220 @@ TEST_F(SchedulerTest, ShutdownFinishesEverything) {
   ASSERT_TRUE(sink1->wait(1));
   ASSERT_TRUE(sink2->wait(1));
   EXPECT_EQ(sink2->summary.outcome, Outcome::kCancelled);
+}
+
+// Runs requests through an engine (all submitted at once) and returns each one's tokens.
+std::vector<std::vector<int32_t>> run_all(Engine& e, const std::vector<EngineRequest>& reqs,
+                                          std::vector<RequestSummary>* sums = nullptr) {
+  std::vector<std::shared_ptr<CollectSink>> sinks;
+  for (const auto& r : reqs) {
+    sinks.push_back(std::make_shared<CollectSink>());
+    Submission s = e.submit(r, sinks.back());
+    EXPECT_TRUE(s.handle) << s.message;
+  }
+  std::vector<std::vector<int32_t>> out;
+  for (auto& s : sinks) {
+    EXPECT_TRUE(s->wait(600));
+    out.push_back(s->tokens);
+    if (sums) sums->push_back(s->summary);
+  }
+  return out;
+}
+
+// Repetitive prompts (so prompt lookup drafts often) of mixed lengths.
+std::vector<EngineRequest> repetitive_requests(int n, float temperature, int32_t max_tokens) {
+  std::vector<EngineRequest> reqs;
+  for (int i = 0; i < n; ++i) {
+    std::mt19937 rng(50 + i);
+    std::vector<int32_t> phrase;
+    for (int k = 0; k < 5 + i; ++k) phrase.push_back(1000 + static_cast<int32_t>(rng() % 30000));
+    EngineRequest r;
+    r.prompt = {2};
+    while (r.prompt.size() < static_cast<size_t>(20 + 9 * i)) r.prompt.insert(r.prompt.end(), phrase.begin(), phrase.end());
+    r.max_tokens = max_tokens + i;
+    r.sampling.temperature = temperature;
+    r.sampling.seed = 900 + i;
+    r.top_logprobs = 1;
+    reqs.push_back(r);
+  }
+  return reqs;
+}
+
+TEST_F(SchedulerTest, SpeculativeNgramEqualsPlainAtB1AndB4) {
+  for (float temperature : {0.0f, 0.9f}) {
+    const auto reqs = repetitive_requests(4, temperature, 20);
+    std::vector<std::vector<int32_t>> plain;
+    {
+      auto e = engine(1);
+      for (const auto& r : reqs) plain.push_back(run_all(*e, {r})[0]);
+    }
+    std::vector<RequestSummary> sums;
+    {
+      auto e = engine(1, 64, 64, make_ngram_draft(), 5);
+      std::vector<std::vector<int32_t>> b1;
+      for (const auto& r : reqs) b1.push_back(run_all(*e, {r}, &sums)[0]);
+      EXPECT_EQ(b1, plain) << "B=1, temperature " << temperature;
+    }
+    auto e4 = engine(4, 64, 64, make_ngram_draft(), 5);
+    sums.clear();
+    EXPECT_EQ(run_all(*e4, reqs, &sums), plain) << "B=4, temperature " << temperature;
+    int64_t drafted = 0, accepted = 0;
+    for (const auto& s : sums) drafted += s.drafted, accepted += s.accepted;
+    EXPECT_GT(accepted, 0) << "no draft accepted at temperature " << temperature;
+    std::printf("[spec ngram T=%.1f] B=4: %lld drafted, %lld accepted\n", temperature,
+                static_cast<long long>(drafted), static_cast<long long>(accepted));
+    // Opting out runs plain decoding.
+    EngineRequest r = reqs[0];
+    r.speculative = false;
+    std::vector<RequestSummary> one;
+    EXPECT_EQ(run_all(*e4, {r}, &one)[0], plain[0]);
+    EXPECT_EQ(one[0].drafted, 0);
+  }
+}
+
+TEST_F(SchedulerTest, SpeculativeStopsInsideAcceptedDraftsExactly) {
+  // max_tokens and a sink stop that land inside an accepted run of drafts.
+  auto reqs = repetitive_requests(1, 0.0f, 0);
+  auto plain_e = engine(1);
+  EngineRequest r = reqs[0];
+  r.max_tokens = 40;
+  const auto plain = run_all(*plain_e, {r})[0];
+  auto e = engine(1, 64, 64, make_ngram_draft(), 8);
+  for (int32_t n : {1, 2, 3, 7, 11}) {
+    EngineRequest q = reqs[0];
+    q.max_tokens = n;
+    std::vector<RequestSummary> sums;
+    const auto got = run_all(*e, {q}, &sums)[0];
+    EXPECT_EQ(got, std::vector<int32_t>(plain.begin(), plain.begin() + n)) << "max_tokens " << n;
+    EXPECT_EQ(sums[0].n_generated, n);
+    EXPECT_EQ(sums[0].outcome, Outcome::kLength);
+    auto stopper = std::make_shared<CollectSink>(n);
+    EngineRequest q2 = reqs[0];
+    q2.max_tokens = 40;
+    ASSERT_TRUE(e->submit(q2, stopper).handle);
+    ASSERT_TRUE(stopper->wait(600));
+    EXPECT_EQ(stopper->tokens, std::vector<int32_t>(plain.begin(), plain.begin() + n)) << "sink stop " << n;
+    EXPECT_EQ(stopper->summary.n_generated, n);
+    EXPECT_EQ(stopper->summary.outcome, Outcome::kStop);
+  }
+}
+
+TEST_F(SchedulerTest, SpeculativeSamplingDistributionMatchesPlain) {
+  // Two-sample chi-square on the 3rd sampled token: plain sampling with seeds 1..N vs
+  // speculative (n-gram, drafts accepted often) with seeds N+1..2N, temperature 1.
+  // Independent seeds, so this checks the distribution, not the per-seed identity
+  // (which SpeculativeNgramEqualsPlainAtB1AndB4 checks). Threshold: the 0.999 quantile
+  // of chi-square with the pooled categories' degrees of freedom (Wilson-Hilferty).
+  const int N = 160;
+  EngineRequest base = repetitive_requests(1, 1.0f, 3)[0];
+  base.prompt.resize(16);
+  base.top_logprobs = -1;
+  base.sampling.top_k = 0;
+  base.sampling.top_p = 1.0f;
+  base.sampling.min_p = 0.0f;
+  auto count = [&](Engine& e, uint64_t seed0) {
+    std::vector<EngineRequest> reqs;
+    for (int i = 0; i < N; ++i) {
+      EngineRequest r = base;
+      r.sampling.seed = seed0 + i;
+      reqs.push_back(r);
+    }
+    std::map<int32_t, int> hist;
+    for (const auto& t : run_all(e, reqs)) hist[t.size() >= 3 ? t[2] : -1]++;
+    return hist;
+  };
+  auto plain_e = engine(8, 256, 2 * N);
+  auto spec_e = engine(8, 256, 2 * N, make_ngram_draft(), 4);
+  auto a = count(*plain_e, 1), b = count(*spec_e, 100001);
+  // Pool categories with expected count < 5 into one.
+  std::map<int32_t, std::pair<int, int>> cells;
+  for (auto& [k, v] : a) cells[k].first += v;
+  for (auto& [k, v] : b) cells[k].second += v;
+  std::vector<std::pair<double, double>> bins;
+  std::pair<double, double> rare{0, 0};
+  for (auto& [k, v] : cells) {
+    if (v.first + v.second < 10) {
+      rare.first += v.first;
+      rare.second += v.second;
+    } else {
+      bins.push_back({static_cast<double>(v.first), static_cast<double>(v.second)});
+    }
+  }
+  if (rare.first + rare.second > 0) bins.push_back(rare);
+  double chi2 = 0;
+  for (auto [x, y] : bins) chi2 += (x - y) * (x - y) / (x + y);  // equal sample sizes
+  const double df = std::max<double>(1, static_cast<double>(bins.size()) - 1);
+  const double z = 3.090;  // 0.999 normal quantile
+  const double crit = df * std::pow(1 - 2 / (9 * df) + z * std::sqrt(2 / (9 * df)), 3);
+  std::printf("[spec chi2] %zu categories, chi2 %.2f, 0.999 critical %.2f, spec accepted %llu drafts\n", bins.size(),
+              chi2, crit, static_cast<unsigned long long>(spec_e->stats().accepted));
+  EXPECT_LT(chi2, crit);
+  EXPECT_GT(spec_e->stats().accepted, 0u);
+}
+
+TEST(SpeculativeDraftModel, QwenPairEqualsPlainAtB1AndB4) {
+  const std::string dir = std::filesystem::path(testing::default_model_path()).parent_path().string();
+  const std::string target = dir + "/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf";
+  const std::string draft = dir + "/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf";
+  if (!std::filesystem::exists(target) || !std::filesystem::exists(draft))
+    GTEST_SKIP() << "Qwen pair not found in " << dir << " (specula pull qwen2.5-coder-1.5b qwen2.5-coder-0.5b)";
+  auto tm = load_model(target);
+  ASSERT_TRUE(tm.is_ok()) << tm.message();
+  ModelOptions mo;
+  mo.pool = (*tm)->pool();
+  // Token ids of four short code prompts (Qwen2.5 BPE, from llama.cpp's tokenizer).
+  const std::vector<std::vector<int32_t>> prompts = {
+      {750, 3974, 6860, 10939, 1648},          // "def quicksort(arr):"
+      {1040, 14284, 314},                      // "class Stack {"
+      {474, 2643, 198, 750, 1887, 368},        // "import os\ndef main()"
+      {322, 2, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10},
+  };
+  std::vector<EngineRequest> reqs;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EngineRequest r;
+    r.prompt = prompts[i];
+    r.max_tokens = 16;
+    r.sampling.temperature = i == 3 ? 0.7f : 0.0f;
+    r.sampling.seed = 11 + i;
+    reqs.push_back(r);
+  }
+  auto make = [&](int32_t rows, bool spec) {
+    EngineOptions o;
+    o.n_rows = rows;
+    o.n_ctx = 256;
+    o.step_tokens = 64;
+    o.spec_depth = 4;
+    if (spec) {
+      auto dm = load_model(draft, mo);
+      EXPECT_TRUE(dm.is_ok()) << dm.message();
+      EXPECT_TRUE(check_same_vocabulary(**tm, **dm).is_ok());
+      auto d = make_model_draft(std::move(dm).value(), rows, 256);
+      EXPECT_TRUE(d.is_ok());
+      o.draft = std::move(d).value();
+    }
+    auto e = Engine::create(**tm, o);
+    EXPECT_TRUE(e.is_ok()) << e.message();
+    return std::move(e).value();
+  };
+  std::vector<std::vector<int32_t>> plain;
+  {
+    auto e = make(1, false);
+    for (const auto& r : reqs) plain.push_back(run_all(*e, {r})[0]);
+  }
+  {
+    auto e = make(1, true);
+    std::vector<std::vector<int32_t>> b1;
+    for (const auto& r : reqs) b1.push_back(run_all(*e, {r})[0]);
+    EXPECT_EQ(b1, plain) << "B=1";
+  }
+  auto e4 = make(4, true);
+  std::vector<RequestSummary> sums;
+  EXPECT_EQ(run_all(*e4, reqs, &sums), plain) << "B=4";
+  int64_t drafted = 0, accepted = 0;
+  for (const auto& s : sums) drafted += s.drafted, accepted += s.accepted;
+  std::printf("[spec draft-model] B=4: %lld drafted, %lld accepted\n", static_cast<long long>(drafted),
+              static_cast<long long>(accepted));
+  EXPECT_GT(accepted, 0);
 }
 
 }  // namespace
