@@ -79,10 +79,14 @@ struct Parser {
       integral = std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9e15;
     }
     if (!integral) return fail(key, std::string("'") + key + "' must be an integer, got " + shown(*v));
-    const int64_t i = v->is_number_unsigned() ? (v->get<uint64_t>() > static_cast<uint64_t>(hi) ? hi + 1 : static_cast<int64_t>(v->get<uint64_t>()))
-                      : v->is_number_integer() ? v->get<int64_t>()
-                                               : static_cast<int64_t>(v->get<double>());
-    if (i < lo || i > hi)
+    // An unsigned value above hi is out of range as it is (hi + 1 would overflow when hi
+    // is INT64_MAX, e.g. "seed": 18446744073709551615).
+    const bool above = v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(hi);
+    const int64_t i = above                     ? hi
+                      : v->is_number_unsigned() ? static_cast<int64_t>(v->get<uint64_t>())
+                      : v->is_number_integer()  ? v->get<int64_t>()
+                                                : static_cast<int64_t>(v->get<double>());
+    if (above || i < lo || i > hi)
       return fail(key, std::string("'") + key + "' must be in [" + std::to_string(lo) + ", " + std::to_string(hi) +
                            "], got " + shown(*v));
     *out = i;

@@ -7,7 +7,8 @@ byte for byte those of the same request run alone first (batch invariance). Afte
 storm /metrics must show 0 running rows and an empty queue within a couple of seconds,
 the disconnected streams counted as cancelled, and a final request must still work.
 Does not: check error answers (test_raw_http.py) or hostile input (test_fuzz.py).
-Env: SPECULA_CONC_CLIENTS (default 32), SPECULA_CONC_PARALLEL (default 8).
+Env: SPECULA_CONC_CLIENTS (default 32), SPECULA_CONC_PARALLEL (default 8), SPECULA_CONC_TIMEOUT
+(seconds per request, default 300).
 Exit 0 pass, 1 fail, 77 skip (no model / no openai module).
 """
 
@@ -29,6 +30,7 @@ except ImportError:
 
 N_CLIENTS = int(os.environ.get("SPECULA_CONC_CLIENTS", "32"))
 PARALLEL = int(os.environ.get("SPECULA_CONC_PARALLEL", "8"))
+TIMEOUT = float(os.environ.get("SPECULA_CONC_TIMEOUT", "300"))  # per client request, seconds
 MODEL = "gemma-3-270m-q4_k_m"
 
 SENTENCES = [
@@ -116,7 +118,7 @@ def main():
     dropped = [s for s in specs if s["disconnect"]]
     with ss.Server("--parallel", str(PARALLEL), "--ctx", "1024", "--queue", str(2 * N_CLIENTS),
                    "--chat-template-file", ss.gemma_template()) as srv:
-        client = openai.OpenAI(base_url=srv.url + "/v1", api_key="x", max_retries=0, timeout=300)
+        client = openai.OpenAI(base_url=srv.url + "/v1", api_key="x", max_retries=0, timeout=TIMEOUT)
         # Solo runs, one at a time (always non-streamed: stream == whole is tested too).
         t0 = time.time()
         solo = {s["i"]: call(client, s, stream=False) for s in checked}
@@ -128,7 +130,7 @@ def main():
         results, errors = {}, []
 
         def worker(spec):
-            c = openai.OpenAI(base_url=srv.url + "/v1", api_key="x", max_retries=0, timeout=300)
+            c = openai.OpenAI(base_url=srv.url + "/v1", api_key="x", max_retries=0, timeout=TIMEOUT)
             barrier.wait()
             try:
                 if spec["disconnect"]:

@@ -25,7 +25,7 @@ from specula_server import check  # noqa: E402
 SEED = int(os.environ.get("SPECULA_FUZZ_SEED", "1234"))
 N = int(os.environ.get("SPECULA_FUZZ_N", "1200"))
 MAX_BODY = 1 << 18
-CTX = 96
+CTX = int(os.environ.get("SPECULA_FUZZ_CTX", "96"))  # bounds what a valid body without max_tokens costs
 C = "/v1/completions"
 CH = "/v1/chat/completions"
 

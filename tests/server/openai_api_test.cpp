@@ -109,6 +109,10 @@ TEST(OpenAiApi, RefusalsNameTheField) {
       {R"({"prompt": "x", "min_p": -0.1})", Endpoint::kCompletions, "min_p"},
       {R"({"prompt": "x", "top_k": -2})", Endpoint::kCompletions, "top_k"},
       {R"({"prompt": "x", "seed": 0.5})", Endpoint::kCompletions, "seed"},
+      // Above INT64_MAX (once signed overflow in the range check: UBSan found it).
+      {R"({"prompt": "x", "seed": 9223372036854775808})", Endpoint::kCompletions, "seed"},
+      {R"({"prompt": "x", "seed": 18446744073709551615})", Endpoint::kCompletions, "seed"},
+      {R"({"prompt": "x", "max_tokens": 18446744073709551615})", Endpoint::kCompletions, "max_tokens"},
       {R"({"prompt": "x", "n": 2})", Endpoint::kCompletions, "n"},
       {R"({"prompt": "x", "stream": "true"})", Endpoint::kCompletions, "stream"},
       {R"({"prompt": "x", "stop": ["a", "b", "c", "d", "e"]})", Endpoint::kCompletions, "stop"},
