@@ -9,7 +9,9 @@ specula `--draft-model`, llama-server `-md ... --spec-type draft-simple`), draft
 prompt text, max_tokens --n-gen) for two tasks:
   code — repeat a given Python file with two small edits (the case speculation is for);
   text — free prose.
-Reported: completion tokens/s (all clients' tokens / wall time), the speed-up over the
+Reported: decode tokens/s (tokens after the first / decode time, from each server's
+`timings`, so prompt prefill is excluded; C > 1: all clients' tokens / the longest decode
+time), the speed-up over the
 same engine's plain decoding, and specula's acceptance (usage.speculative). Outputs of
 specula with and without speculation are compared (they must be equal: greedy).
 
@@ -157,7 +159,13 @@ def run(port: int, task: str, C: int, n_gen: int) -> dict:
     accepted = sum(o["usage"].get("speculative", {}).get("accepted_tokens", 0) for o in outs)
     l_drafted = sum(o["timings"].get("draft_n", 0) for o in outs)
     l_accepted = sum(o["timings"].get("draft_n_accepted", 0) for o in outs)
-    return {"tokens": tokens, "wall": wall, "tps": tokens / wall, "texts": [o["text"] for o in outs],
+    # Decode speed: tokens after the first / decode time, from each server's "timings"
+    # (llama-server's field names; specula reports the same); C > 1: summed over clients
+    # divided by the longest decode time.
+    dec_tokens = sum(max(o["timings"].get("predicted_n", 0) - 1, 0) for o in outs)
+    dec_time = max(o["timings"].get("predicted_ms", 0) for o in outs) / 1e3
+    return {"tokens": tokens, "wall": wall, "tps": dec_tokens / dec_time if dec_time > 0 else tokens / wall,
+            "wall_tps": tokens / wall, "texts": [o["text"] for o in outs],
             "drafted": drafted or l_drafted, "accepted": accepted or l_accepted}
 
 
@@ -191,7 +199,8 @@ def main() -> int:
                         r = run(port, task, C, args.n_gen)
                         results[(engine, mode, task, C)] = r
                         acc = f", accepted {r['accepted']}/{r['drafted']}" if r["drafted"] else ""
-                        print(f"[spec_bench] {engine} {mode} {task} C={C}: {r['tps']:.2f} tok/s "
+                        print(f"[spec_bench] {engine} {mode} {task} C={C}: {r['tps']:.2f} decode tok/s, "
+                              f"{r['wall_tps']:.2f} tok/s wall "
                               f"({r['tokens']} tokens, {r['wall']:.1f} s{acc})", file=sys.stderr, flush=True)
                 finally:
                     proc.terminate()

@@ -398,6 +398,15 @@ void Server::Impl::handle_completion(const httplib::Request& req, httplib::Respo
     const auto* lp = c.logprobs >= 0 ? &lps : nullptr;
     json body = endpoint == Endpoint::kChat ? chat_response(id, created, opt.model_id, text, lp, u.finish_reason, usage)
                                             : completion_response(id, created, opt.model_id, text, lp, u.finish_reason, usage);
+    // llama-server's "timings" extension (same field names), for benchmarks and clients
+    // that read it: prefill and decode time of this request.
+    const RequestSummary& sm = u.summary;
+    const int64_t n_dec = std::max<int64_t>(0, sm.n_generated - 1);
+    body["timings"] = {{"prompt_n", sm.n_prompt},
+                       {"prompt_ms", sm.prefill_seconds * 1e3},
+                       {"predicted_n", sm.n_generated},
+                       {"predicted_ms", sm.decode_seconds * 1e3},
+                       {"predicted_per_second", sm.decode_seconds > 0 ? n_dec / sm.decode_seconds : 0.0}};
     res.set_content(dump_json(body), "application/json");
     count(200);
     return;
