@@ -11,6 +11,8 @@
 #include <optional>
 #include <unordered_map>
 
+#include "core/utf8.h"
+
 namespace specula::tokenizer {
 namespace {
 
@@ -91,23 +93,6 @@ const ByteAlphabet& alphabet() {
   return a;
 }
 
-void append_utf8(uint32_t cp, std::string* out) {
-  if (cp < 0x80) {
-    out->push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-}
 
 bool is_cont(uint8_t c) { return (c & 0xC0) == 0x80; }
 
@@ -185,7 +170,7 @@ void repair_utf8(std::string_view s, std::string* clean, std::string* subject) {
       continue;
     }
     const size_t before = clean->size();
-    append_utf8(cp, clean);
+    utf8_append(cp, *clean);
     if (cp >= 0xD800 && cp <= 0xDFFF) {
       subject->append(kReplacement);
     } else {
@@ -275,7 +260,7 @@ Result<std::unique_ptr<BpeTokenizer>> BpeTokenizer::create(const Vocab& vocab) {
   };
   for (int b = 0; b < 256; ++b) {
     std::string ch;
-    append_utf8(alphabet().to_cp[b], &ch);
+    utf8_append(alphabet().to_cp[b], ch);
     t->byte_symbol_[b] = resolve(ch);
   }
 

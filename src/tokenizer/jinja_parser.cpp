@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/utf8.h"
 #include "tokenizer/jinja_ast.h"
 
 namespace specula::jinja {
@@ -332,23 +333,6 @@ class Lexer {
     return q;
   }
 
-  static void append_utf8(uint32_t cp, std::string& out) {
-    if (cp < 0x80) {
-      out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-      out += static_cast<char>(0xC0 | (cp >> 6));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-      out += static_cast<char>(0xE0 | (cp >> 12));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-      out += static_cast<char>(0xF0 | (cp >> 18));
-      out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    }
-  }
 
   // A quoted literal decoded like Python's "unicode-escape" codec (what jinja2 uses).
   size_t lex_string(size_t p) {
@@ -390,12 +374,12 @@ class Lexer {
         case 'r': out += '\r'; break;
         case 't': out += '\t'; break;
         case 'v': out += '\v'; break;
-        case 'x': append_utf8(hex(2), out); break;
-        case 'u': append_utf8(hex(4), out); break;
+        case 'x': specula::utf8_append(hex(2), out); break;
+        case 'u': specula::utf8_append(hex(4), out); break;
         case 'U': {
           const uint32_t v = hex(8);
           if (v > 0x10FFFF) fail(p, "illegal Unicode character in string literal");
-          append_utf8(v, out);
+          specula::utf8_append(v, out);
           break;
         }
         case 'N': fail(p, "\\N{...} escapes are not supported");
@@ -403,7 +387,7 @@ class Lexer {
           if (e >= '0' && e <= '7') {
             uint32_t v = static_cast<uint32_t>(e - '0');
             for (int k = 0; k < 2 && q < n && src_[q] >= '0' && src_[q] <= '7'; ++k, ++q) v = v * 8 + static_cast<uint32_t>(src_[q] - '0');
-            append_utf8(v, out);
+            specula::utf8_append(v, out);
           } else {
             out += '\\';
             out += e;

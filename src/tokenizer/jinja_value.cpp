@@ -2,6 +2,8 @@
 // the transformers-style JSON serialiser. See jinja_value.h.
 #include "tokenizer/jinja_value.h"
 
+#include "core/utf8.h"
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -282,23 +284,7 @@ std::vector<uint32_t> utf8_decode(std::string_view s) {
   return out;
 }
 
-void utf8_append(uint32_t cp, std::string& out) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
+void utf8_append(uint32_t cp, std::string& out) { specula::utf8_append(cp, out); }
 
 namespace {
 // Re-encodes s with cp mapped; bytes of invalid sequences are copied unchanged.
