@@ -115,4 +115,25 @@ Result<std::vector<float>> weight_1d_f32(const gguf::GgufFile& f, const kernels:
   return out;
 }
 
+Status load_weights(const gguf::GgufFile& f, const kernels::KernelTable& kt, std::initializer_list<Weight1d> vectors,
+                    std::initializer_list<Weight2d> matrices) {
+  for (const Weight1d& w : vectors) {
+    auto v = weight_1d_f32(f, kt, w.name, w.n);
+    if (!v) return v.status();
+    *w.dst = std::move(v).value();
+  }
+  for (const Weight2d& w : matrices) {
+    auto v = weight_2d(f, kt, w.name, w.K, w.N);
+    if (!v) return v.status();
+    *w.dst = *v;
+  }
+  return Status::ok();
+}
+
+Result<TensorView> output_weight(const gguf::GgufFile& f, const kernels::KernelTable& kt, int64_t n_embd,
+                                 int64_t n_vocab, const TensorView& tok_embd) {
+  if (f.find_tensor("output.weight") == nullptr) return tok_embd;
+  return weight_2d(f, kt, "output.weight", n_embd, n_vocab);
+}
+
 }  // namespace specula

@@ -14,6 +14,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
+#include <vector>
 #include <memory>
 #include <string>
 
@@ -105,6 +107,24 @@ Status plan_batch(const Batch& batch, const KvCache& cache, int64_t n_vocab, con
 // expected vs actual shape, or an unsupported type.
 Result<TensorView> weight_2d(const gguf::GgufFile& f, const kernels::KernelTable& kt,
                              const std::string& name, int64_t K, int64_t N);
+// Loads a block's weights in one call: 1-D ones as f32 (norms, biases), 2-D ones as
+// views [N, K]. Names are full tensor names. Errors: the first failing tensor's error.
+struct Weight1d {
+  std::vector<float>* dst;
+  std::string name;
+  int64_t n;
+};
+struct Weight2d {
+  TensorView* dst;
+  std::string name;
+  int64_t K, N;
+};
+Status load_weights(const gguf::GgufFile& f, const kernels::KernelTable& kt, std::initializer_list<Weight1d> vectors,
+                    std::initializer_list<Weight2d> matrices);
+// The output projection [n_vocab, n_embd]: output.weight, or the token embedding when the
+// file ties them (no output.weight).
+Result<TensorView> output_weight(const gguf::GgufFile& f, const kernels::KernelTable& kt, int64_t n_embd,
+                                 int64_t n_vocab, const TensorView& tok_embd);
 // A 1-D tensor of n elements converted to f32 (norm weights).
 Result<std::vector<float>> weight_1d_f32(const gguf::GgufFile& f, const kernels::KernelTable& kt,
                                          const std::string& name, int64_t n);

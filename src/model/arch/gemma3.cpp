@@ -144,13 +144,9 @@ Result<std::unique_ptr<Model>> Gemma3::create(ModelContext ctx) {
   auto tok = weight_2d(f, kt, "token_embd.weight", p.n_embd, p.n_vocab);
   if (!tok) return tok.status();
   m->tok_embd_ = *tok;
-  if (f.find_tensor("output.weight") != nullptr) {
-    auto out = weight_2d(f, kt, "output.weight", p.n_embd, p.n_vocab);
-    if (!out) return out.status();
-    m->output_ = *out;
-  } else {
-    m->output_ = m->tok_embd_;
-  }
+  auto out = output_weight(f, kt, p.n_embd, p.n_vocab, m->tok_embd_);
+  if (!out) return out.status();
+  m->output_ = *out;
   auto on = weight_1d_f32(f, kt, "output_norm.weight", p.n_embd);
   if (!on) return on.status();
   m->output_norm_ = std::move(on).value();
@@ -159,22 +155,14 @@ Result<std::unique_ptr<Model>> Gemma3::create(ModelContext ctx) {
   for (int64_t il = 0; il < p.n_layers; ++il) {
     Gemma3Layer L;
     const std::string b = "blk." + std::to_string(il) + ".";
-    struct N1 { std::vector<float>* dst; const char* name; int64_t n; };
-    for (const N1& n : {N1{&L.attn_norm, "attn_norm", E}, N1{&L.q_norm, "attn_q_norm", p.head_dim},
-                        N1{&L.k_norm, "attn_k_norm", p.head_dim}, N1{&L.post_attn_norm, "post_attention_norm", E},
-                        N1{&L.ffn_norm, "ffn_norm", E}, N1{&L.post_ffn_norm, "post_ffw_norm", E}}) {
-      auto w = weight_1d_f32(f, kt, b + n.name + ".weight", n.n);
-      if (!w) return w.status();
-      *n.dst = std::move(w).value();
-    }
-    struct N2 { TensorView* dst; const char* name; int64_t K, N; };
-    for (const N2& n : {N2{&L.wq, "attn_q", E, QD}, N2{&L.wk, "attn_k", E, KD}, N2{&L.wv, "attn_v", E, KD},
-                        N2{&L.wo, "attn_output", QD, E}, N2{&L.w_gate, "ffn_gate", E, p.n_ff},
-                        N2{&L.w_up, "ffn_up", E, p.n_ff}, N2{&L.w_down, "ffn_down", p.n_ff, E}}) {
-      auto w = weight_2d(f, kt, b + n.name + ".weight", n.K, n.N);
-      if (!w) return w.status();
-      *n.dst = *w;
-    }
+    SPECULA_RETURN_IF_ERROR(load_weights(
+        f, kt,
+        {{&L.attn_norm, b + "attn_norm.weight", E}, {&L.q_norm, b + "attn_q_norm.weight", p.head_dim},
+         {&L.k_norm, b + "attn_k_norm.weight", p.head_dim}, {&L.post_attn_norm, b + "post_attention_norm.weight", E},
+         {&L.ffn_norm, b + "ffn_norm.weight", E}, {&L.post_ffn_norm, b + "post_ffw_norm.weight", E}},
+        {{&L.wq, b + "attn_q.weight", E, QD}, {&L.wk, b + "attn_k.weight", E, KD}, {&L.wv, b + "attn_v.weight", E, KD},
+         {&L.wo, b + "attn_output.weight", QD, E}, {&L.w_gate, b + "ffn_gate.weight", E, p.n_ff},
+         {&L.w_up, b + "ffn_up.weight", E, p.n_ff}, {&L.w_down, b + "ffn_down.weight", p.n_ff, E}}));
     m->layers_.push_back(std::move(L));
   }
   m->info_.architecture = "gemma3";
