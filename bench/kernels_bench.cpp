@@ -137,6 +137,18 @@ BENCHMARK(BM_Avx2_Q6_K_FfnDown)->Arg(1)->Arg(64)->Arg(512)->Unit(benchmark::kMic
 void BM_Avx2_Q8_0_AttnV(benchmark::State& state) { run_gemm(state, avx2_table(), DType::Q8_0, 256, 640); }
 BENCHMARK(BM_Avx2_Q8_0_AttnV)->Arg(1)->Arg(64)->Arg(512)->Unit(benchmark::kMicrosecond);
 
+// Qwen2.5 1.5B shapes at decode and speculative-verify widths (m = 1 + drafts):
+// ffn_up Q4_K [8960 x 1536], ffn_down Q6_K [1536 x 8960], output Q8_0-sized draft
+// projection Q8_0 [151936 x 896] and the Q5_0 ffn_up of the 0.5B draft [4864 x 896].
+void BM_Avx2_Q4_K_QwenFfnUp(benchmark::State& state) { run_gemm(state, avx2_table(), DType::Q4_K, 8960, 1536); }
+BENCHMARK(BM_Avx2_Q4_K_QwenFfnUp)->DenseRange(1, 8)->Unit(benchmark::kMicrosecond);
+void BM_Avx2_Q6_K_QwenFfnDown(benchmark::State& state) { run_gemm(state, avx2_table(), DType::Q6_K, 1536, 8960); }
+BENCHMARK(BM_Avx2_Q6_K_QwenFfnDown)->DenseRange(1, 8)->Unit(benchmark::kMicrosecond);
+void BM_Avx2_Q5_0_QwenDraftFfnUp(benchmark::State& state) { run_gemm(state, avx2_table(), DType::Q5_0, 4864, 896); }
+BENCHMARK(BM_Avx2_Q5_0_QwenDraftFfnUp)->DenseRange(1, 8)->Unit(benchmark::kMicrosecond);
+void BM_Avx2_Q8_0_QwenDraftOutput(benchmark::State& state) { run_gemm(state, avx2_table(), DType::Q8_0, 151936, 896); }
+BENCHMARK(BM_Avx2_Q8_0_QwenDraftOutput)->DenseRange(1, 5)->Unit(benchmark::kMillisecond);
+
 // Reference point: the generic table on one shape.
 void BM_Generic_Q5_0_FfnUp(benchmark::State& state) { run_gemm(state, &generic_table(), DType::Q5_0, 2048, 640); }
 BENCHMARK(BM_Generic_Q5_0_FfnUp)->Arg(1)->Arg(64)->Unit(benchmark::kMicrosecond);

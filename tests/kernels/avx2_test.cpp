@@ -202,7 +202,7 @@ TEST(Avx2Kernels, GemmIsBatchInvariant) {
     const size_t xs = activation_row_bytes(t, K);
     std::vector<float> full(static_cast<size_t>(m * n_rows));
     gemm_with(k, t, K, w, n_rows, xq, m, full, n_rows);
-    // Each activation row alone (m = 1), and rows 4..6 as a batch of 3.
+    // Each activation row alone (m = 1).
     for (int64_t i = 0; i < m; ++i) {
       std::vector<uint8_t> xi(xq.begin() + static_cast<ptrdiff_t>(xs * i),
                               xq.begin() + static_cast<ptrdiff_t>(xs * (i + 1)));
@@ -210,13 +210,16 @@ TEST(Avx2Kernels, GemmIsBatchInvariant) {
       gemm_with(k, t, K, w, n_rows, xi, 1, yi, n_rows);
       for (int64_t r = 0; r < n_rows; ++r) ASSERT_EQ(yi[r], full[i * n_rows + r]) << "m=1 row " << i;
     }
-    {
-      std::vector<uint8_t> x3(xq.begin() + static_cast<ptrdiff_t>(xs * 4),
-                              xq.begin() + static_cast<ptrdiff_t>(xs * 7));
-      std::vector<float> y3(static_cast<size_t>(3 * n_rows));
-      gemm_with(k, t, K, w, n_rows, x3, 3, y3, n_rows);
-      for (int64_t i = 0; i < 3; ++i)
-        for (int64_t r = 0; r < n_rows; ++r) ASSERT_EQ(y3[i * n_rows + r], full[(i + 4) * n_rows + r]);
+    // Sub-batches of every size the kernels treat differently (decode, small-m column
+    // groups of 1..4, panels), starting at row 4.
+    for (int64_t mb : {2, 3, 4, 5, 6, 7, 8, 9}) {
+      std::vector<uint8_t> xb(xq.begin() + static_cast<ptrdiff_t>(xs * 4),
+                              xq.begin() + static_cast<ptrdiff_t>(xs * (4 + mb)));
+      std::vector<float> yb(static_cast<size_t>(mb * n_rows));
+      gemm_with(k, t, K, w, n_rows, xb, mb, yb, n_rows);
+      for (int64_t i = 0; i < mb; ++i)
+        for (int64_t r = 0; r < n_rows; ++r)
+          ASSERT_EQ(yb[i * n_rows + r], full[(i + 4) * n_rows + r]) << "batch of " << mb << " row " << i;
     }
     // n_rows split as a thread pool would: [0,5) + [5,6) + [6,17).
     std::vector<float> split(static_cast<size_t>(m * n_rows));

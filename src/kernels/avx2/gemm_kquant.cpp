@@ -11,6 +11,8 @@
 #include "kernels/avx2/avx2.h"
 #include "kernels/quant_blocks.h"
 
+#include <type_traits>
+
 namespace specula::kernels::avx2 {
 namespace {
 
@@ -151,20 +153,221 @@ struct Q6K : KBase {
   }
 };
 
+// ---- decode and small m: one super-block unpacked in registers, C activation columns ----
+//
+// Used for m <= kSmallM (decode, speculative verify windows, small batches). Each weight
+// super-block is unpacked once per pass and applied to up to 4 activation rows, instead
+// of once per (row, column) pair (tile<> with C > 1 spills the 17-register unpacked block)
+// or through a memory panel (gemm_panel). Per output element the int32 lane sums are the
+// same integers as dot45 / Q6K::dot (exact integer adds in another order) and the float
+// operations per block are the same (fma by d_w*d_x, fnmadd by dmin_w*d_x; hsum at the
+// end), so results are bitwise equal to the panel path (batch invariance).
+
+// The 6-bit scales and mins of a Q4_K/Q5_K super-block (12 packed bytes, layout of the
+// GGUF K-quant format) as 16 bytes: sc[0..8) then m[0..8).
+//   j < 4:  sc = s[j] & 63,                          m = s[j+4] & 63
+//   j >= 4: sc = (s[j+4] & 15) | (s[j-4] >> 6) << 4, m = (s[j+4] >> 4) | (s[j] >> 6) << 4
+inline __m128i k4_scales_mins(const uint8_t* s) {
+  uint32_t w0, w1, w2;
+  __builtin_memcpy(&w0, s, 4);
+  __builtin_memcpy(&w1, s + 4, 4);
+  __builtin_memcpy(&w2, s + 8, 4);
+  constexpr uint32_t kLow6 = 0x3F3F3F3Fu, kLow4 = 0x0F0F0F0Fu, kLow2 = 0x03030303u;
+  const uint32_t sc_lo = w0 & kLow6, m_lo = w1 & kLow6;
+  const uint32_t sc_hi = (w2 & kLow4) | (((w0 >> 6) & kLow2) << 4);
+  const uint32_t m_hi = ((w2 >> 4) & kLow4) | (((w1 >> 6) & kLow2) << 4);
+  return _mm_setr_epi32(static_cast<int>(sc_lo), static_cast<int>(sc_hi), static_cast<int>(m_lo),
+                        static_cast<int>(m_hi));
+}
+
+// Shuffle mask: int16 word j of each 128-bit lane broadcast to the whole lane.
+inline __m256i word_broadcast(int j) { return _mm256_set1_epi16(static_cast<int16_t>(((2 * j + 1) << 8) | (2 * j))); }
+// Shuffle mask: word j in the low lane, word j + 1 in the high lane (Q6_K sub-block pairs).
+inline __m256i word_pair(int j) {
+  return _mm256_set_m128i(_mm_set1_epi16(static_cast<int16_t>(((2 * j + 3) << 8) | (2 * j + 2))),
+                          _mm_set1_epi16(static_cast<int16_t>(((2 * j + 1) << 8) | (2 * j))));
+}
+
+// Q4_K (kHigh = false) / Q5_K (kHigh = true) super-block against C activation blocks.
+template <bool kHigh, int C>
+inline void k45_block(const uint8_t* blk_bytes, const BlockQ8_K* const* x, __m256* acc) {
+  using Blk = std::conditional_t<kHigh, BlockQ5_K, BlockQ4_K>;
+  const Blk* blk = reinterpret_cast<const Blk*>(blk_bytes);
+  const __m128i sm = k4_scales_mins(blk->scales);
+  const __m256i sm16 = _mm256_cvtepu8_epi16(sm);
+  const __m256i scales = _mm256_permute2x128_si256(sm16, sm16, 0x00);  // sc[0..8) in both lanes
+  // mins[2j] = mins[2j+1] = m_j (pairs with bsums[2j], bsums[2j+1]).
+  const __m256i mins = _mm256_cvtepu8_epi16(
+      _mm_shuffle_epi8(sm, _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15)));
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  __m256i s[C];
+  for (int c = 0; c < C; ++c) s[c] = _mm256_setzero_si256();
+  [[maybe_unused]] __m256i hb;
+  if constexpr (kHigh) hb = loadu256(blk->qh);  // bit s of byte l -> sub-block s, element l
+  for (int p = 0; p < 4; ++p) {
+    const __m256i raw = loadu256(blk->qs + 32 * p);
+    __m256i qa = _mm256_and_si256(raw, m4);
+    __m256i qb = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+    if constexpr (kHigh) {
+      const __m256i bit = _mm256_set1_epi8(0x10);
+      qa = _mm256_or_si256(qa, _mm256_and_si256(_mm256_slli_epi16(hb, 4), bit));
+      qb = _mm256_or_si256(qb, _mm256_and_si256(_mm256_slli_epi16(hb, 3), bit));
+      hb = _mm256_srli_epi16(hb, 2);
+    }
+    const __m256i sa = _mm256_shuffle_epi8(scales, word_broadcast(2 * p));
+    const __m256i sb = _mm256_shuffle_epi8(scales, word_broadcast(2 * p + 1));
+    for (int c = 0; c < C; ++c) {
+      const __m256i pa = _mm256_madd_epi16(_mm256_maddubs_epi16(qa, loadu256(x[c]->qs + 64 * p)), sa);
+      const __m256i pb = _mm256_madd_epi16(_mm256_maddubs_epi16(qb, loadu256(x[c]->qs + 64 * p + 32)), sb);
+      s[c] = _mm256_add_epi32(s[c], _mm256_add_epi32(pa, pb));
+    }
+  }
+  const float d = h2f(blk->d), dmin = h2f(blk->dmin);
+  for (int c = 0; c < C; ++c) {
+    const __m256i summ = _mm256_madd_epi16(loadu256(x[c]->bsums), mins);
+    acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(d * x[c]->d), _mm256_cvtepi32_ps(s[c]), acc[c]);
+    acc[c] = _mm256_fnmadd_ps(_mm256_set1_ps(dmin * x[c]->d), _mm256_cvtepi32_ps(summ), acc[c]);
+  }
+}
+
+// Q6_K super-block against C activation blocks.
+template <int C>
+inline void k6_block(const uint8_t* blk_bytes, const BlockQ8_K* const* x, __m256* acc) {
+  const BlockQ6_K* blk = reinterpret_cast<const BlockQ6_K*>(blk_bytes);
+  const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk->scales)));
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  const __m256i m30 = _mm256_set1_epi8(0x30);
+  __m256i s[C];
+  for (int c = 0; c < C; ++c) s[c] = _mm256_setzero_si256();
+  for (int h = 0; h < 2; ++h) {
+    // scales[8h .. 8h+8) as int16 in both lanes; sub-block t = 4h + k uses words 2k, 2k+1.
+    const __m256i half = h == 0 ? _mm256_permute2x128_si256(sc16, sc16, 0x00)
+                                : _mm256_permute2x128_si256(sc16, sc16, 0x11);
+    const uint8_t* ql = blk->ql + 64 * h;
+    const uint8_t* qh = blk->qh + 32 * h;
+    for (int k = 0; k < 4; ++k) {
+      // Sub-block t = 4h + k: low nibbles of ql[0..32) (k = 0), ql[32..64) (k = 1), their
+      // high nibbles (k = 2, 3); high bits 2k..2k+1 of qh.
+      const __m256i lo = loadu256(ql + 32 * (k & 1));
+      const __m256i nib = (k < 2) ? _mm256_and_si256(lo, m4) : _mm256_and_si256(_mm256_srli_epi16(lo, 4), m4);
+      const __m256i hbits = loadu256(qh);
+      __m256i hi;
+      switch (k) {
+        case 0: hi = _mm256_slli_epi16(hbits, 4); break;
+        case 1: hi = _mm256_slli_epi16(hbits, 2); break;
+        case 2: hi = hbits; break;
+        default: hi = _mm256_srli_epi16(hbits, 2); break;
+      }
+      const __m256i q = _mm256_or_si256(nib, _mm256_and_si256(hi, m30));
+      const __m256i sc = _mm256_shuffle_epi8(half, word_pair(2 * k));
+      const int t = 4 * h + k;
+      for (int c = 0; c < C; ++c)
+        s[c] = _mm256_add_epi32(s[c], _mm256_madd_epi16(_mm256_maddubs_epi16(q, loadu256(x[c]->qs + 32 * t)), sc));
+    }
+  }
+  const float d = h2f(blk->d);
+  for (int c = 0; c < C; ++c) {
+    // Centring: sum_g scales[g] * 32 * bsums[g].
+    const __m256i off = _mm256_slli_epi32(_mm256_madd_epi16(loadu256(x[c]->bsums), sc16), 5);
+    acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(d * x[c]->d), _mm256_cvtepi32_ps(_mm256_sub_epi32(s[c], off)), acc[c]);
+  }
+}
+
+struct K4Cols {
+  static constexpr size_t kBytes = sizeof(BlockQ4_K);
+  template <int C> static void block(const uint8_t* w, const BlockQ8_K* const* x, __m256* acc) { k45_block<false, C>(w, x, acc); }
+};
+struct K5Cols {
+  static constexpr size_t kBytes = sizeof(BlockQ5_K);
+  template <int C> static void block(const uint8_t* w, const BlockQ8_K* const* x, __m256* acc) { k45_block<true, C>(w, x, acc); }
+};
+struct K6Cols {
+  static constexpr size_t kBytes = sizeof(BlockQ6_K);
+  template <int C> static void block(const uint8_t* w, const BlockQ8_K* const* x, __m256* acc) { k6_block<C>(w, x, acc); }
+};
+
+// One weight row against activation rows [i0, i0 + C).
+template <class T, int C>
+inline void k_row_cols(int64_t nb, const uint8_t* wrow, const uint8_t* xb, size_t xs, int64_t i0, float* y,
+                       int64_t ldy) {
+  __m256 acc[C];
+  const BlockQ8_K* x[C];
+  for (int c = 0; c < C; ++c) {
+    acc[c] = _mm256_setzero_ps();
+    x[c] = reinterpret_cast<const BlockQ8_K*>(xb + static_cast<size_t>(i0 + c) * xs);
+  }
+  for (int64_t b = 0; b < nb; ++b) {
+    T::template block<C>(wrow + static_cast<size_t>(b) * T::kBytes, x, acc);
+    for (int c = 0; c < C; ++c) ++x[c];
+  }
+  for (int c = 0; c < C; ++c) y[(i0 + c) * ldy] = hsum(acc[c]);
+}
+
+constexpr int64_t kSmallM = 8;
+
+template <class T>
+void gemm_k_small(int64_t K, const void* w, size_t w_stride, int64_t n_rows, const void* xq, size_t xq_stride,
+                  int64_t m, float* y, int64_t ldy) {
+  const auto* wb = static_cast<const uint8_t*>(w);
+  const auto* xb = static_cast<const uint8_t*>(xq);
+  const int64_t nb = K / kQKK;
+  if (m == 1) {
+    // Decode: four rows from four stretches of the range per pass (four sequential
+    // memory streams per thread keep more requests in flight); one result per row.
+    constexpr int64_t kStreams = 4;
+    const int64_t q = n_rows / kStreams;
+    const BlockQ8_K* x0 = reinterpret_cast<const BlockQ8_K*>(xb);
+    for (int64_t i = 0; i < q; ++i) {
+      __m256 acc[kStreams];
+      const uint8_t* rows[kStreams];
+      for (int64_t r = 0; r < kStreams; ++r) {
+        acc[r] = _mm256_setzero_ps();
+        rows[r] = wb + static_cast<size_t>(i + r * q) * w_stride;
+      }
+      for (int64_t b = 0; b < nb; ++b) {
+        const BlockQ8_K* xblk = x0 + b;
+        for (int64_t r = 0; r < kStreams; ++r)
+          T::template block<1>(rows[r] + static_cast<size_t>(b) * T::kBytes, &xblk, &acc[r]);
+      }
+      for (int64_t r = 0; r < kStreams; ++r) y[i + r * q] = hsum(acc[r]);
+    }
+    for (int64_t r = q * kStreams; r < n_rows; ++r) k_row_cols<T, 1>(nb, wb + static_cast<size_t>(r) * w_stride, xb, xq_stride, 0, y + r, ldy);
+    return;
+  }
+  // Column groups: up to 6 rows in one pass (more spills registers), else groups of 4.
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const uint8_t* wrow = wb + static_cast<size_t>(r) * w_stride;
+    int64_t i0 = 0;
+    while (i0 < m) {
+      const int64_t left = m - i0;
+      const int nc = static_cast<int>(left <= 6 ? left : 4);
+      switch (nc) {
+        case 6: k_row_cols<T, 6>(nb, wrow, xb, xq_stride, i0, y + r, ldy); break;
+        case 5: k_row_cols<T, 5>(nb, wrow, xb, xq_stride, i0, y + r, ldy); break;
+        case 4: k_row_cols<T, 4>(nb, wrow, xb, xq_stride, i0, y + r, ldy); break;
+        case 3: k_row_cols<T, 3>(nb, wrow, xb, xq_stride, i0, y + r, ldy); break;
+        case 2: k_row_cols<T, 2>(nb, wrow, xb, xq_stride, i0, y + r, ldy); break;
+        default: k_row_cols<T, 1>(nb, wrow, xb, xq_stride, i0, y + r, ldy); break;
+      }
+      i0 += nc;
+    }
+  }
+}
+
 }  // namespace
 
-// m >= 4 (prefill): unpack each row panel once (gemm_panel); decode: tiles.
+// m > kSmallM (prefill): unpack each row panel once (gemm_panel); else registers.
 SPECULA_AVX2_GEMM(gemm_q4_k) {
-  if (m >= 4) return gemm_panel<Q4K>(K, w, w_stride, n_rows, xq, xq_stride, m, y, ldy);
-  gemm_tiled<Q4K, 4, 2, 4>(K, w, w_stride, n_rows, xq, xq_stride, m, y, ldy);
+  if (m > kSmallM) return gemm_panel<Q4K>(K, w, w_stride, n_rows, xq, xq_stride, m, y, ldy);
+  gemm_k_small<K4Cols>(K, w, w_stride, n_rows, xq, xq_stride, m, y, ldy);
 }
 SPECULA_AVX2_GEMM(gemm_q5_k) {
-  if (m >= 4) return gemm_panel<Q5K>(K, w, w_stride, n_rows, xq, xq_stride, m, y, ldy);
-  gemm_tiled<Q5K, 4, 2, 4>(K, w, w_stride, n_rows, xq, xq_stride, m, y, ldy);
+  if (m > kSmallM) return gemm_panel<Q5K>(K, w, w_stride, n_rows, xq, xq_stride, m, y, ldy);
+  gemm_k_small<K5Cols>(K, w, w_stride, n_rows, xq, xq_stride, m, y, ldy);
 }
 SPECULA_AVX2_GEMM(gemm_q6_k) {
-  if (m >= 4) return gemm_panel<Q6K>(K, w, w_stride, n_rows, xq, xq_stride, m, y, ldy);
-  gemm_tiled<Q6K, 4, 2, 4>(K, w, w_stride, n_rows, xq, xq_stride, m, y, ldy);
+  if (m > kSmallM) return gemm_panel<Q6K>(K, w, w_stride, n_rows, xq, xq_stride, m, y, ldy);
+  gemm_k_small<K6Cols>(K, w, w_stride, n_rows, xq, xq_stride, m, y, ldy);
 }
 
 }  // namespace specula::kernels::avx2
