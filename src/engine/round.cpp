@@ -7,6 +7,8 @@
 //    under the step's token budget;
 // 3. one target forward over all of it, one logits projection for every position that
 //    samples;
+//    the prompt chunks just consumed go to the draft source too (DraftSource::prefill),
+//    so a draft model's prompt work is prompt time;
 // 4. per row, the acceptance walk with the row's own sampler (method/speculative.h);
 // 5. tokens go to the row's sink one at a time (a sink that says stop ends the request
 //    right there, so usage and text match plain decoding);
@@ -127,10 +129,17 @@ bool Engine::step() {
     logits_.resize(static_cast<size_t>(n_out) * n_vocab);
     model_->project_logits(logit_hidden_.data(), n_out, logits_.data());
   }
+  std::vector<DraftRow> prompt_rows;  // rows that prefilled a chunk and will speculate
   for (size_t b = 0; b < members.size(); ++b) {
     Active& a = running_[members[b]];
-    if (a.prefilled < static_cast<int64_t>(a.p.request.prompt.size())) a.prefilled += counts_[b];
+    if (a.prefilled >= static_cast<int64_t>(a.p.request.prompt.size())) continue;
+    a.prefilled += counts_[b];
+    if (options_.draft && options_.spec_depth > 0 && a.p.request.speculative)
+      prompt_rows.push_back(DraftRow{a.row, std::span<const int32_t>(a.p.request.prompt.data(), a.prefilled), 0});
   }
+  // The draft source follows the prompt chunk by chunk (its prefill is prompt time, and the
+  // first round only catches up one token). A failure only costs speed.
+  if (!prompt_rows.empty()) (void)options_.draft->prefill(prompt_rows);
 
   // 4-6. Walk, deliver, resolve.
   const double t_forward = now_s();

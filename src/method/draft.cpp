@@ -49,80 +49,26 @@ class ModelDraft final : public DraftSource {
       : model_(std::move(model)), cache_(std::move(cache)), cached_(static_cast<size_t>(cache_.n_rows())) {}
   std::string name() const override { return "draft-model"; }
 
+  Status prefill(std::span<const DraftRow> rows) override {
+    std::vector<int32_t> next;
+    Status st = sync(rows, /*feed_pending=*/false, next);
+    if (!st.is_ok())
+      for (const DraftRow& r : rows) release(r.row);
+    return st;
+  }
+
   Status draft(std::span<const DraftRow> rows, std::vector<std::vector<int32_t>>& proposals) override {
     proposals.assign(rows.size(), {});
-    const int64_t E = model_->info().n_embd;
-    const int32_t V = static_cast<int32_t>(model_->info().n_vocab);
-    // 1. Sync each row's cache with its context: keep the common prefix, feed the rest.
-    //    The pending token (context.back()) is always fed, so its logits give draft 1.
-    std::vector<size_t> active;       // rows[] index of rows that draft
-    std::vector<int64_t> fed;         // tokens of context already in the cache, per active row
-    for (size_t b = 0; b < rows.size(); ++b) {
-      const DraftRow& r = rows[b];
-      if (r.max_depth <= 0 || r.context.empty()) continue;
-      if (r.row < 0 || r.row >= cache_.n_rows())
-        return Status::error("[draft] row " + std::to_string(r.row) + " outside the draft cache");
-      if (static_cast<int64_t>(r.context.size()) + r.max_depth > cache_.n_ctx()) continue;
-      auto& cached = cached_[r.row];
-      size_t keep = 0;
-      const size_t lim = std::min(cached.size(), r.context.size() - 1);
-      while (keep < lim && cached[keep] == r.context[keep]) ++keep;
-      if (keep < cached.size()) {
-        if (!cache_.trim(r.row, static_cast<int64_t>(cached.size() - keep)).is_ok()) {
-          cache_.clear(r.row);
-          keep = 0;
-        }
-        cached.resize(keep);
-      }
-      active.push_back(b);
-      fed.push_back(static_cast<int64_t>(keep));
-    }
+    std::vector<int32_t> next;  // per rows[] index: the first draft, -1 when the row does not draft
+    SPECULA_RETURN_IF_ERROR(sync(rows, /*feed_pending=*/true, next));
+    std::vector<size_t> active;  // rows[] index of rows that draft
+    for (size_t b = 0; b < rows.size(); ++b)
+      if (next[b] >= 0) active.push_back(b);
     if (active.empty()) return Status::ok();
+    const int32_t V = static_cast<int32_t>(model_->info().n_vocab);
     std::vector<int32_t> ids, brows;
-    std::vector<int64_t> counts;
-    std::vector<int64_t> last;  // packed index of each active row's last fed token, this forward
-    std::vector<int32_t> next(active.size(), -1);
-    // Catch-up forwards in chunks; the final chunk of every row ends at its pending token.
-    for (;;) {
-      ids.clear();
-      brows.clear();
-      counts.clear();
-      std::vector<size_t> in_batch;
-      last.clear();
-      for (size_t a = 0; a < active.size(); ++a) {
-        const DraftRow& r = rows[active[a]];
-        const int64_t L = static_cast<int64_t>(r.context.size());
-        if (fed[a] >= L) continue;
-        const int64_t n = std::min<int64_t>(L - fed[a], kChunk);
-        brows.push_back(r.row);
-        counts.push_back(n);
-        ids.insert(ids.end(), r.context.begin() + fed[a], r.context.begin() + fed[a] + n);
-        last.push_back(static_cast<int64_t>(ids.size()) - 1);
-        in_batch.push_back(a);
-      }
-      if (in_batch.empty()) break;
-      Batch batch{static_cast<int32_t>(brows.size()), 0, ids.data(), brows.data(), counts.data()};
-      SPECULA_RETURN_IF_ERROR(model_->forward(batch, cache_, hidden_));
-      std::vector<size_t> done;  // rows whose context is fully fed now
-      for (size_t j = 0; j < in_batch.size(); ++j) {
-        const size_t a = in_batch[j];
-        const DraftRow& r = rows[active[a]];
-        auto& cached = cached_[r.row];
-        cached.insert(cached.end(), r.context.begin() + fed[a], r.context.begin() + fed[a] + counts[j]);
-        fed[a] += counts[j];
-        if (fed[a] == static_cast<int64_t>(r.context.size())) done.push_back(j);
-      }
-      if (!done.empty()) {
-        sel_.resize(done.size() * static_cast<size_t>(E));
-        for (size_t k = 0; k < done.size(); ++k)
-          std::memcpy(sel_.data() + k * E, hidden_.data() + last[done[k]] * E, E * sizeof(float));
-        logits_.resize(done.size() * static_cast<size_t>(V));
-        model_->project_logits(sel_.data(), static_cast<int64_t>(done.size()), logits_.data());
-        for (size_t k = 0; k < done.size(); ++k) next[in_batch[done[k]]] = argmax(logits_.data() + k * V, V);
-      }
-    }
-    // 2. Greedy drafting, all rows together; a row stops at its max_depth.
-    for (size_t a = 0; a < active.size(); ++a) proposals[active[a]].push_back(next[a]);
+    // Greedy drafting, all rows together; a row stops at its max_depth.
+    for (size_t a = 0; a < active.size(); ++a) proposals[active[a]].push_back(next[active[a]]);
     for (int32_t step = 1;; ++step) {
       ids.clear();
       brows.clear();
@@ -143,6 +89,80 @@ class ModelDraft final : public DraftSource {
         const size_t a = going[k];
         cached_[rows[active[a]].row].push_back(ids[k]);
         proposals[active[a]].push_back(argmax(logits_.data() + k * V, V));
+      }
+    }
+    return Status::ok();
+  }
+
+  // Brings each row's cache up to its context: keeps the common prefix, feeds the rest in
+  // chunks (all rows batched). With feed_pending the context's last token is always fed and
+  // next[b] is the argmax of its logits (the first draft); rows that cannot draft (depth 0,
+  // empty, no room) get next[b] = -1. Without it every context token is cached, no logits.
+  Status sync(std::span<const DraftRow> rows, bool feed_pending, std::vector<int32_t>& next) {
+    next.assign(rows.size(), -1);
+    const int64_t E = model_->info().n_embd;
+    const int32_t V = static_cast<int32_t>(model_->info().n_vocab);
+    std::vector<size_t> active;  // rows[] index of rows being synced
+    std::vector<int64_t> fed;    // tokens of context already in the cache, per active row
+    for (size_t b = 0; b < rows.size(); ++b) {
+      const DraftRow& r = rows[b];
+      if (r.context.empty() || (feed_pending && r.max_depth <= 0)) continue;
+      if (r.row < 0 || r.row >= cache_.n_rows())
+        return Status::error("[draft] row " + std::to_string(r.row) + " outside the draft cache");
+      if (static_cast<int64_t>(r.context.size()) + r.max_depth > cache_.n_ctx()) continue;
+      auto& cached = cached_[r.row];
+      size_t keep = 0;
+      const size_t lim = std::min(cached.size(), r.context.size() - (feed_pending ? 1 : 0));
+      while (keep < lim && cached[keep] == r.context[keep]) ++keep;
+      if (keep < cached.size()) {
+        if (!cache_.trim(r.row, static_cast<int64_t>(cached.size() - keep)).is_ok()) {
+          cache_.clear(r.row);
+          keep = 0;
+        }
+        cached.resize(keep);
+      }
+      active.push_back(b);
+      fed.push_back(static_cast<int64_t>(keep));
+    }
+    std::vector<int32_t> ids, brows;
+    std::vector<int64_t> counts, last;  // last: packed index of each row's last fed token
+    for (;;) {
+      ids.clear();
+      brows.clear();
+      counts.clear();
+      last.clear();
+      std::vector<size_t> in_batch;
+      for (size_t a = 0; a < active.size(); ++a) {
+        const DraftRow& r = rows[active[a]];
+        const int64_t L = static_cast<int64_t>(r.context.size());
+        if (fed[a] >= L) continue;
+        const int64_t n = std::min<int64_t>(L - fed[a], kChunk);
+        brows.push_back(r.row);
+        counts.push_back(n);
+        ids.insert(ids.end(), r.context.begin() + fed[a], r.context.begin() + fed[a] + n);
+        last.push_back(static_cast<int64_t>(ids.size()) - 1);
+        in_batch.push_back(a);
+      }
+      if (in_batch.empty()) break;
+      Batch batch{static_cast<int32_t>(brows.size()), 0, ids.data(), brows.data(), counts.data()};
+      SPECULA_RETURN_IF_ERROR(model_->forward(batch, cache_, hidden_));
+      std::vector<size_t> done;  // in_batch index of rows whose context is fully fed now
+      for (size_t j = 0; j < in_batch.size(); ++j) {
+        const size_t a = in_batch[j];
+        const DraftRow& r = rows[active[a]];
+        auto& cached = cached_[r.row];
+        cached.insert(cached.end(), r.context.begin() + fed[a], r.context.begin() + fed[a] + counts[j]);
+        fed[a] += counts[j];
+        if (fed[a] == static_cast<int64_t>(r.context.size())) done.push_back(j);
+      }
+      if (feed_pending && !done.empty()) {
+        sel_.resize(done.size() * static_cast<size_t>(E));
+        for (size_t k = 0; k < done.size(); ++k)
+          std::memcpy(sel_.data() + k * E, hidden_.data() + last[done[k]] * E, E * sizeof(float));
+        logits_.resize(done.size() * static_cast<size_t>(V));
+        model_->project_logits(sel_.data(), static_cast<int64_t>(done.size()), logits_.data());
+        for (size_t k = 0; k < done.size(); ++k)
+          next[active[in_batch[done[k]]]] = argmax(logits_.data() + k * V, V);
       }
     }
     return Status::ok();

@@ -43,6 +43,15 @@ class DraftSource {
   // proposals[b]: up to rows[b].max_depth tokens (possibly none). Errors: the source's
   // model failed (the engine then runs those rows without speculation).
   virtual Status draft(std::span<const DraftRow> rows, std::vector<std::vector<int32_t>>& proposals) = 0;
+  // During the prompt phase: the target has just consumed rows[b].context (the prompt so
+  // far; no pending token). A source with state may process it now, so that the first
+  // draft() only has the first sampled token to catch up; the default does nothing.
+  // Errors: the source's model failed (its state for those rows is then dropped and
+  // rebuilt by the next draft()).
+  virtual Status prefill(std::span<const DraftRow> rows) {
+    (void)rows;
+    return Status::ok();
+  }
   // After a round: each row's context now (accepted drafts and the correction appended).
   virtual void commit(std::span<const DraftRow> rows) = 0;
   // The row's request left: forget its state.

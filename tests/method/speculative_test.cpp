@@ -135,5 +135,65 @@ TEST(SpeculativeModel, NgramEqualsGreedyAcrossTheWindowEdge) {
   std::printf("[ngram] %d tokens in %d rounds, %d drafts accepted\n", n, rounds, accepted);
 }
 
+
+// The model as its own draft: its proposals are the greedy continuation, whether its
+// cache was filled by prefill() during the prompt (chunk by chunk, as the engine does) or
+// by draft()'s own catch-up; after commit() of a context that rejected the last two
+// drafts, the next draft continues from the new context.
+TEST(SpeculativeModel, DraftModelPrefillEqualsCatchUp) {
+  if (!testing::default_model_present()) GTEST_SKIP() << "model not found: " << testing::default_model_path();
+  auto target = load_model(testing::default_model_path());
+  auto dm1 = load_model(testing::default_model_path());
+  auto dm2 = load_model(testing::default_model_path());
+  ASSERT_TRUE(target.is_ok() && dm1.is_ok() && dm2.is_ok());
+  std::vector<int32_t> prompt = {2, 818, 5279, 529, 7001, 563, 9079, 236761, 669, 5279, 529};
+  auto cache = (*target)->new_cache(1, 256);
+  GenerateRequest g;
+  g.prompt = prompt;
+  g.max_tokens = 12;
+  g.sampling.temperature = 0.0f;
+  auto plain = generate(**target, *cache, 0, g, [](int32_t) { return true; });
+  ASSERT_TRUE(plain.is_ok()) << plain.message();
+  ASSERT_EQ(plain->tokens.size(), 12u);
+
+  auto a = make_model_draft(std::move(dm1).value(), 2, 256);
+  auto b = make_model_draft(std::move(dm2).value(), 2, 256);
+  ASSERT_TRUE(a.is_ok() && b.is_ok());
+  // a: the prompt in chunks of 4, 4, 3 through prefill() (row 1), after a context that
+  // diverges from it at position 8 (its cache must be trimmed back to the common prefix).
+  std::vector<int32_t> other(prompt.begin(), prompt.begin() + 8);
+  other.insert(other.end(), {4000, 4001, 4002});
+  DraftRow o{1, other, 0};
+  ASSERT_TRUE((*a)->prefill(std::span<const DraftRow>(&o, 1)).is_ok());
+  for (size_t n : {4u, 8u, 11u}) {
+    DraftRow p{1, std::span<const int32_t>(prompt.data(), n), 0};
+    ASSERT_TRUE((*a)->prefill(std::span<const DraftRow>(&p, 1)).is_ok());
+  }
+  std::vector<int32_t> ctx = prompt;
+  ctx.push_back(plain->tokens[0]);  // the pending token
+  std::vector<std::vector<int32_t>> pa, pb;
+  DraftRow r{1, ctx, 6};
+  ASSERT_TRUE((*a)->draft(std::span<const DraftRow>(&r, 1), pa).is_ok());
+  ASSERT_TRUE((*b)->draft(std::span<const DraftRow>(&r, 1), pb).is_ok());
+  const std::vector<int32_t> want(plain->tokens.begin() + 1, plain->tokens.begin() + 7);
+  EXPECT_EQ(pa[0], want);
+  EXPECT_EQ(pb[0], want);
+  // Keep 4 of the 6 drafts, then a token that differs from the 5th draft.
+  ctx.insert(ctx.end(), want.begin(), want.begin() + 4);
+  ctx.push_back(want[4] + 1);
+  DraftRow c{1, ctx, 0};
+  (*a)->commit(std::span<const DraftRow>(&c, 1));
+  DraftRow r2{1, ctx, 3};
+  ASSERT_TRUE((*a)->draft(std::span<const DraftRow>(&r2, 1), pa).is_ok());
+  // Reference: a fresh source catching up the whole context.
+  auto dm3 = load_model(testing::default_model_path());
+  ASSERT_TRUE(dm3.is_ok());
+  auto fresh = make_model_draft(std::move(dm3).value(), 2, 256);
+  ASSERT_TRUE(fresh.is_ok());
+  ASSERT_TRUE((*fresh)->draft(std::span<const DraftRow>(&r2, 1), pb).is_ok());
+  EXPECT_EQ(pa[0], pb[0]);
+  EXPECT_EQ(pa[0].size(), 3u);
+}
+
 }  // namespace
 }  // namespace specula
