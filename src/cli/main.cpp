@@ -493,7 +493,7 @@ int main(int argc, char** argv) {
   gen->add_flag("--greedy", g.greedy, "Greedy decoding (same as --temp 0)");
   gen->add_option("--draft-model", g.draft_model, "Speculative decoding with this draft model (same vocabulary)");
   gen->add_option("--spec", g.spec, "Draft source: ngram (prompt lookup), draft (needs --draft-model), none");
-  gen->add_option("--spec-depth", g.spec_depth, "Drafted tokens per verify step (default 4)")->check(CLI::Range(1, 32));
+  gen->add_option("--spec-depth", g.spec_depth, "Most drafted tokens per verify step; each request adapts below it (default 4)")->check(CLI::Range(1, 32));
 
   BenchArgs b;
   auto* bench = app.add_subcommand("bench", "Measure prefill and decode tokens/s (like llama-bench)");
@@ -530,7 +530,7 @@ int main(int argc, char** argv) {
   serve->add_option("-t,--threads", sv.threads, "Threads (default: all cores)")->check(CLI::Range(0, 1024));
   serve->add_option("--draft-model", sv.draft_model, "Speculative decoding with this draft model (same vocabulary)");
   serve->add_option("--spec", sv.spec, "Draft source for every request: ngram, draft (needs --draft-model), none");
-  serve->add_option("--spec-depth", sv.spec_depth, "Drafted tokens per verify step (default 4)")->check(CLI::Range(1, 32));
+  serve->add_option("--spec-depth", sv.spec_depth, "Most drafted tokens per verify step; each request adapts below it (default 4)")->check(CLI::Range(1, 32));
 
   std::vector<std::string> pull_names;
   bool pull_list = false;

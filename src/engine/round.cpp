@@ -25,6 +25,25 @@
 
 namespace specula {
 namespace {
+// Adaptive depth: all drafts accepted -> one deeper (up to the configured depth); some
+// accepted -> one more than were accepted; none -> half as deep, and after two such rounds
+// in a row the row stops drafting for 2, 4, .. 16 steps. Rejected drafts cost verify work
+// (and draft-model steps), so rows whose drafts keep failing decode plainly.
+template <class Row>
+void adapt_depth(Row& a, int32_t proposed, int32_t accepted, int32_t max_depth) {
+  if (accepted == proposed) {
+    a.depth_cap = std::min(max_depth, a.depth_cap + 1);
+    a.spec_misses = 0;
+  } else if (accepted > 0) {
+    a.depth_cap = std::min(max_depth, accepted + 1);
+    a.spec_misses = 0;
+  } else {
+    a.depth_cap = std::max(1, a.depth_cap / 2);
+    ++a.spec_misses;
+    if (a.spec_misses >= 2) a.spec_skip = 1 << std::min(a.spec_misses - 1, 4);
+  }
+}
+
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -46,7 +65,12 @@ bool Engine::step() {
       if (!a.p.request.speculative || a.prefilled < static_cast<int64_t>(a.p.request.prompt.size())) continue;
       const int64_t remaining = a.p.request.max_tokens - a.n_generated;  // tokens it may still sample
       const int64_t room = n_ctx - cache_.length(a.row) - 1;            // positions after the pending one
-      const int64_t depth = std::min<int64_t>({options_.spec_depth, remaining - 1, room});
+      if (a.spec_skip > 0) {  // backing off after rounds that accepted nothing
+        --a.spec_skip;
+        continue;
+      }
+      if (a.depth_cap <= 0) a.depth_cap = options_.spec_depth;
+      const int64_t depth = std::min<int64_t>({a.depth_cap, remaining - 1, room});
       if (depth <= 0) continue;
       drows.push_back(DraftRow{a.row, a.context, static_cast<int32_t>(depth)});
       didx.push_back(i);
@@ -167,6 +191,7 @@ bool Engine::step() {
       a.accepted += w.accepted;
       drafted_total += prop.size();
       accepted_total += static_cast<uint64_t>(w.accepted);
+      adapt_depth(a, static_cast<int32_t>(prop.size()), w.accepted, options_.spec_depth);
     }
     // Deliver one token at a time so a stop inside the accepted drafts ends exactly there.
     bool keep = true, failed = false;

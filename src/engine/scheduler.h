@@ -185,6 +185,9 @@ class Engine {
     double admitted = 0, first_token = 0;
     std::vector<int32_t> context;  // prompt + emitted tokens (back() == next while decoding)
     int64_t spec_rounds = 0, drafted = 0, accepted = 0;
+    // Adaptive draft depth (speed only, never the tokens): the row's current cap, its
+    // rounds in a row that accepted nothing, and steps left without drafting.
+    int32_t depth_cap = 0, spec_misses = 0, spec_skip = 0;
   };
 
   Engine(Model& model, EngineOptions options, KvCache cache);

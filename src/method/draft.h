@@ -59,7 +59,7 @@ class DraftSource {
 };
 
 struct NgramOptions {
-  int32_t min_ngram = 1;  // shortest suffix to match
+  int32_t min_ngram = 2;  // shortest suffix to match (1-token matches mostly propose noise)
   int32_t max_ngram = 4;  // longest suffix to match (tried first)
   int64_t max_scan = 1 << 16;  // search at most this many most recent positions
 };
