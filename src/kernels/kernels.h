@@ -51,6 +51,11 @@ struct KernelTable {
   // and y += alpha * x with x half.
   float (*dot_f16_f32)(int64_t n, const uint16_t* a, const float* b) = nullptr;
   void (*axpy_f16_f32)(int64_t n, float alpha, const uint16_t* x, float* y) = nullptr;
+  // The same for nq queries sharing one half row a / x (grouped-query heads, several
+  // tokens of a row): s[i] = dot_f16_f32(n, a, b[i]) and y[i] += alpha[i] * x, each
+  // bitwise equal to the single-query call (the half row is converted once).
+  void (*dot_f16_f32_multi)(int64_t n, const uint16_t* a, int64_t nq, const float* const* b, float* s) = nullptr;
+  void (*axpy_f16_f32_multi)(int64_t n, const float* alpha, const uint16_t* x, int64_t nq, float* const* y) = nullptr;
   // Gated GELU, tanh form (Hendrycks & Gimpel 2016):
   // out[i] = 0.5*g*(1 + tanh(sqrt(2/pi)*(g + 0.044715*g^3))) * up[i], g = gate[i]; out may alias gate.
   void (*gelu_tanh_mul)(int64_t n, const float* gate, const float* up, float* out) = nullptr;

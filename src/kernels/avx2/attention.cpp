@@ -66,6 +66,50 @@ void axpy_f16_f32(int64_t n, float alpha, const uint16_t* x, float* y) {
   for (; i < n; ++i) y[i] += alpha * fp16_to_fp32(x[i]);
 }
 
+// The half row is converted to f32 once (exact), then each query runs the same FMA
+// sequence as dot_f16_f32 / axpy_f16_f32 over the converted values.
+void dot_f16_f32_multi(int64_t n, const uint16_t* a, int64_t nq, const float* const* b, float* s) {
+  constexpr int64_t kMax = 512;
+  if (n > kMax) {
+    for (int64_t q = 0; q < nq; ++q) s[q] = dot_f16_f32(n, a, b[q]);
+    return;
+  }
+  alignas(32) float af[kMax];
+  const int64_t n16 = n / 16 * 16;
+  for (int64_t i = 0; i < n16; i += 8)
+    _mm256_store_ps(af + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + i))));
+  for (int64_t q = 0; q < nq; ++q) {
+    const float* bq = b[q];
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n16; i += 16) {
+      acc0 = _mm256_fmadd_ps(_mm256_load_ps(af + i), _mm256_loadu_ps(bq + i), acc0);
+      acc1 = _mm256_fmadd_ps(_mm256_load_ps(af + i + 8), _mm256_loadu_ps(bq + i + 8), acc1);
+    }
+    float sum = hsum(_mm256_add_ps(acc0, acc1));
+    for (int64_t i = n16; i < n; ++i) sum += fp16_to_fp32(a[i]) * bq[i];
+    s[q] = sum;
+  }
+}
+
+void axpy_f16_f32_multi(int64_t n, const float* alpha, const uint16_t* x, int64_t nq, float* const* y) {
+  constexpr int64_t kMax = 512;
+  if (n > kMax) {
+    for (int64_t q = 0; q < nq; ++q) axpy_f16_f32(n, alpha[q], x, y[q]);
+    return;
+  }
+  alignas(32) float xf[kMax];
+  const int64_t n8 = n / 8 * 8;
+  for (int64_t i = 0; i < n8; i += 8)
+    _mm256_store_ps(xf + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i))));
+  for (int64_t q = 0; q < nq; ++q) {
+    const __m256 va = _mm256_set1_ps(alpha[q]);
+    float* yq = y[q];
+    for (int64_t i = 0; i < n8; i += 8)
+      _mm256_storeu_ps(yq + i, _mm256_fmadd_ps(va, _mm256_load_ps(xf + i), _mm256_loadu_ps(yq + i)));
+    for (int64_t i = n8; i < n; ++i) yq[i] += alpha[q] * fp16_to_fp32(x[i]);
+  }
+}
+
 void gelu_tanh_mul(int64_t n, const float* gate, const float* up, float* out) {
   // tanh(u) = 1 - 2 / (exp(2u) + 1); 0.5*g*(1+tanh(u)) = g - g / (exp(2u) + 1)
   const __m256 c0 = _mm256_set1_ps(2.0f * 0.79788456080286535588f);

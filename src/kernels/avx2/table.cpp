@@ -8,6 +8,8 @@
 namespace specula::kernels::avx2 {
 float dot_f16_f32(int64_t n, const uint16_t* a, const float* b);
 void axpy_f16_f32(int64_t n, float alpha, const uint16_t* x, float* y);
+void dot_f16_f32_multi(int64_t n, const uint16_t* a, int64_t nq, const float* const* b, float* s);
+void axpy_f16_f32_multi(int64_t n, const float* alpha, const uint16_t* x, int64_t nq, float* const* y);
 void gelu_tanh_mul(int64_t n, const float* gate, const float* up, float* out);
 float exp_sub_sum(int64_t n, float max, float* x);
 }  // namespace specula::kernels::avx2
@@ -37,6 +39,8 @@ const KernelTable* table_if_built() {
     k.scale_f32 = scale_f32;
     k.dot_f16_f32 = dot_f16_f32;
     k.axpy_f16_f32 = axpy_f16_f32;
+    k.dot_f16_f32_multi = dot_f16_f32_multi;
+    k.axpy_f16_f32_multi = axpy_f16_f32_multi;
     k.gelu_tanh_mul = gelu_tanh_mul;
     k.exp_sub_sum = exp_sub_sum;
     return k;

@@ -18,6 +18,14 @@ void axpy_f16_f32(int64_t n, float alpha, const uint16_t* x, float* y) {
   for (int64_t i = 0; i < n; ++i) y[i] += alpha * fp16_to_fp32(x[i]);
 }
 
+void dot_f16_f32_multi(int64_t n, const uint16_t* a, int64_t nq, const float* const* b, float* s) {
+  for (int64_t i = 0; i < nq; ++i) s[i] = dot_f16_f32(n, a, b[i]);
+}
+
+void axpy_f16_f32_multi(int64_t n, const float* alpha, const uint16_t* x, int64_t nq, float* const* y) {
+  for (int64_t i = 0; i < nq; ++i) axpy_f16_f32(n, alpha[i], x, y[i]);
+}
+
 void gelu_tanh_mul(int64_t n, const float* gate, const float* up, float* out) {
   constexpr float kSqrt2OverPi = 0.79788456080286535588f;
   for (int64_t i = 0; i < n; ++i) {

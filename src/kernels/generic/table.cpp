@@ -9,6 +9,8 @@
 namespace specula::kernels::generic {
 float dot_f16_f32(int64_t n, const uint16_t* a, const float* b);
 void axpy_f16_f32(int64_t n, float alpha, const uint16_t* x, float* y);
+void dot_f16_f32_multi(int64_t n, const uint16_t* a, int64_t nq, const float* const* b, float* s);
+void axpy_f16_f32_multi(int64_t n, const float* alpha, const uint16_t* x, int64_t nq, float* const* y);
 void gelu_tanh_mul(int64_t n, const float* gate, const float* up, float* out);
 float exp_sub_sum(int64_t n, float max, float* x);
 }  // namespace specula::kernels::generic
@@ -40,6 +42,8 @@ const KernelTable& generic_table() {
     k.scale_f32 = g::scale_f32;
     k.dot_f16_f32 = g::dot_f16_f32;
     k.axpy_f16_f32 = g::axpy_f16_f32;
+    k.dot_f16_f32_multi = g::dot_f16_f32_multi;
+    k.axpy_f16_f32_multi = g::axpy_f16_f32_multi;
     k.gelu_tanh_mul = g::gelu_tanh_mul;
     k.exp_sub_sum = g::exp_sub_sum;
     return k;
