@@ -386,7 +386,7 @@ int run_tokenize(const std::string& model_arg, const std::string& text, bool jso
 
 struct ServeArgs {
   std::string model, host = "127.0.0.1", api_key, alias, chat_template_file, draft_model, spec;
-  int port = 8080, parallel = 4, threads = 0, queue = 64, spec_depth = 4;
+  int port = 8080, parallel = 4, threads = 0, queue = 64, spec_depth = 4, spec_max_batch = 2;
   int64_t ctx = 4096, step_tokens = 512;
   size_t max_body = 1 << 20;
 };
@@ -422,6 +422,7 @@ int run_serve(const ServeArgs& a) {
   so.engine.step_tokens = std::max<int64_t>(a.step_tokens, a.parallel);
   so.engine.max_queue = a.queue;
   so.engine.spec_depth = a.spec_depth;
+  so.engine.spec_max_batch = a.spec_max_batch;
   auto draft = make_draft(a.draft_model, a.spec, **model, a.parallel, so.engine.n_ctx);
   if (!draft) return fail(draft.message());
   so.engine.draft = std::move(draft).value();
@@ -531,6 +532,9 @@ int main(int argc, char** argv) {
   serve->add_option("--draft-model", sv.draft_model, "Speculative decoding with this draft model (same vocabulary)");
   serve->add_option("--spec", sv.spec, "Draft source for every request: ngram, draft (needs --draft-model), none");
   serve->add_option("--spec-depth", sv.spec_depth, "Most drafted tokens per verify step; each request adapts below it (default 4)")->check(CLI::Range(1, 32));
+  serve->add_option("--spec-max-batch", sv.spec_max_batch,
+                    "Speculate only while at most this many requests decode; 0 = always (default 2)")
+      ->check(CLI::Range(0, 1 << 16));
 
   std::vector<std::string> pull_names;
   bool pull_list = false;

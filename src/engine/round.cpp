@@ -57,7 +57,11 @@ bool Engine::step() {
 
   // 1. Drafts for decoding rows that speculate.
   std::vector<std::vector<int32_t>> proposals(running_.size());
-  if (options_.draft && options_.spec_depth > 0) {
+  int32_t n_decoding = 0;
+  for (const Active& a : running_)
+    if (a.prefilled >= static_cast<int64_t>(a.p.request.prompt.size())) ++n_decoding;
+  if (options_.draft && options_.spec_depth > 0 &&
+      (options_.spec_max_batch <= 0 || n_decoding <= options_.spec_max_batch)) {
     std::vector<DraftRow> drows;
     std::vector<size_t> didx;
     for (size_t i = 0; i < running_.size(); ++i) {

@@ -117,6 +117,10 @@ struct EngineOptions {
   // the same single forward as the other rows. Exact-match acceptance: lossless.
   std::shared_ptr<DraftSource> draft;
   int32_t spec_depth = 4;
+  // Draft only in steps with at most this many decoding rows (0 = any number; vLLM's
+  // speculative_disable_by_batch_size). On a CPU a larger batch is already compute-bound,
+  // so extra verify positions cost about what they could save.
+  int32_t spec_max_batch = 0;
 };
 
 // Prometheus-style histogram: cumulative counts per upper bound, plus sum and count.

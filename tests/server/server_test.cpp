@@ -2,7 +2,9 @@
 // cpp-httplib's client: health/models/metrics, a greedy completion whose streamed text
 // equals the whole one, SSE framing, API-key refusals on a reused keep-alive connection
 // (the next request must not see a bogus 400), 413, 404, and stop() — including a stop()
-// that comes before serve(). Real model (skipped when absent), one thread, tiny context.
+// that comes before serve(), and speculation (usage.speculative, /metrics counters,
+// "speculative": false, two speculating rows). Real model (skipped when absent), one
+// thread, tiny context.
 // Does not: cover the OpenAI Python client or load (tests/integration/*.py do).
 #include "server/server.h"
 
@@ -16,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "method/draft.h"
 #include "../test_util.h"
 
 namespace specula::server {
@@ -195,6 +198,76 @@ TEST_F(ServerTest, StopEndsARunningStreamPromptly) {
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_LT(secs, 10.0) << "stop() waited for a 200-token stream";
   fut.wait();
+}
+
+
+// Speculation through the server (n-gram drafts): a repetitive prompt drafts and accepts,
+// usage.speculative reports it, /metrics counts it, the text equals the same request with
+// "speculative": false (which reports no speculation), and two concurrent requests
+// both speculate (spec_max_batch allows 2). Greedy.
+TEST_F(ServerTest, SpeculativeUsageMetricsAndOptOut) {
+  ServerOptions so;
+  so.engine.draft = std::shared_ptr<DraftSource>(make_ngram_draft());
+  so.engine.spec_depth = 4;
+  so.engine.spec_max_batch = 2;
+  auto r = start(so);
+  ASSERT_NE(r, nullptr);
+  httplib::Client cli("127.0.0.1", r->port);
+  cli.set_read_timeout(300, 0);
+  std::string prompt;
+  for (int i = 0; i < 8; ++i) prompt += "def add(a, b):\n    return a + b\n\n";
+  json body = {{"prompt", prompt}, {"max_tokens", 40}, {"temperature", 0}};
+  auto spec = cli.Post("/v1/completions", body.dump(), "application/json");
+  ASSERT_TRUE(spec);
+  ASSERT_EQ(spec->status, 200) << spec->body;
+  const json js = json::parse(spec->body);
+  ASSERT_TRUE(js["usage"].contains("speculative")) << js["usage"].dump();
+  const json& u = js["usage"]["speculative"];
+  EXPECT_GT(u["rounds"].get<int>(), 0);
+  EXPECT_GT(u["draft_tokens"].get<int>(), 0);
+  EXPECT_GT(u["accepted_tokens"].get<int>(), 0);
+  EXPECT_LE(u["accepted_tokens"].get<int>(), u["draft_tokens"].get<int>());
+  EXPECT_GT(u["acceptance_rate"].get<double>(), 0.0);
+  EXPECT_LE(u["acceptance_rate"].get<double>(), 1.0);
+
+  json off = body;
+  off["speculative"] = false;
+  auto plain = cli.Post("/v1/completions", off.dump(), "application/json");
+  ASSERT_TRUE(plain);
+  ASSERT_EQ(plain->status, 200) << plain->body;
+  const json jp = json::parse(plain->body);
+  EXPECT_FALSE(jp["usage"].contains("speculative")) << jp["usage"].dump();
+  EXPECT_EQ(jp["choices"][0]["text"], js["choices"][0]["text"]);
+  EXPECT_EQ(jp["usage"]["completion_tokens"], js["usage"]["completion_tokens"]);
+
+  // Two at once: both rows speculate, and both texts equal the lone run.
+  std::vector<std::future<httplib::Result>> two;
+  for (int i = 0; i < 2; ++i)
+    two.push_back(std::async(std::launch::async, [port = r->port, b = body.dump()] {
+      httplib::Client c("127.0.0.1", port);
+      c.set_read_timeout(300, 0);
+      return c.Post("/v1/completions", b, "application/json");
+    }));
+  for (auto& f : two) {
+    auto res = f.get();
+    ASSERT_TRUE(res);
+    ASSERT_EQ(res->status, 200) << res->body;
+    const json j = json::parse(res->body);
+    EXPECT_EQ(j["choices"][0]["text"], js["choices"][0]["text"]);
+    EXPECT_TRUE(j["usage"].contains("speculative"));
+  }
+
+  auto metrics = cli.Get("/metrics");
+  ASSERT_TRUE(metrics);
+  auto value = [&](const std::string& name) {
+    const size_t at = metrics->body.find("\n" + name + " ");
+    EXPECT_NE(at, std::string::npos) << name;
+    return at == std::string::npos ? -1.0 : std::stod(metrics->body.substr(at + name.size() + 2));
+  };
+  EXPECT_GE(value("specula_spec_draft_tokens_total"), 3 * u["draft_tokens"].get<double>());
+  EXPECT_GE(value("specula_spec_accepted_tokens_total"), 3 * u["accepted_tokens"].get<double>());
+  EXPECT_GT(value("specula_spec_rounds_total"), 0.0);
+  EXPECT_GT(value("specula_spec_acceptance_rate"), 0.0);
 }
 
 }  // namespace
