@@ -105,6 +105,7 @@ struct GenerateArgs {
   bool seed_set = false, parse_special = false, greedy = false;
   std::string draft_model, spec;
   int spec_depth = 4;
+  std::string spec_accept = "exact";
 };
 
 // Prints one request's tokens as text (engine thread) and waits for its end.
@@ -179,6 +180,7 @@ int run_generate(const GenerateArgs& a) {
   eo.step_tokens = 512;
   eo.eog_ids = end_of_generation_ids(l->tok->vocab(), model.file());
   eo.spec_depth = a.spec_depth;
+  eo.spec_rejection = a.spec_accept == "rejection";
   auto draft = make_draft(a.draft_model, a.spec, model, 1, n_ctx);
   if (!draft) return fail(draft.message());
   eo.draft = std::move(draft).value();
@@ -387,6 +389,7 @@ int run_tokenize(const std::string& model_arg, const std::string& text, bool jso
 struct ServeArgs {
   std::string model, host = "127.0.0.1", api_key, alias, chat_template_file, draft_model, spec;
   int port = 8080, parallel = 4, threads = 0, queue = 64, spec_depth = 4, spec_max_batch = 2;
+  std::string spec_accept = "exact";
   int64_t ctx = 4096, step_tokens = 512;
   size_t max_body = 1 << 20;
 };
@@ -423,6 +426,7 @@ int run_serve(const ServeArgs& a) {
   so.engine.max_queue = a.queue;
   so.engine.spec_depth = a.spec_depth;
   so.engine.spec_max_batch = a.spec_max_batch;
+  so.engine.spec_rejection = a.spec_accept == "rejection";
   auto draft = make_draft(a.draft_model, a.spec, **model, a.parallel, so.engine.n_ctx);
   if (!draft) return fail(draft.message());
   so.engine.draft = std::move(draft).value();
@@ -495,6 +499,8 @@ int main(int argc, char** argv) {
   gen->add_option("--draft-model", g.draft_model, "Speculative decoding with this draft model (same vocabulary)");
   gen->add_option("--spec", g.spec, "Draft source: ngram (prompt lookup), draft (needs --draft-model), none");
   gen->add_option("--spec-depth", g.spec_depth, "Most drafted tokens per verify step; each request adapts below it (default 4)")->check(CLI::Range(1, 32));
+  gen->add_option("--spec-accept", g.spec_accept, "Acceptance at temperature > 0 with --draft-model: exact (same seed, same text as without) or rejection (rejection sampling with the draft distribution: more drafts accepted, same distribution)")
+      ->check(CLI::IsMember({"exact", "rejection"}));
 
   BenchArgs b;
   auto* bench = app.add_subcommand("bench", "Measure prefill and decode tokens/s (like llama-bench)");
@@ -532,6 +538,8 @@ int main(int argc, char** argv) {
   serve->add_option("--draft-model", sv.draft_model, "Speculative decoding with this draft model (same vocabulary)");
   serve->add_option("--spec", sv.spec, "Draft source for every request: ngram, draft (needs --draft-model), none");
   serve->add_option("--spec-depth", sv.spec_depth, "Most drafted tokens per verify step; each request adapts below it (default 4)")->check(CLI::Range(1, 32));
+  serve->add_option("--spec-accept", sv.spec_accept, "Acceptance at temperature > 0 with --draft-model: exact (same seed, same text as without) or rejection (rejection sampling with the draft distribution: more drafts accepted, same distribution)")
+      ->check(CLI::IsMember({"exact", "rejection"}));
   serve->add_option("--spec-max-batch", sv.spec_max_batch,
                     "Speculate only while at most this many requests decode; 0 = always (default 2)")
       ->check(CLI::Range(0, 1 << 16));

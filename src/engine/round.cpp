@@ -9,7 +9,9 @@
 //    samples;
 //    the prompt chunks just consumed go to the draft source too (DraftSource::prefill),
 //    so a draft model's prompt work is prompt time;
-// 4. per row, the acceptance walk with the row's own sampler (method/speculative.h);
+// 4. per row, the acceptance walk with the row's own sampler (method/speculative.h):
+//    exact match, or rejection sampling when options_.spec_rejection and the source
+//    sampled the row's drafts and returned their distributions;
 // 5. tokens go to the row's sink one at a time (a sink that says stop ends the request
 //    right there, so usage and text match plain decoding);
 // 6. resolve: the target cache drops the rejected positions of each row (KvCache::trim,
@@ -57,6 +59,7 @@ bool Engine::step() {
 
   // 1. Drafts for decoding rows that speculate.
   std::vector<std::vector<int32_t>> proposals(running_.size());
+  std::vector<std::vector<TokenDist>> draft_q(running_.size());  // rejection sampling only
   int32_t n_decoding = 0;
   for (const Active& a : running_)
     if (a.prefilled >= static_cast<int64_t>(a.p.request.prompt.size())) ++n_decoding;
@@ -76,15 +79,24 @@ bool Engine::step() {
       if (a.depth_cap <= 0) a.depth_cap = options_.spec_depth;
       const int64_t depth = std::min<int64_t>({a.depth_cap, remaining - 1, room});
       if (depth <= 0) continue;
-      drows.push_back(DraftRow{a.row, a.context, static_cast<int32_t>(depth)});
+      drows.push_back(DraftRow{a.row, a.context, static_cast<int32_t>(depth),
+                               options_.spec_rejection ? &a.sampler.params() : nullptr});
       didx.push_back(i);
     }
     if (!drows.empty()) {
       std::vector<std::vector<int32_t>> got;
-      if (options_.draft->draft(drows, got).is_ok()) {
+      std::vector<std::vector<TokenDist>> got_q;
+      const Status ds = options_.spec_rejection ? options_.draft->draft_sampled(drows, got, got_q)
+                                                : options_.draft->draft(drows, got);
+      if (ds.is_ok()) {
         for (size_t j = 0; j < didx.size() && j < got.size(); ++j) {
           if (static_cast<int64_t>(got[j].size()) > drows[j].max_depth) got[j].resize(drows[j].max_depth);
           proposals[didx[j]] = std::move(got[j]);
+          // Distributions only when there is one per proposal; otherwise exact match.
+          if (j < got_q.size() && got_q[j].size() >= proposals[didx[j]].size() && !proposals[didx[j]].empty()) {
+            got_q[j].resize(proposals[didx[j]].size());
+            draft_q[didx[j]] = std::move(got_q[j]);
+          }
         }
       }
       // A failing draft source only costs speed: those rows decode without drafts.
@@ -185,8 +197,12 @@ bool Engine::step() {
     const EngineRequest& r = a.p.request;
     const std::vector<int32_t>& prop = proposals[idx];
     const int32_t budget_left = static_cast<int32_t>(r.max_tokens - a.n_generated);
-    WalkResult w = speculative_walk(a.sampler, logits_.data() + out_offset[b] * n_vocab, n_vocab, prop, budget_left,
-                                    options_.eog_ids, r.ignore_eos, r.top_logprobs);
+    WalkResult w = draft_q[idx].empty()
+                       ? speculative_walk(a.sampler, logits_.data() + out_offset[b] * n_vocab, n_vocab, prop,
+                                          budget_left, options_.eog_ids, r.ignore_eos, r.top_logprobs)
+                       : speculative_walk_rejection(a.sampler, logits_.data() + out_offset[b] * n_vocab, n_vocab,
+                                                    prop, draft_q[idx], budget_left, options_.eog_ids,
+                                                    r.ignore_eos, r.top_logprobs);
     if (a.first_token == 0) a.first_token = t_forward;
     if (!prop.empty()) {
       ++a.spec_rounds;

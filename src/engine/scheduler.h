@@ -121,6 +121,12 @@ struct EngineOptions {
   // speculative_disable_by_batch_size). On a CPU a larger batch is already compute-bound,
   // so extra verify positions cost about what they could save.
   int32_t spec_max_batch = 0;
+  // Acceptance at temperature > 0 for sources that sample their drafts (a draft model):
+  // false = exact match against the target's own draw (the same seed gives exactly the
+  // text of plain decoding); true = rejection sampling with the draft's distribution
+  // (higher acceptance, the same distribution, other text for a given seed). Greedy rows
+  // are exact match either way.
+  bool spec_rejection = false;
 };
 
 // Prometheus-style histogram: cumulative counts per upper bound, plus sum and count.

@@ -46,29 +46,43 @@ class NgramDraft final : public DraftSource {
 class ModelDraft final : public DraftSource {
  public:
   ModelDraft(std::unique_ptr<Model> model, KvCache cache)
-      : model_(std::move(model)), cache_(std::move(cache)), cached_(static_cast<size_t>(cache_.n_rows())) {}
+      : model_(std::move(model)),
+        cache_(std::move(cache)),
+        cached_(static_cast<size_t>(cache_.n_rows())),
+        samplers_(static_cast<size_t>(cache_.n_rows())) {}
   std::string name() const override { return "draft-model"; }
 
   Status prefill(std::span<const DraftRow> rows) override {
     std::vector<int32_t> next;
-    Status st = sync(rows, /*feed_pending=*/false, next);
+    Status st = sync(rows, /*feed_pending=*/false, next, nullptr);
     if (!st.is_ok())
       for (const DraftRow& r : rows) release(r.row);
     return st;
   }
 
   Status draft(std::span<const DraftRow> rows, std::vector<std::vector<int32_t>>& proposals) override {
+    std::vector<std::vector<TokenDist>> q;
+    return draft_sampled(rows, proposals, q);
+  }
+
+  Status draft_sampled(std::span<const DraftRow> rows, std::vector<std::vector<int32_t>>& proposals,
+                       std::vector<std::vector<TokenDist>>& q) override {
     proposals.assign(rows.size(), {});
+    q.assign(rows.size(), {});
     std::vector<int32_t> next;  // per rows[] index: the first draft, -1 when the row does not draft
-    SPECULA_RETURN_IF_ERROR(sync(rows, /*feed_pending=*/true, next));
+    std::vector<TokenDist> first_q(rows.size());
+    SPECULA_RETURN_IF_ERROR(sync(rows, /*feed_pending=*/true, next, &first_q));
     std::vector<size_t> active;  // rows[] index of rows that draft
     for (size_t b = 0; b < rows.size(); ++b)
       if (next[b] >= 0) active.push_back(b);
     if (active.empty()) return Status::ok();
     const int32_t V = static_cast<int32_t>(model_->info().n_vocab);
     std::vector<int32_t> ids, brows;
-    // Greedy drafting, all rows together; a row stops at its max_depth.
-    for (size_t a = 0; a < active.size(); ++a) proposals[active[a]].push_back(next[active[a]]);
+    for (size_t a = 0; a < active.size(); ++a) {
+      proposals[active[a]].push_back(next[active[a]]);
+      if (sampled(rows[active[a]])) q[active[a]].push_back(std::move(first_q[active[a]]));
+    }
+    // Drafting, all rows together; a row stops at its max_depth.
     for (int32_t step = 1;; ++step) {
       ids.clear();
       brows.clear();
@@ -86,9 +100,11 @@ class ModelDraft final : public DraftSource {
       logits_.resize(going.size() * static_cast<size_t>(V));
       model_->project_logits(hidden_.data(), static_cast<int64_t>(going.size()), logits_.data());
       for (size_t k = 0; k < going.size(); ++k) {
-        const size_t a = going[k];
-        cached_[rows[active[a]].row].push_back(ids[k]);
-        proposals[active[a]].push_back(argmax(logits_.data() + k * V, V));
+        const size_t b = active[going[k]];
+        cached_[rows[b].row].push_back(ids[k]);
+        TokenDist dist;
+        proposals[b].push_back(pick(rows[b], logits_.data() + k * V, &dist));
+        if (sampled(rows[b])) q[b].push_back(std::move(dist));
       }
     }
     return Status::ok();
@@ -98,7 +114,8 @@ class ModelDraft final : public DraftSource {
   // chunks (all rows batched). With feed_pending the context's last token is always fed and
   // next[b] is the argmax of its logits (the first draft); rows that cannot draft (depth 0,
   // empty, no room) get next[b] = -1. Without it every context token is cached, no logits.
-  Status sync(std::span<const DraftRow> rows, bool feed_pending, std::vector<int32_t>& next) {
+  Status sync(std::span<const DraftRow> rows, bool feed_pending, std::vector<int32_t>& next,
+              std::vector<TokenDist>* first_q = nullptr) {
     next.assign(rows.size(), -1);
     const int64_t E = model_->info().n_embd;
     const int32_t V = static_cast<int32_t>(model_->info().n_vocab);
@@ -161,8 +178,10 @@ class ModelDraft final : public DraftSource {
           std::memcpy(sel_.data() + k * E, hidden_.data() + last[done[k]] * E, E * sizeof(float));
         logits_.resize(done.size() * static_cast<size_t>(V));
         model_->project_logits(sel_.data(), static_cast<int64_t>(done.size()), logits_.data());
-        for (size_t k = 0; k < done.size(); ++k)
-          next[active[in_batch[done[k]]]] = argmax(logits_.data() + k * V, V);
+        for (size_t k = 0; k < done.size(); ++k) {
+          const size_t b = active[in_batch[done[k]]];
+          next[b] = pick(rows[b], logits_.data() + k * V, first_q != nullptr ? &(*first_q)[b] : nullptr);
+        }
       }
     }
     return Status::ok();
@@ -190,9 +209,45 @@ class ModelDraft final : public DraftSource {
     if (row < 0 || row >= cache_.n_rows()) return;
     cache_.clear(row);
     cached_[row].clear();
+    samplers_[row].reset();
   }
 
  private:
+  static bool sampled(const DraftRow& r) { return r.sampling != nullptr && r.sampling->temperature > 0.0f; }
+
+  // The next draft token from logits [n_vocab]: argmax, or (sampled rows) a draw from the
+  // row's draft sampler's distribution, which is returned in *dist.
+  int32_t pick(const DraftRow& r, const float* logits, TokenDist* dist) {
+    const int32_t V = static_cast<int32_t>(model_->info().n_vocab);
+    if (!sampled(r)) return argmax(logits, V);
+    auto& slot = samplers_[r.row];
+    if (!slot || slot->seed != r.sampling->seed) {
+      SamplingParams p = *r.sampling;  // the request's chain without penalties (no history here)
+      p.repeat_penalty = 1.0f;
+      p.presence_penalty = 0.0f;
+      p.frequency_penalty = 0.0f;
+      p.repeat_last_n = 0;
+      p.seed = r.sampling->seed ^ 0xD1B54A32D192ED03ULL;  // its own stream, not the request's
+      slot = std::make_unique<RowSampler>(RowSampler{r.sampling->seed, Sampler(p)});
+    }
+    TokenDist d = slot->sampler.probabilities(logits, V);
+    double total = 0.0;
+    for (const auto& e : d) total += e.second;
+    const double target = static_cast<double>(slot->sampler.uniform()) * total;
+    double cum = 0.0;
+    int32_t id = d.empty() ? argmax(logits, V) : d.back().first;
+    for (const auto& [tok, pr] : d) {
+      if (pr <= 0.0f) continue;
+      cum += pr;
+      if (cum > target) {
+        id = tok;
+        break;
+      }
+    }
+    if (dist != nullptr) *dist = std::move(d);
+    return id;
+  }
+
   static constexpr int64_t kChunk = 512;
   static int32_t argmax(const float* l, int32_t n) {
     int32_t best = 0;
@@ -203,6 +258,11 @@ class ModelDraft final : public DraftSource {
   std::unique_ptr<Model> model_;
   KvCache cache_;
   std::vector<std::vector<int32_t>> cached_;  // [n_rows] tokens in each cache row
+  struct RowSampler {
+    uint64_t seed;  // the request seed it was made for
+    Sampler sampler;
+  };
+  std::vector<std::unique_ptr<RowSampler>> samplers_;  // [n_rows] draft samplers (sampled drafts)
   Tensor hidden_;
   std::vector<float> sel_, logits_;
 };

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "method/sampler.h"
 #include "model/model.h"
 #include "specula/status.h"
 
@@ -34,6 +35,8 @@ struct DraftRow {
   int32_t row = 0;                   // the engine's cache row (a draft model uses the same index)
   std::span<const int32_t> context;  // prompt + emitted tokens; back() is the pending token
   int32_t max_depth = 0;             // propose at most this many (>= 0)
+  // The request's sampling parameters, for draft_sampled(); nullptr = draft greedily.
+  const SamplingParams* sampling = nullptr;
 };
 
 class DraftSource {
@@ -43,6 +46,17 @@ class DraftSource {
   // proposals[b]: up to rows[b].max_depth tokens (possibly none). Errors: the source's
   // model failed (the engine then runs those rows without speculation).
   virtual Status draft(std::span<const DraftRow> rows, std::vector<std::vector<int32_t>>& proposals) = 0;
+  // Like draft(), but a source that can sample (a draft model) draws each proposal from
+  // its own distribution under rows[b].sampling (temperature > 0; penalties off) and
+  // returns that distribution in q[b][i], for rejection sampling (method/speculative.h).
+  // q[b] stays empty for rows drafted greedily or deterministically (n-gram): the round
+  // then uses exact-match acceptance for them. The draws come from a per-row RNG seeded
+  // from the request's seed, so a request's drafts do not depend on the batch.
+  virtual Status draft_sampled(std::span<const DraftRow> rows, std::vector<std::vector<int32_t>>& proposals,
+                               std::vector<std::vector<TokenDist>>& q) {
+    q.assign(rows.size(), {});
+    return draft(rows, proposals);
+  }
   // During the prompt phase: the target has just consumed rows[b].context (the prompt so
   // far; no pending token). A source with state may process it now, so that the first
   // draft() only has the first sampled token to catch up; the default does nothing.

@@ -7,8 +7,8 @@
 // OpenAI-style logprobs.
 // Deliberately does not: batch rows (one row per call), grammars/constrained
 // decoding, DRY/XTC/typical/mirostat samplers, speculative rejection sampling
-// (it exposes `probabilities` so a method can build that on top), or read the
-// environment.
+// (it exposes `probabilities` and `uniform` so method/speculative builds that on
+// top), or read the environment.
 //
 // Chain order follows llama.cpp's default (common/common.h,
 // `common_params_sampling::samplers` = penalties, dry, top_n_sigma, top_k,
@@ -44,6 +44,9 @@
 #include "specula/status.h"
 
 namespace specula {
+
+// A sparse token distribution: (token id, probability), probabilities summing to 1.
+using TokenDist = std::vector<std::pair<int32_t, float>>;
 
 // Per-request sampling options. Defaults are llama.cpp's CLI defaults
 // (common_params_sampling), except seed, which is fixed here (llama.cpp draws
@@ -99,6 +102,9 @@ class Sampler {
   // truncation that is every token, by id). Greedy returns {(argmax, 1)}.
   std::vector<std::pair<int32_t, float>> probabilities(const float* logits, int32_t n_vocab);
 
+  // One uniform draw in [0, 1) from this sampler's RNG stream (for speculative
+  // rejection sampling, which needs draws besides sample()'s).
+  float uniform() { return rng_.next_float(); }
   // Records an emitted token in the penalty history (ids must be >= 0).
   void accept(int32_t token);
   // Forgets the penalty history (the RNG stream continues).

@@ -14,6 +14,15 @@
 // one-token decode (batch invariance) — so for the same seed the output equals plain
 // decoding token for token (Leviathan et al. 2023 §2.3 note that any acceptance rule
 // that only keeps target samples is exact; we keep only target samples).
+//
+// Rejection sampling (Leviathan et al. 2023 §2.3, Chen et al. 2023 Alg. 2), when the
+// drafts were themselves sampled and their distributions q_j are given: draft d_j is kept
+// with probability min(1, p_j(d_j) / q_j(d_j)) (p_j = the row's sampler distribution at
+// position j, after penalties and truncation); on rejection the correction is drawn from
+// the residual max(0, p_j - q_j), renormalised; after k kept drafts the bonus token is
+// sampled from p_k. The emitted tokens are distributed exactly as plain sampling
+// (lossless) but use other RNG draws, so a given seed gives other (equally likely) text.
+// Acceptance is sum_x min(p(x), q(x)) instead of p(d_j) for a greedy draft.
 // Does not run models, touch caches, or decide depth.
 #pragma once
 
@@ -46,5 +55,13 @@ struct WalkResult {
 WalkResult speculative_walk(Sampler& sampler, const float* logits, int32_t n_vocab,
                             std::span<const int32_t> proposals, int32_t budget,
                             std::span<const int32_t> eog, bool ignore_eos, int32_t top_logprobs);
+
+// The rejection-sampling walk: q[j] is the distribution proposals[j] was drawn from
+// (q.size() == proposals.size()). With a greedy sampler (temperature <= 0) it is the
+// exact-match walk above.
+WalkResult speculative_walk_rejection(Sampler& sampler, const float* logits, int32_t n_vocab,
+                                      std::span<const int32_t> proposals, std::span<const TokenDist> q,
+                                      int32_t budget, std::span<const int32_t> eog, bool ignore_eos,
+                                      int32_t top_logprobs);
 
 }  // namespace specula

@@ -78,6 +78,9 @@ class SchedulerTest : public ::testing::Test {
     r.top_logprobs = 2;
     return r;
   }
+  // repetitive: a prompt the n-gram source drafts well (peaked continuation); else random
+  // tokens (a flat distribution: many categories).
+  void expect_same_third_token_distribution(Engine& plain_e, Engine& spec_e, const char* what, bool repetitive);
   static std::unique_ptr<Engine> engine(int32_t rows, int64_t step_tokens = 64, int32_t max_queue = 64,
                                         std::shared_ptr<DraftSource> draft = nullptr, int32_t depth = 4) {
     EngineOptions o;
@@ -181,15 +184,18 @@ TEST_F(SchedulerTest, RefusesInvalidAndBusy) {
   EXPECT_EQ(e->submit(empty, sink).param, "prompt");
   // One row + one queue slot: the third long request is refused as busy.
   std::vector<Submission> held;
-  std::vector<std::shared_ptr<CollectSink>> sinks;
+  std::vector<std::shared_ptr<CollectSink>> sinks;  // sinks[i] belongs to held[i]
   int busy = 0;
   for (int i = 0; i < 4; ++i) {
-    sinks.push_back(std::make_shared<CollectSink>());
+    auto sink_i = std::make_shared<CollectSink>();
     EngineRequest r = request(5, 10 + i, 300, 0.0f);
     r.ignore_eos = true;  // an early end of sequence would free the row and admit the next
-    Submission x = e->submit(r, sinks.back());
+    Submission x = e->submit(r, sink_i);
     if (x.error == SubmitError::kBusy) ++busy;
-    if (x.handle) held.push_back(x);
+    if (x.handle) {
+      held.push_back(x);
+      sinks.push_back(sink_i);  // a refused request never reaches its sink
+    }
   }
   EXPECT_GE(busy, 1);
   for (auto& h : held) h.handle->cancel();
@@ -305,17 +311,18 @@ TEST_F(SchedulerTest, SpeculativeStopsInsideAcceptedDraftsExactly) {
   }
 }
 
-TEST_F(SchedulerTest, SpeculativeSamplingDistributionMatchesPlain) {
-  // Two-sample chi-square on the 3rd sampled token: plain sampling with seeds 1..N vs
-  // speculative (n-gram, drafts accepted often) with seeds N+1..2N, temperature 1.
-  // Independent seeds, so this checks the distribution, not the per-seed identity
-  // (which SpeculativeNgramEqualsPlainAtB1AndB4 checks). Threshold: the 0.999 quantile
-  // of chi-square with the pooled categories' degrees of freedom (Wilson-Hilferty).
+// Two-sample chi-square on the 3rd sampled token: plain sampling with seeds 1..N vs a
+// speculative engine with seeds N+1..2N, temperature 1. Independent seeds, so this checks
+// the distribution, not the per-seed identity (SpeculativeNgramEqualsPlainAtB1AndB4 checks
+// that for exact match). Threshold: the 0.999 quantile of chi-square with the pooled
+// categories' degrees of freedom (Wilson-Hilferty).
+void SchedulerTest::expect_same_third_token_distribution(Engine& plain_e, Engine& spec_e, const char* what,
+                                                         bool repetitive) {
   const int N = 160;
-  EngineRequest base = repetitive_requests(1, 1.0f, 3)[0];
+  EngineRequest base = repetitive ? repetitive_requests(1, 1.0f, 3)[0] : request(16, 4242, 3, 1.0f);
   base.prompt.resize(16);
   base.top_logprobs = -1;
-  base.sampling.top_k = 0;
+  base.sampling.top_k = repetitive ? 0 : 5;  // random prompts: 5 categories, not hundreds of rare ones
   base.sampling.top_p = 1.0f;
   base.sampling.min_p = 0.0f;
   auto count = [&](Engine& e, uint64_t seed0) {
@@ -329,9 +336,7 @@ TEST_F(SchedulerTest, SpeculativeSamplingDistributionMatchesPlain) {
     for (const auto& t : run_all(e, reqs)) hist[t.size() >= 3 ? t[2] : -1]++;
     return hist;
   };
-  auto plain_e = engine(8, 256, 2 * N);
-  auto spec_e = engine(8, 256, 2 * N, make_ngram_draft(), 4);
-  auto a = count(*plain_e, 1), b = count(*spec_e, 100001);
+  auto a = count(plain_e, 1), b = count(spec_e, 100001);
   // Pool categories with expected count < 5 into one.
   std::map<int32_t, std::pair<int, int>> cells;
   for (auto& [k, v] : a) cells[k].first += v;
@@ -352,10 +357,39 @@ TEST_F(SchedulerTest, SpeculativeSamplingDistributionMatchesPlain) {
   const double df = std::max<double>(1, static_cast<double>(bins.size()) - 1);
   const double z = 3.090;  // 0.999 normal quantile
   const double crit = df * std::pow(1 - 2 / (9 * df) + z * std::sqrt(2 / (9 * df)), 3);
-  std::printf("[spec chi2] %zu categories, chi2 %.2f, 0.999 critical %.2f, spec accepted %llu drafts\n", bins.size(),
-              chi2, crit, static_cast<unsigned long long>(spec_e->stats().accepted));
-  EXPECT_LT(chi2, crit);
-  EXPECT_GT(spec_e->stats().accepted, 0u);
+  std::printf("[spec chi2 %s] %zu categories, chi2 %.2f, 0.999 critical %.2f, accepted %llu of %llu drafts\n", what,
+              bins.size(), chi2, crit, static_cast<unsigned long long>(spec_e.stats().accepted),
+              static_cast<unsigned long long>(spec_e.stats().drafted));
+  EXPECT_LT(chi2, crit) << what;
+  EXPECT_GT(spec_e.stats().accepted, 0u) << what;
+}
+
+TEST_F(SchedulerTest, SpeculativeSamplingDistributionMatchesPlain) {
+  // n-gram drafts (exact-match acceptance), accepted often on the repetitive prompt.
+  auto plain_e = engine(8, 256, 320);
+  auto spec_e = engine(8, 256, 320, make_ngram_draft(), 4);
+  expect_same_third_token_distribution(*plain_e, *spec_e, "ngram exact", true);
+}
+
+TEST_F(SchedulerTest, RejectionSamplingWithDraftModelMatchesPlain) {
+  // The model as its own sampled draft, rejection-sampling acceptance.
+  auto dm = load_model(testing::default_model_path());
+  ASSERT_TRUE(dm.is_ok()) << dm.message();
+  auto d = make_model_draft(std::move(dm).value(), 8, 512);
+  ASSERT_TRUE(d.is_ok()) << d.message();
+  auto plain_e = engine(8, 256, 320);
+  EngineOptions o;
+  o.draft = std::shared_ptr<DraftSource>(std::move(d).value());
+  o.spec_depth = 3;
+  o.spec_rejection = true;
+  o.n_rows = 8;
+  o.n_ctx = 512;
+  o.step_tokens = 256;
+  o.max_queue = 320;
+  auto spec_e = Engine::create(*model_, o);
+  ASSERT_TRUE(spec_e.is_ok()) << spec_e.message();
+  expect_same_third_token_distribution(*plain_e, **spec_e, "draft-model rejection", false);
+  EXPECT_GT((*spec_e)->stats().accepted, (*spec_e)->stats().drafted / 2) << "a model drafting for itself";
 }
 
 TEST(SpeculativeDraftModel, QwenPairEqualsPlainAtB1AndB4) {

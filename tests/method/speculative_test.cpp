@@ -67,6 +67,66 @@ TEST(SpeculativeWalk, AcceptsMatchingPrefixThenCorrects) {
   EXPECT_EQ(r.sampled, 2);
 }
 
+// Rejection sampling on synthetic distributions: drafts drawn from q (far from p), the
+// first emitted token must be distributed as p (chi-square, 5 degrees of freedom, below
+// the 0.999 quantile 20.52), and the acceptance rate must be sum_x min(p(x), q(x))
+// (within 4 standard errors). Also: greedy falls back to exact match.
+TEST(SpeculativeWalk, RejectionSamplingIsLossless) {
+  const int32_t V = 6;
+  const float lg[V] = {2.0f, 1.0f, 0.5f, 0.0f, -1.0f, 1.5f};
+  std::vector<float> logits(2 * V);
+  for (int i = 0; i < V; ++i) logits[i] = logits[V + i] = lg[i];
+  double p[V], z = 0;
+  for (int i = 0; i < V; ++i) z += std::exp(static_cast<double>(lg[i]));
+  for (int i = 0; i < V; ++i) p[i] = std::exp(static_cast<double>(lg[i])) / z;
+  const double qv[V] = {0.05, 0.40, 0.30, 0.10, 0.10, 0.05};
+  TokenDist q;
+  for (int i = 0; i < V; ++i) q.push_back({i, static_cast<float>(qv[i])});
+  SamplingParams sp;
+  sp.temperature = 1.0f;
+  sp.top_k = 0;
+  sp.top_p = 1.0f;
+  sp.min_p = 0.0f;
+  std::mt19937_64 rng(123);
+  std::discrete_distribution<int> draw_q(qv, qv + V);
+  const int N = 40000;
+  std::vector<int> hist(V, 0);
+  int accepted = 0;
+  for (int n = 0; n < N; ++n) {
+    sp.seed = static_cast<uint64_t>(n) + 1;
+    Sampler s(sp);
+    const int32_t x = draw_q(rng);
+    const int32_t drafts[1] = {x};
+    const TokenDist qs[1] = {q};
+    WalkResult r = speculative_walk_rejection(s, logits.data(), V, drafts, qs, 10, {}, false, -1);
+    ASSERT_GE(r.tokens.size(), 1u);
+    ASSERT_EQ(r.tokens.size(), static_cast<size_t>(r.accepted) + 1);
+    hist[r.tokens[0].id]++;
+    accepted += r.accepted;
+  }
+  double chi2 = 0, overlap = 0;
+  for (int i = 0; i < V; ++i) {
+    const double e = N * p[i];
+    chi2 += (hist[i] - e) * (hist[i] - e) / e;
+    overlap += std::min(p[i], qv[i]);
+  }
+  EXPECT_LT(chi2, 20.52) << "first-token distribution differs from the target's";
+  const double rate = static_cast<double>(accepted) / N, se = std::sqrt(overlap * (1 - overlap) / N);
+  EXPECT_NEAR(rate, overlap, 4 * se);
+  std::printf("[rejection] chi2 %.2f (df 5), acceptance %.4f vs sum min(p,q) %.4f\n", chi2, rate, overlap);
+
+  // Greedy: exact match whatever q says.
+  SamplingParams g;
+  g.temperature = 0.0f;
+  Sampler gs(g);
+  const int32_t wrong[1] = {1};
+  const TokenDist qs[1] = {q};
+  WalkResult r = speculative_walk_rejection(gs, logits.data(), V, wrong, qs, 10, {}, false, -1);
+  ASSERT_EQ(r.tokens.size(), 1u);
+  EXPECT_EQ(r.tokens[0].id, 0);
+  EXPECT_EQ(r.accepted, 0);
+}
+
 // Plain greedy vs draft/verify/walk/trim with one row.
 std::vector<int32_t> speculative_greedy(Model& m, DraftSource& d, const std::vector<int32_t>& prompt, int n,
                                         int depth, int* rounds, int* accepted) {
