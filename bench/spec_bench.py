@@ -17,6 +17,7 @@ specula with and without speculation are compared (they must be equal: greedy).
 
 Usage: bench/spec_bench.py [--target FILE] [--draft FILE] [--clients 1,4] [--n-gen 192]
                            [--depth 4] [--tasks code,text] [--engines specula,llama]
+                           [--spec-max-batch N]
 """
 from __future__ import annotations
 
@@ -115,6 +116,8 @@ def start(engine: str, mode: str, args, C: int):
             cmd += ["--spec", "ngram", "--spec-depth", str(args.depth)]
         elif mode == "draft":
             cmd += ["--draft-model", args.draft, "--spec-depth", str(args.depth)]
+        if args.spec_max_batch is not None:
+            cmd += ["--spec-max-batch", str(args.spec_max_batch)]
     else:
         cmd = [args.llama_server, "-m", args.target, "--port", str(port), "-np", str(C), "-c", str(2048 * C),
                "-t", str(args.threads), "-tb", str(args.threads), "--alias", "bench", "--no-webui", "-cb"]
@@ -181,6 +184,8 @@ def main() -> int:
     ap.add_argument("--modes", default="plain,ngram,draft")
     ap.add_argument("--engines", default="specula,llama")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--spec-max-batch", type=int, default=None,
+                    help="specula serve --spec-max-batch (default: the server's default, 2; 0 = always speculate)")
     ap.add_argument("--specula", default=str(ROOT / "build/release/specula"))
     ap.add_argument("--llama-server", default=None)
     args = ap.parse_args()
