@@ -124,8 +124,9 @@ struct EngineOptions {
   // Acceptance at temperature > 0 for sources that sample their drafts (a draft model):
   // false = exact match against the target's own draw (the same seed gives exactly the
   // text of plain decoding); true = rejection sampling with the draft's distribution
-  // (higher acceptance, the same distribution, other text for a given seed). Greedy rows
-  // are exact match either way.
+  // (higher acceptance, the same distribution, other text for a given seed — and, since
+  // spec_max_batch makes drafting depend on the load, text that may vary with
+  // concurrency). Greedy rows are exact match either way.
   bool spec_rejection = false;
 };
 

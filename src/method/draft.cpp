@@ -235,15 +235,14 @@ class ModelDraft final : public DraftSource {
     for (const auto& e : d) total += e.second;
     const double target = static_cast<double>(slot->sampler.uniform()) * total;
     double cum = 0.0;
-    int32_t id = d.empty() ? argmax(logits, V) : d.back().first;
+    int32_t id = -1;  // rounding at the top of the range: the last token with weight
     for (const auto& [tok, pr] : d) {
       if (pr <= 0.0f) continue;
       cum += pr;
-      if (cum > target) {
-        id = tok;
-        break;
-      }
+      id = tok;
+      if (cum > target) break;
     }
+    if (id < 0) id = argmax(logits, V);
     if (dist != nullptr) *dist = std::move(d);
     return id;
   }

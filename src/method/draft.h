@@ -51,7 +51,9 @@ class DraftSource {
   // returns that distribution in q[b][i], for rejection sampling (method/speculative.h).
   // q[b] stays empty for rows drafted greedily or deterministically (n-gram): the round
   // then uses exact-match acceptance for them. The draws come from a per-row RNG seeded
-  // from the request's seed, so a request's drafts do not depend on the batch.
+  // from the request's seed (fresh for each request in the row). Whether a row drafts in
+  // a step can depend on the load (EngineOptions::spec_max_batch), so with rejection
+  // sampling a seed's text may vary with concurrency; its distribution does not.
   virtual Status draft_sampled(std::span<const DraftRow> rows, std::vector<std::vector<int32_t>>& proposals,
                                std::vector<std::vector<TokenDist>>& q) {
     q.assign(rows.size(), {});

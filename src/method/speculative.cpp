@@ -75,7 +75,7 @@ WalkResult speculative_walk_rejection(Sampler& sampler, const float* logits, int
           t.id = id;
           if (cum > target) break;
         }
-        if (t.id < 0) t.id = x;  // p == q on every token (rounding): the draft stands
+        if (t.id < 0) t.id = sampler.sample(lg, n_vocab);  // no residual mass (p == q up to rounding): draw from p
       }
       for (const auto& [id, pr] : q[j])
         if (id >= 0 && id < n_vocab) qd[id] = 0.0f;

@@ -12,6 +12,7 @@
 #include <cmath>
 
 #include "core/fp16.h"
+#include "specula/status.h"
 
 namespace specula {
 namespace {
@@ -54,6 +55,7 @@ void attention(ThreadPool& pool, const AttentionArgs& a, const KvCache& cache, c
     const int64_t want = 2 * static_cast<int64_t>(pool.n_threads());  // enough tasks for every thread
     for (int64_t m0 = 0; m0 < M;) {
       const int32_t b = a.token_row[m0];
+      SPECULA_CHECK(a.offset[b] == m0);  // tokens are packed row after row
       int64_t m1 = m0;
       while (m1 < M && a.token_row[m1] == b) ++m1;
       const int64_t nq = (m1 - m0) * group;
@@ -133,7 +135,8 @@ void attention(ThreadPool& pool, const AttentionArgs& a, const KvCache& cache, c
       // Softmax per query over its own keys; probabilities rounded to half before
       // weighting V (as llama.cpp's V·softmax product does), accumulation stays f32.
       pbuf.resize(static_cast<size_t>(nq));
-      std::vector<float> inv(static_cast<size_t>(nq));
+      thread_local std::vector<float> inv;
+      inv.resize(static_cast<size_t>(nq));
       for (int64_t i = 0; i < nq; ++i) {
         float* s = scores.data() + i * span + (qv[i].lo - jlo);
         const int64_t n_keys = qv[i].p - qv[i].lo + 1;

@@ -389,7 +389,8 @@ TEST_F(SchedulerTest, RejectionSamplingWithDraftModelMatchesPlain) {
   auto spec_e = Engine::create(*model_, o);
   ASSERT_TRUE(spec_e.is_ok()) << spec_e.message();
   expect_same_third_token_distribution(*plain_e, **spec_e, "draft-model rejection", false);
-  EXPECT_GT((*spec_e)->stats().accepted, (*spec_e)->stats().drafted / 2) << "a model drafting for itself";
+  // p == q bit for bit (batch invariance), so every draft must be kept.
+  EXPECT_GE((*spec_e)->stats().accepted, (*spec_e)->stats().drafted * 95 / 100) << "a model drafting for itself";
 }
 
 TEST(SpeculativeDraftModel, QwenPairEqualsPlainAtB1AndB4) {

@@ -211,7 +211,7 @@ TEST(Avx2Kernels, GemmIsBatchInvariant) {
       for (int64_t r = 0; r < n_rows; ++r) ASSERT_EQ(yi[r], full[i * n_rows + r]) << "m=1 row " << i;
     }
     // Sub-batches of every size the kernels treat differently (decode, small-m column
-    // groups of 1..4, panels), starting at row 4.
+    // groups of 1..6, panels), starting at row 4.
     for (int64_t mb : {2, 3, 4, 5, 6, 7, 8, 9}) {
       std::vector<uint8_t> xb(xq.begin() + static_cast<ptrdiff_t>(xs * 4),
                               xq.begin() + static_cast<ptrdiff_t>(xs * (4 + mb)));
@@ -221,12 +221,15 @@ TEST(Avx2Kernels, GemmIsBatchInvariant) {
         for (int64_t r = 0; r < n_rows; ++r)
           ASSERT_EQ(yb[i * n_rows + r], full[(i + 4) * n_rows + r]) << "batch of " << mb << " row " << i;
     }
-    // n_rows split as a thread pool would: [0,5) + [5,6) + [6,17).
-    std::vector<float> split(static_cast<size_t>(m * n_rows));
-    gemm_with(k, t, K, w, 5, xq, m, split, n_rows, 0);
-    gemm_with(k, t, K, w, 1, xq, m, split, n_rows, 5);
-    gemm_with(k, t, K, w, 11, xq, m, split, n_rows, 6);
-    for (size_t i = 0; i < split.size(); ++i) ASSERT_EQ(split[i], full[i]) << "split index " << i;
+    // n_rows split as a thread pool would: [0,5) + [5,6) + [6,17), for the panel (m = 13),
+    // small-m (5) and decode (1) paths.
+    for (int64_t ms : {m, int64_t{5}, int64_t{1}}) {
+      std::vector<float> split(static_cast<size_t>(ms * n_rows));
+      gemm_with(k, t, K, w, 5, xq, ms, split, n_rows, 0);
+      gemm_with(k, t, K, w, 1, xq, ms, split, n_rows, 5);
+      gemm_with(k, t, K, w, 11, xq, ms, split, n_rows, 6);
+      for (size_t i = 0; i < split.size(); ++i) ASSERT_EQ(split[i], full[i]) << "m=" << ms << " split index " << i;
+    }
   }
 }
 

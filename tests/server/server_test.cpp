@@ -254,7 +254,9 @@ TEST_F(ServerTest, SpeculativeUsageMetricsAndOptOut) {
     ASSERT_EQ(res->status, 200) << res->body;
     const json j = json::parse(res->body);
     EXPECT_EQ(j["choices"][0]["text"], js["choices"][0]["text"]);
-    EXPECT_TRUE(j["usage"].contains("speculative"));
+    ASSERT_TRUE(j["usage"].contains("speculative"));
+    // Each row drafted in every step, as when alone (two rows <= spec_max_batch).
+    EXPECT_EQ(j["usage"]["speculative"]["rounds"], u["rounds"]);
   }
 
   auto metrics = cli.Get("/metrics");

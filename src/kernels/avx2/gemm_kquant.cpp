@@ -155,8 +155,8 @@ struct Q6K : KBase {
 
 // ---- decode and small m: one super-block unpacked in registers, C activation columns ----
 //
-// Used for m <= kSmallM (decode, speculative verify windows, small batches). Each weight
-// super-block is unpacked once per pass and applied to up to 4 activation rows, instead
+// Used for m <= kSmallMK (decode, speculative verify windows, small batches). Each weight
+// super-block is unpacked once per pass and applied to up to 6 activation rows, instead
 // of once per (row, column) pair (tile<> with C > 1 spills the 17-register unpacked block)
 // or through a memory panel (gemm_panel). Per output element the int32 lane sums are the
 // same integers as dot45 / Q6K::dot (exact integer adds in another order) and the float
@@ -303,7 +303,7 @@ inline void k_row_cols(int64_t nb, const uint8_t* wrow, const uint8_t* xb, size_
   for (int c = 0; c < C; ++c) y[(i0 + c) * ldy] = hsum(acc[c]);
 }
 
-constexpr int64_t kSmallM = 8;
+constexpr int64_t kSmallMK = 8;
 
 template <class T>
 void gemm_k_small(int64_t K, const void* w, size_t w_stride, int64_t n_rows, const void* xq, size_t xq_stride,
@@ -356,17 +356,17 @@ void gemm_k_small(int64_t K, const void* w, size_t w_stride, int64_t n_rows, con
 
 }  // namespace
 
-// m > kSmallM (prefill): unpack each row panel once (gemm_panel); else registers.
+// m > kSmallMK (prefill): unpack each row panel once (gemm_panel); else registers.
 SPECULA_AVX2_GEMM(gemm_q4_k) {
-  if (m > kSmallM) return gemm_panel<Q4K>(K, w, w_stride, n_rows, xq, xq_stride, m, y, ldy);
+  if (m > kSmallMK) return gemm_panel<Q4K>(K, w, w_stride, n_rows, xq, xq_stride, m, y, ldy);
   gemm_k_small<K4Cols>(K, w, w_stride, n_rows, xq, xq_stride, m, y, ldy);
 }
 SPECULA_AVX2_GEMM(gemm_q5_k) {
-  if (m > kSmallM) return gemm_panel<Q5K>(K, w, w_stride, n_rows, xq, xq_stride, m, y, ldy);
+  if (m > kSmallMK) return gemm_panel<Q5K>(K, w, w_stride, n_rows, xq, xq_stride, m, y, ldy);
   gemm_k_small<K5Cols>(K, w, w_stride, n_rows, xq, xq_stride, m, y, ldy);
 }
 SPECULA_AVX2_GEMM(gemm_q6_k) {
-  if (m > kSmallM) return gemm_panel<Q6K>(K, w, w_stride, n_rows, xq, xq_stride, m, y, ldy);
+  if (m > kSmallMK) return gemm_panel<Q6K>(K, w, w_stride, n_rows, xq, xq_stride, m, y, ldy);
   gemm_k_small<K6Cols>(K, w, w_stride, n_rows, xq, xq_stride, m, y, ldy);
 }
 

@@ -183,23 +183,23 @@ void gemm_repacked(int64_t K, const void* w, size_t w_stride, int64_t n_rows, co
 }
 }  // namespace
 
-// Small m (2..kSmallM: speculative verify windows, small batches): one weight row per
+// Small m (2..kSmallMLegacy: speculative verify windows, small batches): one weight row per
 // tile against up to 8 activation rows, so each weight block is unpacked once per row
 // and used for every column. Same T::dot sequence per element as every other path.
-constexpr int64_t kSmallM = 8;
+constexpr int64_t kSmallMLegacy = 8;
 
 SPECULA_AVX2_GEMM(gemm_q4_0) {
-  if (m > kSmallM) return gemm_repacked<Q4_0, 8>(K, w, w_stride, n_rows, xq, xq_stride, m, y, ldy);
+  if (m > kSmallMLegacy) return gemm_repacked<Q4_0, 8>(K, w, w_stride, n_rows, xq, xq_stride, m, y, ldy);
   if (m > 1) return gemm_tiled<Q4_0, 4, 1, 8>(K, w, w_stride, n_rows, xq, xq_stride, m, y, ldy);
   gemm_tiled<Q4_0, 4, 2, 4>(K, w, w_stride, n_rows, xq, xq_stride, m, y, ldy);
 }
 SPECULA_AVX2_GEMM(gemm_q5_0) {
-  if (m > kSmallM) return gemm_repacked<Q5_0, 16>(K, w, w_stride, n_rows, xq, xq_stride, m, y, ldy);
+  if (m > kSmallMLegacy) return gemm_repacked<Q5_0, 16>(K, w, w_stride, n_rows, xq, xq_stride, m, y, ldy);
   if (m > 1) return gemm_tiled<Q5_0, 4, 1, 8>(K, w, w_stride, n_rows, xq, xq_stride, m, y, ldy);
   gemm_tiled<Q5_0, 4, 2, 4>(K, w, w_stride, n_rows, xq, xq_stride, m, y, ldy);
 }
 SPECULA_AVX2_GEMM(gemm_q8_0) {
-  if (m > 1 && m <= kSmallM) return gemm_tiled<Q8_0, 4, 1, 8>(K, w, w_stride, n_rows, xq, xq_stride, m, y, ldy);
+  if (m > 1 && m <= kSmallMLegacy) return gemm_tiled<Q8_0, 4, 1, 8>(K, w, w_stride, n_rows, xq, xq_stride, m, y, ldy);
   gemm_tiled<Q8_0, 4, 2, 4>(K, w, w_stride, n_rows, xq, xq_stride, m, y, ldy);
 }
 SPECULA_AVX2_GEMM(gemm_q4_1) { gemm_tiled<Q4_1, 4, 2, 4>(K, w, w_stride, n_rows, xq, xq_stride, m, y, ldy); }
