@@ -4,6 +4,28 @@
 #include <algorithm>
 
 namespace specula {
+namespace {
+
+// A chosen token t at logits lg: into the sampler's history and the count; an
+// end-of-generation token ends the walk (returns false, not emitted); otherwise its
+// logprobs are filled and it is emitted.
+bool record(Sampler& sampler, WalkResult& r, WalkToken& t, const float* lg, int32_t n_vocab,
+            std::span<const int32_t> eog, bool ignore_eos, int32_t n_top) {
+  sampler.accept(t.id);
+  ++r.sampled;
+  if (!ignore_eos && std::find(eog.begin(), eog.end(), t.id) != eog.end()) {
+    r.hit_eog = true;
+    return false;
+  }
+  if (n_top >= 0) {
+    t.logprob = token_logprob(lg, n_vocab, t.id);
+    if (n_top > 0) t.top = top_logprobs(lg, n_vocab, n_top);
+  }
+  r.tokens.push_back(std::move(t));
+  return true;
+}
+
+}  // namespace
 
 WalkResult speculative_walk(Sampler& sampler, const float* logits, int32_t n_vocab,
                             std::span<const int32_t> proposals, int32_t budget,
@@ -14,18 +36,8 @@ WalkResult speculative_walk(Sampler& sampler, const float* logits, int32_t n_voc
     const float* lg = logits + j * static_cast<size_t>(n_vocab);
     WalkToken t;
     t.id = sampler.sample(lg, n_vocab);
-    sampler.accept(t.id);
-    ++r.sampled;
-    if (!ignore_eos && std::find(eog.begin(), eog.end(), t.id) != eog.end()) {
-      r.hit_eog = true;
-      return r;
-    }
-    if (n_top >= 0) {
-      t.logprob = token_logprob(lg, n_vocab, t.id);
-      if (n_top > 0) t.top = top_logprobs(lg, n_vocab, n_top);
-    }
     const bool match = j < k && t.id == proposals[j];
-    r.tokens.push_back(std::move(t));
+    if (!record(sampler, r, t, lg, n_vocab, eog, ignore_eos, n_top)) return r;
     if (!match) break;
     ++r.accepted;
   }
@@ -82,17 +94,7 @@ WalkResult speculative_walk_rejection(Sampler& sampler, const float* logits, int
     } else {
       t.id = sampler.sample(lg, n_vocab);
     }
-    sampler.accept(t.id);
-    ++r.sampled;
-    if (!ignore_eos && std::find(eog.begin(), eog.end(), t.id) != eog.end()) {
-      r.hit_eog = true;
-      return r;
-    }
-    if (n_top >= 0) {
-      t.logprob = token_logprob(lg, n_vocab, t.id);
-      if (n_top > 0) t.top = top_logprobs(lg, n_vocab, n_top);
-    }
-    r.tokens.push_back(std::move(t));
+    if (!record(sampler, r, t, lg, n_vocab, eog, ignore_eos, n_top)) return r;
     if (!kept) break;
     ++r.accepted;
   }
