@@ -68,16 +68,23 @@ void axpy_f16_f32(int64_t n, float alpha, const uint16_t* x, float* y) {
 
 // The half row is converted to f32 once (exact), then each query runs the same FMA
 // sequence as dot_f16_f32 / axpy_f16_f32 over the converted values.
+namespace {
+constexpr int64_t kMultiMax = 512;  // longest row converted on the stack; longer rows loop
+// out[0, n8) = a[0, n8) as f32; n8 a multiple of 8, out 32-byte aligned.
+inline void half_to_f32(const uint16_t* a, int64_t n8, float* out) {
+  for (int64_t i = 0; i < n8; i += 8)
+    _mm256_store_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + i))));
+}
+}  // namespace
+
 void dot_f16_f32_multi(int64_t n, const uint16_t* a, int64_t nq, const float* const* b, float* s) {
-  constexpr int64_t kMax = 512;
-  if (n > kMax) {
+  if (n > kMultiMax) {
     for (int64_t q = 0; q < nq; ++q) s[q] = dot_f16_f32(n, a, b[q]);
     return;
   }
-  alignas(32) float af[kMax];
+  alignas(32) float af[kMultiMax];
   const int64_t n16 = n / 16 * 16;
-  for (int64_t i = 0; i < n16; i += 8)
-    _mm256_store_ps(af + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + i))));
+  half_to_f32(a, n16, af);
   for (int64_t q = 0; q < nq; ++q) {
     const float* bq = b[q];
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
@@ -92,15 +99,13 @@ void dot_f16_f32_multi(int64_t n, const uint16_t* a, int64_t nq, const float* co
 }
 
 void axpy_f16_f32_multi(int64_t n, const float* alpha, const uint16_t* x, int64_t nq, float* const* y) {
-  constexpr int64_t kMax = 512;
-  if (n > kMax) {
+  if (n > kMultiMax) {
     for (int64_t q = 0; q < nq; ++q) axpy_f16_f32(n, alpha[q], x, y[q]);
     return;
   }
-  alignas(32) float xf[kMax];
+  alignas(32) float xf[kMultiMax];
   const int64_t n8 = n / 8 * 8;
-  for (int64_t i = 0; i < n8; i += 8)
-    _mm256_store_ps(xf + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i))));
+  half_to_f32(x, n8, xf);
   for (int64_t q = 0; q < nq; ++q) {
     const __m256 va = _mm256_set1_ps(alpha[q]);
     float* yq = y[q];
