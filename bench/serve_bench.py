@@ -2,9 +2,9 @@
 """bench/serve_bench.py — aggregate decode throughput of `specula serve` vs llama-server.
 
 For each concurrency C (default 1, 4, 8, 16) both servers are started on the same GGUF
-with C parallel slots (specula `--parallel C --ctx N`; llama-server `-np C -c C*N`, since
-its context is split across slots), the same thread count, and C clients each stream one
-/v1/completions request at once (temperature 0, `ignore_eos`, max_tokens = --n-gen, a
+with C parallel slots and the same total context (specula `--parallel C --ctx C*N`,
+llama-server `-np C -c C*N`: both take -c as the total of all slots), the same thread
+count, and C clients each stream one /v1/completions request at once (temperature 0, `ignore_eos`, max_tokens = --n-gen, a
 short distinct prompt per client). Engines alternate per round; the best round counts.
 
 Reported per engine and C:
@@ -71,7 +71,7 @@ def start(engine: str, args, C: int) -> tuple[subprocess.Popen, int]:
     port = free_port()
     if engine == "specula":
         cmd = [args.specula, "serve", "-m", args.model, "--port", str(port), "--parallel", str(C),
-               "--ctx", str(args.ctx), "--threads", str(args.threads), "--alias", "bench"]
+               "--ctx", str(C * args.ctx), "--threads", str(args.threads), "--alias", "bench"]
     else:
         cmd = [args.llama_server, "-m", args.model, "--port", str(port), "-np", str(C), "-c", str(C * args.ctx),
                "-t", str(args.threads), "-tb", str(args.threads), "--alias", "bench", "--no-webui", "-cb"]

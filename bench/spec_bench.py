@@ -110,7 +110,7 @@ def prompt_for(task: str, i: int) -> str:
 def start(engine: str, mode: str, args, C: int):
     port = free_port()
     if engine == "specula":
-        cmd = [args.specula, "serve", "-m", args.target, "--port", str(port), "--parallel", str(C), "--ctx", "2048",
+        cmd = [args.specula, "serve", "-m", args.target, "--port", str(port), "--parallel", str(C), "--ctx", str(2048 * C),
                "--threads", str(args.threads), "--alias", "bench"]
         if mode == "ngram":
             cmd += ["--spec", "ngram", "--spec-depth", str(args.depth)]

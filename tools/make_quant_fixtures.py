@@ -10,6 +10,7 @@ Outputs (little-endian, no header; the test derives counts from the file size):
                       Quant bytes are random; fp16 scales are overwritten with finite
                       moderate values (d, m in [-2, 2], K-quant dmin in (0, 2]).
   q8_0_quantize.blocks   float32 input [n], then gguf.quants.quantize(input, Q8_0) bytes.
+  q4_0_quantize.blocks   the same for Q4_0 (the q4_0 KV cache's encoder).
                       Includes an all-zero block and a block with exact rounding ties.
 
 Deterministic (fixed seed). Run: python3 tools/make_quant_fixtures.py
@@ -88,6 +89,19 @@ def main():
         f.write(x.astype("<f4").tobytes())
         f.write(np.ascontiguousarray(q).view(np.uint8).tobytes())
     print(f"q8_0_quantize.blocks: {os.path.getsize(path)} bytes")
+
+    # Q4_0 quantize (the q4_0 KV cache): the same kinds of blocks; x/d lands on the
+    # truncation edge (q + 0.5 exactly) in block 2.
+    x = (rng.standard_normal((nb, 32)) * rng.uniform(1e-3, 50.0, (nb, 1))).astype(np.float32)
+    x[1] = 0.0
+    x[2] = np.array([-8.0] + [(k % 16) - 7.5 for k in range(31)], dtype=np.float32)
+    x = x.reshape(-1)
+    q = quants.quantize(x, T.Q4_0)
+    path = os.path.join(OUT, "q4_0_quantize.blocks")
+    with open(path, "wb") as f:
+        f.write(x.astype("<f4").tobytes())
+        f.write(np.ascontiguousarray(q).view(np.uint8).tobytes())
+    print(f"q4_0_quantize.blocks: {os.path.getsize(path)} bytes")
 
 
 if __name__ == "__main__":

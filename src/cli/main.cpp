@@ -32,6 +32,7 @@
 #include "kernels/kernels.h"
 #include "model/model.h"
 #include "server/server.h"
+#include "state/kv_codec.h"
 #include "tokenizer/detokenizer.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/vocab.h"
@@ -96,6 +97,36 @@ Result<Loaded> load(const std::string& model_arg, int threads) {
   return l;
 }
 
+// KV cache layout flags shared by generate, serve, bench and info (llama.cpp's names).
+struct CacheArgs {
+  std::string type_k = "f16", type_v = "f16";
+  int64_t delay = 0;
+  int64_t budget = 0;  // bytes, 0 = from the context
+  CacheOptions options() const {
+    CacheOptions o;
+    o.type_k = type_k;
+    o.type_v = type_v;
+    o.delay = delay;
+    return o;
+  }
+};
+
+void add_cache_options(CLI::App* app, CacheArgs& c, bool budget) {
+  std::string types;
+  for (const auto& n : kv_codec_names()) types += (types.empty() ? "" : ", ") + n;
+  app->add_option("--cache-type-k", c.type_k, "KV cache type for K (-ctk): " + types + " (default f16)");
+  app->add_option("--cache-type-v", c.type_v, "KV cache type for V (-ctv): " + types + " (default f16)");
+  app->add_option("--kv-delay", c.delay,
+                  "Delayed quantization: keep each request's newest N positions in f16, older ones in the "
+                  "K/V cache types (default 0 = off)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
+  if (budget)
+    app->add_option("--kv-budget", c.budget,
+                    "Bytes of KV cache (and other model state) all requests may hold together; admission waits "
+                    "when it is full (default: from --ctx)")
+        ->check(CLI::Range(int64_t{0}, int64_t{1} << 50));
+}
+
 struct GenerateArgs {
   std::string model, prompt = kDefaultPrompt;
   int n_predict = 128, threads = 0, top_k = 40;
@@ -106,6 +137,7 @@ struct GenerateArgs {
   std::string draft_model, spec;
   int spec_depth = 4;
   std::string spec_accept = "exact";
+  CacheArgs cache;
 };
 
 // Prints one request's tokens as text (engine thread) and waits for its end.
@@ -147,7 +179,7 @@ class PrintSink : public RequestSink {
 
 // Builds the engine's draft source from --draft-model / --spec. Null when not asked for.
 Result<std::shared_ptr<DraftSource>> make_draft(const std::string& draft_model, const std::string& spec,
-                                                Model& target, int32_t rows, int64_t n_ctx) {
+                                                Model& target, int64_t n_ctx) {
   if (!spec.empty() && spec != "ngram" && spec != "draft" && spec != "none")
     return Status::error("[cli] --spec must be ngram, draft or none, got '" + spec + "'");
   if (spec == "none" || (spec.empty() && draft_model.empty())) return std::shared_ptr<DraftSource>();
@@ -160,7 +192,7 @@ Result<std::shared_ptr<DraftSource>> make_draft(const std::string& draft_model, 
   auto dm = load_model(*path, mo);
   if (!dm) return dm.status();
   SPECULA_RETURN_IF_ERROR(check_same_vocabulary(target, **dm));
-  auto d = make_model_draft(std::move(dm).value(), rows, n_ctx);
+  auto d = make_model_draft(std::move(dm).value(), n_ctx);
   if (!d) return d.status();
   return std::shared_ptr<DraftSource>(std::move(d).value());
 }
@@ -181,7 +213,9 @@ int run_generate(const GenerateArgs& a) {
   eo.eog_ids = end_of_generation_ids(l->tok->vocab(), model.file());
   eo.spec_depth = a.spec_depth;
   eo.spec_rejection = a.spec_accept == "rejection";
-  auto draft = make_draft(a.draft_model, a.spec, model, 1, n_ctx);
+  eo.cache = a.cache.options();
+  eo.kv_budget = a.cache.budget;
+  auto draft = make_draft(a.draft_model, a.spec, model, n_ctx);
   if (!draft) return fail(draft.message());
   eo.draft = std::move(draft).value();
   auto engine = Engine::create(model, eo);
@@ -209,6 +243,7 @@ int run_generate(const GenerateArgs& a) {
                model.info().architecture.c_str(), a.threads > 0 ? a.threads : default_thread_count(),
                kernels::active().isa);
   std::fprintf(stderr, "[specula] load: %.3f s\n", l->load_seconds);
+  std::fprintf(stderr, "[specula] KV cache: %s\n", (*engine)->describe_state().c_str());
   std::fprintf(stderr, "[specula] prompt: %lld tokens, prefill %.3f s (%.2f tokens/s)\n",
                static_cast<long long>(res.n_prompt), res.prefill_seconds,
                res.n_prompt / std::max(1e-9, res.prefill_seconds));
@@ -228,7 +263,9 @@ int run_generate(const GenerateArgs& a) {
 struct BenchArgs {
   std::string model;
   int n_prompt = 512, n_gen = 128, threads = 0, reps = 3, batch = 1;
+  int64_t depth = 0;  // context already in the rows before the decode test
   bool json = false;
+  CacheArgs cache;
 };
 
 // Read bandwidth of this machine with `threads` threads: best of 5 passes summing a
@@ -279,10 +316,17 @@ int run_bench(const BenchArgs& a) {
   Model& model = *l->model;
   const int64_t n_vocab = model.info().n_vocab, E = model.info().n_embd;
   const int32_t B = a.batch;
-  auto cache = model.new_cache(B, a.n_prompt + a.n_gen + 16);
-  if (!cache) return fail(cache.message());
+  auto state = new_state(model, a.cache.options(), a.depth + std::max(a.n_prompt, 1) + a.n_gen + 16);
+  if (!state) return fail(state.message());
+  StateRows& cache = *state;
+  if (Status st = cache.reserve(B); !st.is_ok()) return fail(st.message());
+  for (int32_t r = 0; r < B; ++r) {
+    auto row = cache.new_row();
+    if (!row) return fail(row.message());
+    cache.insert(std::move(row).value());
+  }
   std::mt19937 rng(1234);
-  std::vector<int32_t> prompt(static_cast<size_t>(std::max(1, a.n_prompt)));
+  std::vector<int32_t> prompt(static_cast<size_t>(std::max<int64_t>({1, a.n_prompt, a.depth})));
   for (auto& t : prompt) t = static_cast<int32_t>(rng() % static_cast<uint32_t>(n_vocab));
   std::vector<float> logits(static_cast<size_t>(n_vocab) * B);
   Tensor hidden;
@@ -290,23 +334,29 @@ int run_bench(const BenchArgs& a) {
   std::vector<int32_t> all_rows(static_cast<size_t>(B)), toks(static_cast<size_t>(B));
   for (int32_t r = 0; r < B; ++r) all_rows[r] = r;
   auto run_pp = [&]() -> Result<double> {
-    cache->clear(0);
+    SPECULA_RETURN_IF_ERROR(cache.reset(0));
     const double t0 = now_seconds();
-    Batch b{1, static_cast<int64_t>(prompt.size()), prompt.data(), rows};
-    SPECULA_RETURN_IF_ERROR(model.forward(b, *cache, hidden));
+    Batch b{1, static_cast<int64_t>(a.n_prompt), prompt.data(), rows};
+    SPECULA_RETURN_IF_ERROR(model.forward(b, cache, hidden));
     model.project_logits(hidden.data() + (hidden.dim(0) - 1) * E, 1, logits.data());
     return now_seconds() - t0;
   };
-  // Decode: B rows step together (one forward + one logits projection per step).
+  // Decode: B rows step together (one forward + one logits projection per step), after a
+  // context of `depth` tokens (filled in chunks, not timed).
   auto run_tg = [&]() -> Result<double> {
     for (int32_t r = 0; r < B; ++r) {
-      cache->clear(r);
+      SPECULA_RETURN_IF_ERROR(cache.reset(r));
+      for (int64_t off = 0; off < a.depth; off += 512) {
+        const int32_t row[1] = {r};
+        Batch b{1, std::min<int64_t>(512, a.depth - off), prompt.data() + off, row};
+        SPECULA_RETURN_IF_ERROR(model.forward(b, cache, hidden));
+      }
       toks[r] = prompt[0];
     }
     const double t0 = now_seconds();
     for (int i = 0; i < a.n_gen; ++i) {
       Batch b{B, 1, toks.data(), all_rows.data()};
-      SPECULA_RETURN_IF_ERROR(model.forward(b, *cache, hidden));
+      SPECULA_RETURN_IF_ERROR(model.forward(b, cache, hidden));
       model.project_logits(hidden.data(), B, logits.data());
       for (auto& t : toks) t = static_cast<int32_t>(rng() % static_cast<uint32_t>(n_vocab));
     }
@@ -336,7 +386,10 @@ int run_bench(const BenchArgs& a) {
   }
   const int threads = a.threads > 0 ? a.threads : default_thread_count();
   nlohmann::json out = {{"model", model.info().name}, {"threads", threads}, {"isa", kernels::active().isa},
-                        {"reps", a.reps}};
+                        {"reps", a.reps}, {"kv_cache", cache.describe()},
+                        {"kv_bytes_per_token", cache.bytes_per_token()}, {"depth", a.depth}};
+  std::printf("KV cache: %s — %.0f bytes per token per request (+%lld fixed per request)\n",
+              cache.describe().c_str(), cache.bytes_per_token(), static_cast<long long>(cache.fixed_bytes_per_row()));
   std::printf("| model | threads | isa | test | tokens/s |\n|---|---|---|---|---|\n");
   if (!pp.empty()) {
     auto [m, s] = stats(pp);
@@ -346,8 +399,10 @@ int run_bench(const BenchArgs& a) {
   }
   if (!tg.empty()) {
     auto [m, s] = stats(tg);
+    const std::string label = std::string(B > 1 ? " x " + std::to_string(B) + " rows" : "") +
+                              (a.depth > 0 ? " @ d" + std::to_string(a.depth) : "");
     std::printf("| %s | %d | %s | tg%d%s | %.2f ± %.2f |\n", model.info().name.c_str(), threads,
-                kernels::active().isa, a.n_gen, B > 1 ? (" x " + std::to_string(B) + " rows").c_str() : "", m, s);
+                kernels::active().isa, a.n_gen, label.c_str(), m, s);
     out["tg"] = {{"n", a.n_gen}, {"rows", B}, {"tokens_per_s", m}, {"sd", s}};
   }
   if (!tg.empty() && B == 1) {
@@ -390,8 +445,9 @@ struct ServeArgs {
   std::string model, host = "127.0.0.1", api_key, alias, chat_template_file, draft_model, spec;
   int port = 8080, parallel = 4, threads = 0, queue = 64, spec_depth = 4, spec_max_batch = 2;
   std::string spec_accept = "exact";
-  int64_t ctx = 4096, step_tokens = 512;
+  int64_t ctx = 0, step_tokens = 512;  // ctx 0: 4096 per parallel request
   size_t max_body = 1 << 20;
+  CacheArgs cache;
 };
 
 server::Server* g_server = nullptr;
@@ -419,15 +475,22 @@ int run_serve(const ServeArgs& a) {
     ss << in.rdbuf();
     so.chat_template = ss.str();
   }
+  // --ctx is the total of all requests' tokens (llama-server's -c): the KV budget holds
+  // that many tokens, and one request may use up to all of it (at most the model's
+  // training context).
   const int64_t n_ctx_train = (*model)->info().n_ctx_train;
+  const int64_t total_ctx = a.ctx > 0 ? a.ctx : int64_t{4096} * a.parallel;
   so.engine.n_rows = a.parallel;
-  so.engine.n_ctx = n_ctx_train > 0 ? std::min<int64_t>(a.ctx, n_ctx_train) : a.ctx;
+  so.engine.n_ctx = n_ctx_train > 0 ? std::min<int64_t>(total_ctx, n_ctx_train) : total_ctx;
+  so.engine.total_ctx = total_ctx;
+  so.engine.cache = a.cache.options();
+  so.engine.kv_budget = a.cache.budget;
   so.engine.step_tokens = std::max<int64_t>(a.step_tokens, a.parallel);
   so.engine.max_queue = a.queue;
   so.engine.spec_depth = a.spec_depth;
   so.engine.spec_max_batch = a.spec_max_batch;
   so.engine.spec_rejection = a.spec_accept == "rejection";
-  auto draft = make_draft(a.draft_model, a.spec, **model, a.parallel, so.engine.n_ctx);
+  auto draft = make_draft(a.draft_model, a.spec, **model, so.engine.n_ctx);
   if (!draft) return fail(draft.message());
   so.engine.draft = std::move(draft).value();
   auto srv = server::Server::create(std::move(model).value(), so);
@@ -438,9 +501,12 @@ int run_serve(const ServeArgs& a) {
   std::signal(SIGTERM, on_signal);
   const std::string spec_note =
       so.engine.draft ? ", speculative " + so.engine.draft->name() + " depth " + std::to_string(a.spec_depth) : "";
-  std::fprintf(stderr, "specula: serving %s as '%s' on http://%s:%d (parallel %d, ctx %lld per request%s%s)\n",
+  std::fprintf(stderr,
+               "specula: serving %s as '%s' on http://%s:%d (parallel %d, ctx %lld per request, KV budget %lld MiB: "
+               "%s%s%s)\n",
                path->c_str(), so.model_id.c_str(), a.host.c_str(), (*srv)->port(), a.parallel,
-               static_cast<long long>(so.engine.n_ctx), a.api_key.empty() ? "" : ", API key required",
+               static_cast<long long>(so.engine.n_ctx), static_cast<long long>((*srv)->engine().options().kv_budget >> 20),
+               (*srv)->engine().describe_state().c_str(), a.api_key.empty() ? "" : ", API key required",
                spec_note.c_str());
   std::fflush(stderr);
   (*srv)->serve();
@@ -468,10 +534,33 @@ int run_pull(const std::vector<std::string>& names, bool list) {
   return fail(std::string("[cli] cannot run python3: ") + std::strerror(errno));
 }
 
-int run_info(const std::string& file) {
+int run_info(const std::string& file, const CacheArgs& cache) {
   auto f = gguf::GgufFile::open(file);
   if (!f) return fail(f.message());
   std::fputs(gguf::describe(*f).c_str(), stdout);
+  // KV bytes per token of the model's layers (when its architecture is supported).
+  auto model = load_model(file, ModelOptions{1, nullptr});
+  if (!model) {
+    std::printf("KV cache: (model not loadable: %s)\n", model.message().c_str());
+    return 0;
+  }
+  std::vector<std::pair<std::string, std::string>> types = {{"f16", "f16"}, {"q8_0", "q8_0"}, {"q4_0", "q4_0"}};
+  if (cache.type_k != "f16" || cache.type_v != "f16" || cache.delay > 0) types.insert(types.begin(), {cache.type_k, cache.type_v});
+  std::printf("KV cache (per request; -ctk/-ctv/--kv-delay choose):\n");
+  for (const auto& [k, v] : types) {
+    CacheOptions o;
+    o.type_k = k;
+    o.type_v = v;
+    if (k == cache.type_k && v == cache.type_v) o.delay = cache.delay;
+    auto st = new_state(**model, o, 4096);
+    if (!st) {
+      std::printf("  %s/%s: %s\n", k.c_str(), v.c_str(), st.message().c_str());
+      continue;
+    }
+    std::printf("  %s/%s: %.0f bytes per token, %lld fixed bytes; 4096 tokens: %.1f MiB; layers: %s\n", k.c_str(),
+                v.c_str(), st->bytes_per_token(), static_cast<long long>(st->fixed_bytes_per_row()),
+                static_cast<double>(st->bytes_for(4096)) / (1 << 20), st->describe().c_str());
+  }
   return 0;
 }
 
@@ -499,6 +588,7 @@ int main(int argc, char** argv) {
   gen->add_option("--draft-model", g.draft_model, "Speculative decoding with this draft model (same vocabulary)");
   gen->add_option("--spec", g.spec, "Draft source: ngram (prompt lookup), draft (needs --draft-model), none");
   gen->add_option("--spec-depth", g.spec_depth, "Most drafted tokens per verify step; each request adapts below it (default 4)")->check(CLI::Range(1, 32));
+  add_cache_options(gen, g.cache, false);
   gen->add_option("--spec-accept", g.spec_accept, "Acceptance at temperature > 0 with --draft-model: exact (same seed, same text as without) or rejection (rejection sampling with the draft distribution: more drafts accepted, same distribution)")
       ->check(CLI::IsMember({"exact", "rejection"}));
 
@@ -511,6 +601,8 @@ int main(int argc, char** argv) {
   bench->add_option("-r,--repetitions", b.reps, "Repetitions (default 3)")->check(CLI::Range(1, 1000));
   bench->add_flag("--json", b.json, "Also print one JSON line");
   bench->add_option("-b,--batch", b.batch, "Rows decoding together in the decode test (default 1)")->check(CLI::Range(1, 256));
+  bench->add_option("-d,--n-depth", b.depth, "Context tokens already in each row before the decode test (default 0)")->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
+  add_cache_options(bench, b.cache, false);
 
   std::string tmodel, ttext;
   bool tjson = false, tspecial = false, tnobos = false;
@@ -527,7 +619,8 @@ int main(int argc, char** argv) {
   serve->add_option("--host", sv.host, "Address to listen on (default 127.0.0.1, loopback only)");
   serve->add_option("--port", sv.port, "Port (default 8080; 0 = any free port)")->check(CLI::Range(0, 65535));
   serve->add_option("--parallel", sv.parallel, "Requests decoded together (cache rows, default 4)")->check(CLI::Range(1, 256));
-  serve->add_option("-c,--ctx", sv.ctx, "Context per request in tokens: prompt + completion (default 4096)")->check(CLI::Range(int64_t{16}, int64_t{1} << 24));
+  serve->add_option("-c,--ctx", sv.ctx, "Total context in tokens shared by all requests, as llama-server's -c; one request may use all of it (default 4096 x --parallel)")->check(CLI::Range(int64_t{16}, int64_t{1} << 26));
+  add_cache_options(serve, sv.cache, true);
   serve->add_option("--api-key", sv.api_key, "Require 'Authorization: Bearer KEY' on every route but /health");
   serve->add_option("--alias", sv.alias, "Model id clients send as \"model\" (default: the file name without .gguf)");
   serve->add_option("--chat-template-file", sv.chat_template_file, "Jinja chat template to use instead of the model's");
@@ -551,11 +644,22 @@ int main(int argc, char** argv) {
   pull->add_flag("--list", pull_list, "List the known models");
 
   std::string ifile;
-  auto* info = app.add_subcommand("info", "Print a GGUF file's metadata and tensor table");
+  CacheArgs icache;
+  auto* info = app.add_subcommand("info", "Print a GGUF file's metadata, tensor table and KV bytes per token");
   info->add_option("file", ifile, "GGUF file")->required();
+  add_cache_options(info, icache, false);
 
+  // llama.cpp spells the cache types -ctk / -ctv (one dash, several letters); CLI11 takes
+  // only one-letter short options, so those two are renamed before parsing.
+  std::vector<std::string> args(argv, argv + argc);
+  for (auto& x : args) {
+    if (x == "-ctk") x = "--cache-type-k";
+    if (x == "-ctv") x = "--cache-type-v";
+  }
+  std::vector<char*> argv2;
+  for (auto& x : args) argv2.push_back(x.data());
   try {
-    app.parse(argc, argv);
+    app.parse(static_cast<int>(argv2.size()), argv2.data());
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
@@ -566,7 +670,7 @@ int main(int argc, char** argv) {
     }
     if (*bench) return run_bench(b);
     if (*tokc) return run_tokenize(tmodel, ttext, tjson, tspecial, tnobos);
-    if (*info) return run_info(ifile);
+    if (*info) return run_info(ifile, icache);
     if (*serve) return run_serve(sv);
     if (*pull) {
       if (pull_names.empty() && !pull_list) return fail("[cli] pull: name a model (see specula pull --list)");

@@ -68,8 +68,13 @@ void ThreadPool::run(const std::function<void(int, int)>& fn) {
   } catch (...) {
     mine = std::current_exception();
   }
-  // Always wait: workers still use `fn` until pending_ reaches 0.
-  while (pending_.load(std::memory_order_acquire) != 0) SPECULA_PAUSE();
+  // Always wait: workers still use `fn` until pending_ reaches 0. Spin, but give the CPU
+  // away now and then: when the machine is oversubscribed (another process, more threads
+  // than cores) the worker we wait for may be waiting for this very core.
+  for (int spin = 1; pending_.load(std::memory_order_acquire) != 0; ++spin) {
+    SPECULA_PAUSE();
+    if (spin % 128 == 0) sched_yield();
+  }
   job_ = nullptr;
   std::exception_ptr err = mine ? mine : std::exchange(worker_error_, nullptr);
   worker_error_ = nullptr;
@@ -80,8 +85,9 @@ void ThreadPool::worker(int ith) {
   uint64_t seen = 0;
   for (;;) {
     uint64_t g = generation_.load(std::memory_order_acquire);
-    for (int spin = 0; g == seen && spin < 50000; ++spin) {
+    for (int spin = 1; g == seen && spin < 50000; ++spin) {
       SPECULA_PAUSE();
+      if (spin % 128 == 0) sched_yield();  // never starve a thread that shares this core
       g = generation_.load(std::memory_order_acquire);
     }
     if (g == seen) {

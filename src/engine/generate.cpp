@@ -11,11 +11,11 @@ double now_seconds() {
 }
 }  // namespace
 
-Result<GenerateResult> generate(Model& model, KvCache& cache, int32_t row, const GenerateRequest& req,
+Result<GenerateResult> generate(Model& model, StateRows& cache, int32_t row, const GenerateRequest& req,
                                 const std::function<bool(int32_t)>& on_token) {
   const int64_t n_vocab = model.info().n_vocab;
   if (row < 0 || row >= cache.n_rows())
-    return Status::error("[generate] cache row " + std::to_string(row) + " out of range (" +
+    return Status::error("[generate] state row " + std::to_string(row) + " out of range (" +
                          std::to_string(cache.n_rows()) + " rows)");
   if (req.prompt.empty()) return Status::error("[generate] empty prompt");
   if (req.max_tokens <= 0)
@@ -24,13 +24,13 @@ Result<GenerateResult> generate(Model& model, KvCache& cache, int32_t row, const
     if (req.prompt[i] < 0 || req.prompt[i] >= n_vocab)
       return Status::error("[generate] prompt token " + std::to_string(req.prompt[i]) + " at position " +
                            std::to_string(i) + " outside the vocabulary (" + std::to_string(n_vocab) + ")");
-  if (static_cast<int64_t>(req.prompt.size()) >= cache.n_ctx())
+  if (static_cast<int64_t>(req.prompt.size()) >= cache.max_length())
     return Status::error("[generate] prompt of " + std::to_string(req.prompt.size()) +
-                         " tokens does not fit the context of " + std::to_string(cache.n_ctx()));
+                         " tokens does not fit the context of " + std::to_string(cache.max_length()));
   auto sampler = Sampler::create(req.sampling, static_cast<int32_t>(n_vocab));
   if (!sampler) return sampler.status();
 
-  cache.clear(row);
+  SPECULA_RETURN_IF_ERROR(cache.reset(row));
   GenerateResult res;
   res.n_prompt = static_cast<int64_t>(req.prompt.size());
   Tensor hidden;
@@ -72,7 +72,7 @@ Result<GenerateResult> generate(Model& model, KvCache& cache, int32_t row, const
       res.finish = FinishReason::kLength;
       break;
     }
-    if (cache.length(row) + 1 > cache.n_ctx()) {
+    if (cache.length(row) + 1 > cache.max_length()) {
       res.finish = FinishReason::kContextFull;
       break;
     }

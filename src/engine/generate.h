@@ -5,7 +5,7 @@
 // with the request's own Sampler. Tokens are handed to `on_token` as they are made
 // (before the next step); returning false stops generation. Generation also stops at
 // an end-of-generation token (not delivered to on_token unless `deliver_eog`), at
-// max_tokens, or when the cache row is full.
+// max_tokens, or when the state row is full.
 // Does not batch several requests (that is the scheduler's job) and does not detokenize.
 #pragma once
 
@@ -42,8 +42,8 @@ struct GenerateResult {
 
 // Errors: empty prompt, id outside the vocabulary, prompt that does not fit the cache row
 // ("[generate] prompt of 5000 tokens does not fit the context of 4096"), invalid sampling.
-// The cache row is cleared first.
-Result<GenerateResult> generate(Model& model, KvCache& cache, int32_t row, const GenerateRequest& req,
+// The state row is emptied first (StateRows::reset).
+Result<GenerateResult> generate(Model& model, StateRows& cache, int32_t row, const GenerateRequest& req,
                                 const std::function<bool(int32_t)>& on_token);
 
 // End-of-generation ids for a vocabulary: its EOS, tokenizer.ggml.eot_token_id when

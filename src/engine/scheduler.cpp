@@ -41,26 +41,33 @@ void RequestHandle::cancel() {
 Result<std::unique_ptr<Engine>> Engine::create(Model& model, EngineOptions options) {
   if (options.n_rows <= 0 || options.n_rows > 1024)
     return Status::error("[engine] rows must be in [1, 1024], got " + std::to_string(options.n_rows));
-  if (options.n_ctx <= 1) return Status::error("[engine] context must be > 1, got " + std::to_string(options.n_ctx));
+  if (options.n_ctx <= 1 || options.n_ctx > (int64_t{1} << 30))
+    return Status::error("[engine] context must be in [2, 2^30], got " + std::to_string(options.n_ctx));
   if (options.step_tokens < options.n_rows)
     return Status::error("[engine] step token budget " + std::to_string(options.step_tokens) +
                          " must be at least the row count " + std::to_string(options.n_rows));
   if (options.max_queue < 0) return Status::error("[engine] queue limit must be >= 0");
+  if (options.kv_budget < 0) return Status::error("[engine] KV budget must be >= 0 bytes");
   if (options.draft && (options.spec_depth < 1 || options.spec_depth > 32))
     return Status::error("[engine] speculative depth must be in [1, 32], got " + std::to_string(options.spec_depth));
-  auto cache = model.new_cache(options.n_rows, options.n_ctx);
-  if (!cache) return cache.status();
-  return std::unique_ptr<Engine>(new Engine(model, std::move(options), std::move(cache).value()));
+  auto state = new_state(model, options.cache, options.n_ctx);
+  if (!state) return state.status();
+  return std::unique_ptr<Engine>(new Engine(model, std::move(options), std::move(state).value()));
 }
 
-Engine::Engine(Model& model, EngineOptions options, KvCache cache)
-    : model_(&model), options_(std::move(options)), cache_(std::move(cache)),
+Engine::Engine(Model& model, EngineOptions options, StateRows state)
+    : model_(&model), options_(std::move(options)), state_(std::move(state)),
       wakeup_(std::make_shared<EngineWakeup>()) {
+  layouts_ = state_.describe();
+  if (options_.total_ctx <= 0) options_.total_ctx = options_.n_rows * options_.n_ctx;
+  if (options_.kv_budget == 0)
+    options_.kv_budget = options_.n_rows * bytes_for((options_.total_ctx + options_.n_rows - 1) / options_.n_rows);
+  round_ = std::make_unique<Round>(*model_, state_, options_.draft.get(), options_.eog_ids);
   stats_.n_rows = options_.n_rows;
+  stats_.kv_budget = options_.kv_budget;
   stats_.step_seconds = Histogram({0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5});
   stats_.batch_rows = Histogram({1, 2, 4, 8, 16, 32, 64, 128});
   stats_.batch_tokens = Histogram({1, 4, 16, 64, 256, 1024, 4096});
-  for (int32_t r = options_.n_rows - 1; r >= 0; --r) free_rows_.push_back(r);
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -71,6 +78,10 @@ Engine::~Engine() {
     wakeup_->cv.notify_all();
   }
   if (thread_.joinable()) thread_.join();
+}
+
+int64_t Engine::bytes_for(int64_t n_tokens) const {
+  return state_.bytes_for(n_tokens) + (options_.draft ? options_.draft->bytes_for(n_tokens) : 0);
 }
 
 Submission Engine::submit(EngineRequest request, std::shared_ptr<RequestSink> sink) {
@@ -100,6 +111,12 @@ Submission Engine::submit(EngineRequest request, std::shared_ptr<RequestSink> si
     return refuse("prompt (" + std::to_string(request.prompt.size()) + " tokens) + max_tokens (" +
                       std::to_string(request.max_tokens) + ") = " + std::to_string(need) +
                       " exceeds the context of " + std::to_string(options_.n_ctx) + " tokens",
+                  "max_tokens");
+  const int64_t bytes = bytes_for(need);
+  if (bytes > options_.kv_budget)
+    return refuse("prompt + max_tokens = " + std::to_string(need) + " tokens need " + std::to_string(bytes >> 20) +
+                      " MiB of KV cache, more than the whole budget of " + std::to_string(options_.kv_budget >> 20) +
+                      " MiB",
                   "max_tokens");
   if (Status st = request.sampling.validate(static_cast<int32_t>(n_vocab)); !st.is_ok())
     return refuse(st.message(), "");
@@ -136,6 +153,26 @@ EngineStats Engine::stats() const {
   return stats_;
 }
 
+ExecutionPlan Engine::plan_for(const EngineRequest& r) const {
+  ExecutionPlan plan;
+  if (!options_.draft) {
+    plan.reason = "autoregressive: no draft source configured (--spec ngram or --draft-model)";
+  } else if (!r.speculative) {
+    plan.reason = "autoregressive: the request opted out of speculation";
+  } else {
+    plan.speculative = true;
+    plan.source = options_.draft->name();
+    plan.reason = "speculative: " + plan.source + ", up to " + std::to_string(options_.spec_depth) +
+                  " drafts per round (adaptive), " +
+                  (options_.spec_rejection && r.sampling.temperature > 0.0f ? "rejection sampling"
+                                                                            : "exact-match acceptance");
+    if (options_.spec_max_batch > 0)
+      plan.reason += "; drafts only in steps where at most " + std::to_string(options_.spec_max_batch) +
+                     " requests decode";
+  }
+  return plan;
+}
+
 void Engine::loop() {
   for (;;) {
     std::vector<Pending> admitted;
@@ -150,12 +187,34 @@ void Engine::loop() {
       };
       wakeup_->cv.wait(lock, has_work);
       stopping = stopping_;
-      // Admission, prepare phase: take as many queued requests as there are free rows.
-      while (!stopping && !queue_.empty() && admitted.size() < free_rows_.size()) {
+      // Admission, in order, while a row and the KV budget allow; a queued request that
+      // was cancelled while waiting is taken too (it ends at once below).
+      int64_t reserved = reserved_;
+      while (!stopping && !queue_.empty() &&
+             static_cast<int64_t>(running_.size() + admitted.size()) < options_.n_rows) {
+        const Pending& head = queue_.front();
+        const int64_t need =
+            bytes_for(static_cast<int64_t>(head.request.prompt.size()) + head.request.max_tokens);
+        if (!head.handle->cancelled() && reserved + need > options_.kv_budget) break;  // wait for memory
+        reserved += need;
         admitted.push_back(std::move(queue_.front()));
         queue_.pop_front();
       }
       stats_.queue_depth = static_cast<int64_t>(queue_.size());
+      // Nothing runs and the head still does not fit: cannot happen (submit() refuses
+      // requests larger than the budget), but never spin on it.
+      if (!stopping && admitted.empty() && running_.empty() && !queue_.empty()) {
+        Pending p = std::move(queue_.front());
+        queue_.pop_front();
+        stats_.queue_depth = static_cast<int64_t>(queue_.size());
+        lock.unlock();
+        RequestSummary sum;
+        sum.outcome = Outcome::kFailed;
+        sum.error = "[engine] the request does not fit the KV budget";
+        sum.n_prompt = static_cast<int64_t>(p.request.prompt.size());
+        try { p.sink->on_finish(sum); } catch (...) {}
+        continue;
+      }
     }
     if (stopping) {
       std::deque<Pending> rest;
@@ -164,7 +223,9 @@ void Engine::loop() {
         rest.swap(queue_);
         stats_.queue_depth = 0;
       }
-      for (size_t i = running_.size(); i-- > 0;) finish(i, Outcome::kCancelled);
+      std::vector<std::pair<size_t, Outcome>> all;
+      for (size_t i = 0; i < running_.size(); ++i) all.push_back({i, Outcome::kCancelled});
+      retire(std::move(all));
       for (Pending& p : rest) {
         RequestSummary sum;
         sum.outcome = Outcome::kCancelled;
@@ -173,63 +234,108 @@ void Engine::loop() {
       }
       return;
     }
-    const double now = now_seconds();
-    uint64_t admitted_prompt_tokens = 0;
-    for (Pending& p : admitted) {
-      // Prepare: everything that can fail happens before the row joins the group (the
-      // request was validated at submit, so building its sampler cannot fail).
-      admitted_prompt_tokens += p.request.prompt.size();
-      Sampler sampler(p.request.sampling);
-      for (int32_t id : p.request.prompt) sampler.accept(id);
-      Active a{std::move(p), std::move(sampler)};
-      a.admitted = now;
-      a.context = a.p.request.prompt;
-      // Commit: take a free row.
-      a.row = free_rows_.back();
-      free_rows_.pop_back();
-      cache_.clear(a.row);
-      running_.push_back(std::move(a));
-    }
-    if (!admitted.empty()) {
-      std::lock_guard<std::mutex> lock(wakeup_->mu);
-      stats_.running_rows = static_cast<int64_t>(running_.size());
-      stats_.prompt_tokens += admitted_prompt_tokens;
-    }
+    admit(admitted);
     // Retire cancelled rows before spending a step on them.
-    for (size_t i = running_.size(); i-- > 0;)
-      if (running_[i].p.handle->cancelled()) finish(i, Outcome::kCancelled);
+    std::vector<std::pair<size_t, Outcome>> cancelled;
+    for (size_t i = 0; i < running_.size(); ++i)
+      if (running_[i].p.handle->cancelled()) cancelled.push_back({i, Outcome::kCancelled});
+    if (!cancelled.empty()) retire(std::move(cancelled));
     if (!running_.empty()) step();
   }
 }
 
-void Engine::finish(size_t index, Outcome outcome, std::string error) {
-  Active a = std::move(running_[index]);
-  running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(index));
-  cache_.clear(a.row);
-  if (options_.draft) options_.draft->release(a.row);
-  free_rows_.push_back(a.row);
+void Engine::admit(std::vector<Pending>& admitted) {
+  if (admitted.empty()) return;
   const double now = now_seconds();
-  RequestSummary sum;
-  sum.outcome = outcome;
-  sum.error = std::move(error);
-  sum.n_prompt = static_cast<int64_t>(a.p.request.prompt.size());
-  sum.n_generated = a.n_generated;
-  sum.queue_seconds = a.admitted - a.p.submitted;
-  sum.prefill_seconds = a.first_token > 0 ? a.first_token - a.admitted : now - a.admitted;
-  sum.decode_seconds = a.first_token > 0 ? now - a.first_token : 0;
-  sum.spec_rounds = a.spec_rounds;
-  sum.drafted = a.drafted;
-  sum.accepted = a.accepted;
-  {
-    std::lock_guard<std::mutex> lock(wakeup_->mu);
-    ++stats_.finished[static_cast<int>(outcome)];
-    stats_.running_rows = static_cast<int64_t>(running_.size());
+  uint64_t admitted_prompt_tokens = 0;
+  for (Pending& p : admitted) {
+    // Prepare: everything that can fail happens before the row joins the group (the
+    // request was validated at submit, so building its sampler cannot fail).
+    auto row = state_.new_row();
+    Status st = row ? state_.reserve(1) : row.status();
+    if (!st.is_ok()) {
+      RequestSummary sum;
+      sum.outcome = Outcome::kFailed;
+      sum.error = st.message();
+      sum.n_prompt = static_cast<int64_t>(p.request.prompt.size());
+      {
+        std::lock_guard<std::mutex> lock(wakeup_->mu);
+        ++stats_.finished[static_cast<int>(Outcome::kFailed)];
+      }
+      try { p.sink->on_finish(sum); } catch (...) {}
+      continue;
+    }
+    admitted_prompt_tokens += p.request.prompt.size();
+    Sampler sampler(p.request.sampling);
+    for (int32_t id : p.request.prompt) sampler.accept(id);
+    Active a{std::move(p), std::move(sampler)};
+    a.admitted = now;
+    a.context = a.p.request.prompt;
+    a.plan = plan_for(a.p.request);
+    a.reserved = bytes_for(static_cast<int64_t>(a.p.request.prompt.size()) + a.p.request.max_tokens);
+    // Commit: the row joins the group (cannot fail after reserve()).
+    state_.insert(std::move(row).value());
+    reserved_ += a.reserved;
+    running_.push_back(std::move(a));
   }
-  try {
-    a.p.sink->on_finish(sum);
-  } catch (...) {
-    // A consumer's failure ends only its own request, which is over already.
+  std::lock_guard<std::mutex> lock(wakeup_->mu);
+  stats_.running_rows = static_cast<int64_t>(running_.size());
+  stats_.prompt_tokens += admitted_prompt_tokens;
+  stats_.kv_reserved = reserved_;
+}
+
+void Engine::retire(std::vector<std::pair<size_t, Outcome>> ended, const std::string& error) {
+  if (ended.empty()) return;
+  std::sort(ended.begin(), ended.end());
+  std::vector<int32_t> keep;
+  std::vector<Active> stay, gone;
+  std::vector<Outcome> outcomes;
+  size_t e = 0;
+  for (size_t i = 0; i < running_.size(); ++i) {
+    if (e < ended.size() && ended[e].first == i) {
+      outcomes.push_back(ended[e].second);
+      gone.push_back(std::move(running_[i]));
+      while (e < ended.size() && ended[e].first == i) ++e;  // a row listed twice ends once
+    } else {
+      keep.push_back(static_cast<int32_t>(i));
+      stay.push_back(std::move(running_[i]));
+    }
   }
+  state_.filter(keep);
+  running_ = std::move(stay);
+  const double now = now_seconds();
+  for (size_t k = 0; k < gone.size(); ++k) {
+    Active& a = gone[k];
+    if (options_.draft) options_.draft->release(a.p.handle->id());
+    reserved_ -= a.reserved;
+    RequestSummary sum;
+    sum.outcome = outcomes[k];
+    sum.plan = a.plan;
+    if (outcomes[k] == Outcome::kFailed) sum.error = error.empty() ? "[engine] the request's consumer failed" : error;
+    sum.n_prompt = static_cast<int64_t>(a.p.request.prompt.size());
+    sum.n_generated = a.n_generated;
+    sum.queue_seconds = a.admitted - a.p.submitted;
+    sum.prefill_seconds = a.first_token > 0 ? a.first_token - a.admitted : now - a.admitted;
+    sum.decode_seconds = a.first_token > 0 ? now - a.first_token : 0;
+    sum.spec_rounds = a.spec_rounds;
+    sum.drafted = a.drafted;
+    sum.accepted = a.accepted;
+    {
+      std::lock_guard<std::mutex> lock(wakeup_->mu);
+      ++stats_.finished[static_cast<int>(outcomes[k])];
+      stats_.running_rows = static_cast<int64_t>(running_.size());
+      stats_.kv_reserved = reserved_;
+      stats_.kv_bytes = state_.bytes();
+    }
+    try {
+      a.p.sink->on_finish(sum);
+    } catch (...) {
+      // A consumer's failure ends only its own request, which is over already.
+    }
+  }
+  // Memory freed: queued requests waiting for budget may fit now.
+  std::lock_guard<std::mutex> lock(wakeup_->mu);
+  wakeup_->cv.notify_all();
 }
 
 }  // namespace specula

@@ -1,22 +1,28 @@
-// engine/scheduler.h — continuous batching: one engine loop owns the model and the cache
-// rows, admits and retires requests between steps, and runs ONE forward per step for
-// every row that needs the model (all decoding rows, 1 token each, plus prompt chunks of
-// rows still prefilling, under a per-step token budget).
+// engine/scheduler.h — continuous batching: one engine loop owns the model and the state
+// rows (state/state_rows.h), admits and retires requests between steps, and runs ONE
+// method round per step (method/round.h) for every row that needs the model (all decoding
+// rows, 1 token each plus any drafts, and prompt chunks of rows still prefilling, under a
+// per-step token budget).
 //
-// Request lifecycle: submit() validates and queues (or refuses: invalid / queue full);
-// between steps the loop retires cancelled rows, admits queued requests into free rows
-// (prepare: sampler + row; commit: the row joins the running set — a failed preparation
-// never touches running rows), then runs the step. After the step each row that produced
-// a token has it delivered to its RequestSink before the next step starts; a sink that
-// returns false (its own stop condition, e.g. a stop string) ends only that request.
-// Every request ends exactly once in on_finish(), called after its row is released.
+// Request lifecycle: submit() validates and queues (or refuses: invalid / queue full /
+// more memory than the whole KV budget); between steps the loop retires cancelled rows,
+// admits queued requests in order while a batch row and enough KV budget are free (each
+// request reserves the state bytes of prompt + max_tokens; the queue waits otherwise),
+// then runs the step. Admission is two-phase (prepare: sampler + empty state row;
+// commit: the row joins the group) — a failed preparation never touches running rows.
+// Each admitted request gets an execution plan (method, draft source) with its reasons.
+// After the step each row that produced a token has it delivered to its RequestSink
+// before the next step starts; a sink that returns false (its own stop condition, e.g. a
+// stop string) ends only that request. Every request ends exactly once in on_finish(),
+// called after its row is released.
 //
 // Batch invariance (DESIGN.md): rows never share state, the forward and the logits
 // projection compute each row bitwise the same whatever the batch, and each request
 // samples with its own Sampler (own RNG stream and penalty history), so a request's tokens
 // do not depend on what else runs with it.
-// Does not: tokenize, detokenize, match stop strings (the sink does), speculate (yet),
-// cache prompts across requests, or preempt running rows.
+// engine/ names no model family and no cache layout.
+// Does not: tokenize, detokenize, match stop strings (the sink does), draft or verify
+// (method/ does), cache prompts across requests, or preempt running rows.
 #pragma once
 
 #include <atomic>
@@ -32,6 +38,7 @@
 #include <vector>
 
 #include "method/draft.h"
+#include "method/round.h"
 #include "method/sampler.h"
 #include "model/model.h"
 #include "specula/status.h"
@@ -40,7 +47,7 @@ namespace specula {
 
 struct EngineRequest {
   std::vector<int32_t> prompt;  // token ids, non-empty, each in [0, n_vocab)
-  int32_t max_tokens = 0;       // > 0; prompt + max_tokens must fit the row context
+  int32_t max_tokens = 0;       // > 0; prompt + max_tokens must fit the context (n_ctx)
   SamplingParams sampling;
   int32_t top_logprobs = -1;    // -1: no logprobs; 0..20: the sampled token's logprob plus k alternatives
   bool ignore_eos = false;      // keep going past end-of-generation tokens
@@ -57,8 +64,16 @@ struct TokenEvent {
 enum class Outcome { kStop, kLength, kCancelled, kFailed };
 const char* outcome_name(Outcome o);  // "stop", "length", "cancelled", "failed"
 
+// How a request runs, chosen once at admission, with its reasons (DESIGN.md "Execution plan").
+struct ExecutionPlan {
+  bool speculative = false;  // drafts verified by the target (else autoregressive)
+  std::string source;        // the draft source's name when speculative
+  std::string reason;        // why this method (and the rules that still apply per step)
+};
+
 struct RequestSummary {
   Outcome outcome = Outcome::kStop;
+  ExecutionPlan plan;
   std::string error;          // kFailed: why
   int64_t n_prompt = 0;       // prompt tokens
   int64_t n_generated = 0;    // sampled tokens, including an end-of-generation token
@@ -79,7 +94,7 @@ class RequestSink {
   // the request now with outcome kStop (e.g. a stop string matched). An exception ends
   // this request with kFailed.
   virtual bool on_tokens(std::span<const TokenEvent> events) = 0;
-  // Exactly once, after the request's cache row is released.
+  // Exactly once, after the request's state row is released.
   virtual void on_finish(const RequestSummary& summary) = 0;
 };
 
@@ -107,8 +122,14 @@ class RequestHandle {
 };
 
 struct EngineOptions {
-  int32_t n_rows = 4;          // concurrent requests (cache rows)
-  int64_t n_ctx = 4096;        // tokens per row (prompt + generated)
+  int32_t n_rows = 4;          // concurrent requests at most (rows of one batch)
+  int64_t n_ctx = 4096;        // tokens per request at most (prompt + generated)
+  // Tokens all running requests may hold together (llama-server's -c); 0 = n_rows * n_ctx.
+  int64_t total_ctx = 0;
+  // Bytes of model state (KV cache, recurrent state, the draft source's) all running
+  // requests may hold together; 0 = what n_rows requests of total_ctx / n_rows tokens need.
+  int64_t kv_budget = 0;
+  CacheOptions cache;          // the target's cache layout options (--cache-type-k/-v, --kv-delay)
   int64_t step_tokens = 512;   // per-step token budget (decode rows + prompt chunks)
   int32_t max_queue = 64;      // waiting requests beyond the running rows; more -> kBusy
   std::vector<int32_t> eog_ids;  // end-of-generation tokens
@@ -148,6 +169,9 @@ struct EngineStats {
   uint64_t spec_rounds = 0, drafted = 0, accepted = 0;  // row-rounds with drafts, draft tokens, accepted drafts
   int64_t queue_depth = 0, running_rows = 0;
   int32_t n_rows = 0;
+  int64_t kv_bytes = 0;           // state bytes held by running rows (target + draft)
+  int64_t kv_reserved = 0;        // state bytes reserved by running requests
+  int64_t kv_budget = 0;          // the budget
   Histogram step_seconds, batch_rows, batch_tokens;
 };
 
@@ -162,21 +186,26 @@ struct Submission {
 
 class Engine {
  public:
-  // Builds the cache (n_rows x n_ctx) and starts the loop thread. `model` must outlive the
-  // engine. Errors: bad options, cache allocation errors.
+  // Builds the state group (no rows yet) and starts the loop thread. `model` must outlive
+  // the engine. Errors: bad options, the model's layout errors (unknown cache type, a
+  // codec that cannot store a layer, ...).
   static Result<std::unique_ptr<Engine>> create(Model& model, EngineOptions options);
   ~Engine();  // stops the loop; queued and running requests finish as kCancelled
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
   // Validates (DESIGN.md request contract: non-empty prompt, ids in the vocabulary,
-  // max_tokens > 0, top_logprobs <= 20, prompt + max_tokens within n_ctx, sampling params)
-  // and queues. Refusals never call the sink.
+  // max_tokens > 0, top_logprobs <= 20, prompt + max_tokens within n_ctx and within the
+  // KV budget, sampling params) and queues. Refusals never call the sink.
   Submission submit(EngineRequest request, std::shared_ptr<RequestSink> sink);
 
   EngineStats stats() const;
   const EngineOptions& options() const { return options_; }
   const Model& model() const { return *model_; }
+  // The target's layouts, one entry per distinct layout with its layer count (StateRows::describe).
+  std::string describe_state() const { return layouts_; }
+  // State bytes a request of n tokens reserves (target + draft source).
+  int64_t bytes_for(int64_t n_tokens) const;
 
  private:
   struct Pending {
@@ -189,28 +218,38 @@ class Engine {
     Active(Pending pending, Sampler s) : p(std::move(pending)), sampler(std::move(s)) {}
     Pending p;
     Sampler sampler;
-    int32_t row = -1;
-    int64_t prefilled = 0;   // prompt tokens already in the cache
+    ExecutionPlan plan;
+    int64_t reserved = 0;    // state bytes reserved at admission
+    int64_t prefilled = 0;   // prompt tokens already in the state
     int32_t next = -1;       // decoding: the token to feed next
     int64_t n_generated = 0;
     double admitted = 0, first_token = 0;
     std::vector<int32_t> context;  // prompt + emitted tokens (back() == next while decoding)
     int64_t spec_rounds = 0, drafted = 0, accepted = 0;
-    // Adaptive draft depth (speed only, never the tokens): the row's current cap, its
-    // rounds in a row that accepted nothing, and steps left without drafting.
-    int32_t depth_cap = 0, spec_misses = 0, spec_skip = 0;
+    AdaptiveDepth depth;     // speculation speed policy (never the tokens)
+    bool decoding() const { return prefilled >= static_cast<int64_t>(p.request.prompt.size()); }
   };
 
-  Engine(Model& model, EngineOptions options, KvCache cache);
+  Engine(Model& model, EngineOptions options, StateRows state);
   void loop();
+  // Between steps: queued requests join while rows and budget allow.
+  void admit(std::vector<Pending>& admitted);
+  ExecutionPlan plan_for(const EngineRequest& r) const;
   // Runs one step over `running_`; returns false when there was nothing to do.
   bool step();
-  void finish(size_t index, Outcome outcome, std::string error = {});
-  void deliver(Active& a, const TokenEvent& ev, bool* keep_going);
+  // The step's rows: decoding rows (with their draft depth) and prompt chunks.
+  void plan_step(std::vector<RoundRow>& rows, std::vector<size_t>& members);
+  // Delivers one row's walk to its sink; returns the outcome if the request ends.
+  bool deliver(Active& a, const RoundResult& res, Outcome& outcome);
+  // Ends the requests at running_ indices `ended` (with outcomes), releasing their rows.
+  void retire(std::vector<std::pair<size_t, Outcome>> ended, const std::string& error = {});
+  void publish_stats();
 
   Model* model_;
   EngineOptions options_;
-  KvCache cache_;
+  StateRows state_;
+  std::string layouts_;
+  std::unique_ptr<Round> round_;
 
   std::shared_ptr<EngineWakeup> wakeup_;  // guards queue_, stopping_, next_id_, stats_
   std::deque<Pending> queue_;
@@ -218,13 +257,9 @@ class Engine {
   uint64_t next_id_ = 1;
   EngineStats stats_;
 
-  // Loop-thread state.
+  // Loop-thread state. running_[i] owns state row i.
   std::vector<Active> running_;
-  std::vector<int32_t> free_rows_;
-  std::vector<int32_t> ids_, rows_;
-  std::vector<int64_t> counts_;
-  std::vector<float> logit_hidden_, logits_;
-  Tensor hidden_;
+  int64_t reserved_ = 0;  // sum of running_[i].reserved
   std::thread thread_;
 };
 

@@ -575,7 +575,7 @@ Result<std::vector<int32_t>> GgufFile::get_i32_array(const std::string& key) con
   const Value* v = find(key);
   if (v == nullptr) return missing(key);
   const ValueType et = v->elem_type;
-  if (v->type != ValueType::ARRAY || !(is_signed(et) || is_unsigned(et))) {
+  if (v->type != ValueType::ARRAY || !(is_signed(et) || is_unsigned(et) || et == ValueType::BOOL)) {
     return wrong_type(key, *v, "an ARRAY of integers");
   }
   const size_t n = static_cast<size_t>(v->count);

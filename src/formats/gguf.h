@@ -103,7 +103,7 @@ class GgufFile {
   Result<bool> get_bool(const std::string& key) const;
   Result<std::vector<std::string>> get_string_array(const std::string& key) const;
   Result<std::vector<float>> get_f32_array(const std::string& key) const;    // F32/F64 elems
-  Result<std::vector<int32_t>> get_i32_array(const std::string& key) const;  // integer elems that fit
+  Result<std::vector<int32_t>> get_i32_array(const std::string& key) const;  // integer elems that fit (BOOL as 0/1)
 
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
   const TensorInfo* find_tensor(const std::string& name) const;

@@ -56,6 +56,11 @@ struct KernelTable {
   // bitwise equal to the single-query call (the half row is converted once).
   void (*dot_f16_f32_multi)(int64_t n, const uint16_t* a, int64_t nq, const float* const* b, float* s) = nullptr;
   void (*axpy_f16_f32_multi)(int64_t n, const float* alpha, const uint16_t* x, int64_t nq, float* const* y) = nullptr;
+  // The same over an f32 row a / x (a KV row already decoded to f32 by its layout): each
+  // query runs exactly the FMA sequence of the half kernels above on the converted values,
+  // so decoding a half row to f32 and calling these is bitwise the half kernels' result.
+  void (*dot_f32_multi)(int64_t n, const float* a, int64_t nq, const float* const* b, float* s) = nullptr;
+  void (*axpy_f32_multi)(int64_t n, const float* alpha, const float* x, int64_t nq, float* const* y) = nullptr;
   // Gated GELU, tanh form (Hendrycks & Gimpel 2016):
   // out[i] = 0.5*g*(1 + tanh(sqrt(2/pi)*(g + 0.044715*g^3))) * up[i], g = gate[i]; out may alias gate.
   void (*gelu_tanh_mul)(int64_t n, const float* gate, const float* up, float* out) = nullptr;

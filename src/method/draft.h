@@ -4,16 +4,19 @@
 // the row's context (prompt + emitted tokens; its last token is the pending one, which the
 // target has not consumed yet). The target verifies the proposals in one forward and keeps
 // the accepted prefix; `commit` then tells the source what the context became, so a source
-// with state (a draft model's cache rows) can drop what was rejected.
+// with state (a draft model's state rows) can drop what was rejected. Rows are named by a
+// stable id (the request's), never by a slot: the source keeps its own rows per id.
 // Sources here:
 //   * NgramDraft — prompt lookup decoding (Saxena 2023, "Prompt Lookup Decoding"; also
 //     llama.cpp's `--lookup`/ngram drafts): find the most recent earlier occurrence of the
 //     context's last n tokens (n from max_ngram down to min_ngram) and propose what followed.
 //     No model, no state.
-//   * DraftModel — a small model with the target's vocabulary and its own cache rows
+//   * DraftModel — a small model with the target's vocabulary and its own state rows
 //     (Leviathan et al. 2023, "Fast Inference from Transformers via Speculative Decoding";
-//     Chen et al. 2023): catches its cache up with the context (chunked), then drafts
-//     greedily, all rows batched in each forward.
+//     Chen et al. 2023): catches its state up with the context (chunked), then drafts
+//     greedily, all rows batched in each forward. Drafting runs inside a speculative
+//     transaction on its own rows, resolved at commit() to the prefix the target kept —
+//     so draft models with sliding-window or recurrent layers roll back exactly too.
 // The interface leaves room for sources that read the target's hidden states (heads such
 // as Medusa/EAGLE): they would take the verify forward's hidden taps in commit().
 // Draft sources never decide acceptance; the round (engine) does.
@@ -32,11 +35,18 @@
 namespace specula {
 
 struct DraftRow {
-  int32_t row = 0;                   // the engine's cache row (a draft model uses the same index)
+  uint64_t id = 0;                   // the request's stable id (the source's key for its state)
   std::span<const int32_t> context;  // prompt + emitted tokens; back() is the pending token
   int32_t max_depth = 0;             // propose at most this many (>= 0)
   // The request's sampling parameters, for draft_sampled(); nullptr = draft greedily.
   const SamplingParams* sampling = nullptr;
+};
+
+// What the target's verify forward leaves for a source that reads it (hidden taps).
+struct VerifyContext {
+  const float* hidden = nullptr;   // [M, n_embd] final hidden states of the forward
+  const int64_t* offset = nullptr; // [B + 1] first packed position of each batch row
+  int64_t n_embd = 0;
 };
 
 class DraftSource {
@@ -69,9 +79,16 @@ class DraftSource {
     return Status::ok();
   }
   // After a round: each row's context now (accepted drafts and the correction appended).
-  virtual void commit(std::span<const DraftRow> rows) = 0;
-  // The row's request left: forget its state.
-  virtual void release(int32_t row) = 0;
+  // `context` is the target's verify forward (room for sources that read its hidden
+  // states, e.g. EAGLE/Medusa heads; null today).
+  virtual void commit(std::span<const DraftRow> rows, const VerifyContext* context = nullptr) = 0;
+  // The request left: forget its state.
+  virtual void release(uint64_t id) = 0;
+  // Bytes of state the source keeps for one request of n_tokens (admission reserves it).
+  virtual int64_t bytes_for(int64_t n_tokens) const {
+    (void)n_tokens;
+    return 0;
+  }
 };
 
 struct NgramOptions {
@@ -84,8 +101,10 @@ struct NgramOptions {
 std::unique_ptr<DraftSource> make_ngram_draft(NgramOptions options = {});
 
 // A draft model: `model` must share the target's vocabulary (checked by the caller with
-// check_same_vocabulary). Its cache has n_rows rows of n_ctx tokens.
-Result<std::unique_ptr<DraftSource>> make_model_draft(std::unique_ptr<Model> model, int32_t n_rows, int64_t n_ctx);
+// check_same_vocabulary). Its rows use `cache` (f16 by default) and hold at most
+// max_length positions. Errors: the draft model's layout errors.
+Result<std::unique_ptr<DraftSource>> make_model_draft(std::unique_ptr<Model> model, int64_t max_length,
+                                                      const CacheOptions& cache = {});
 
 // Errors when two models' GGUF vocabularies differ (size, or any token text), naming the
 // first difference.

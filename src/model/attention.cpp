@@ -2,10 +2,12 @@
 //
 // Work is split by (batch row, kv head): the queries that read one kv head — the
 // group's query heads for each of the row's new tokens — walk its keys and values
-// together, so each half K/V row is loaded and converted once for all of them
-// (KernelTable::dot_f16_f32_multi / axpy_f16_f32_multi). Per query the operations are
-// exactly those of a lone query (same dot, same softmax, same V accumulation order), so
-// results do not depend on how queries are grouped, the batch, or the thread count.
+// together, so each stored K/V vector is decoded once for all of them
+// (KernelTable::dot_f32_multi / axpy_f32_multi). Per query the operations are exactly
+// those of a lone query (same dot, same softmax, same V accumulation order), so results
+// do not depend on how queries are grouped, the batch, or the thread count.
+// With delayed quantization a key is decoded from the f16 tier for the queries within
+// `delay` positions of it and from the quantized tier for the others (two calls).
 #include "model/attention.h"
 
 #include <algorithm>
@@ -20,27 +22,32 @@ namespace {
 constexpr int64_t kQueryBlock = 32;  // queries processed together (bounds the scores buffer)
 
 struct Query {
-  int64_t m = 0, h = 0;  // token index in the step, query head
-  int64_t lo = 0, p = 0; // keys [lo, p]
+  int64_t m = 0, h = 0;   // token index in the step, query head
+  int64_t lo = 0, p = 0;  // keys [lo, p]
 };
 
 }  // namespace
 
-void attention(ThreadPool& pool, const AttentionArgs& a, const KvCache& cache, const float* q,
-               const float* k_new, const float* v_new, float* out) {
+void attention(ThreadPool& pool, const AttentionArgs& a, StateRows& state, const float* q, const float* k_new,
+               const float* v_new, float* out, AttentionScratch& scratch) {
+  const KvLayout* L = state.layout_as<KvLayout>(a.layer);
+  SPECULA_CHECK(L != nullptr);
+  SPECULA_CHECK(L->spec().n_kv_heads == a.n_kv_heads && L->spec().head_dim_k == a.head_dim &&
+                L->spec().head_dim_v == a.head_dim);
   const int64_t hd = a.head_dim;
-  const int64_t kvw = a.n_kv_heads * hd;
   const int64_t group = a.n_heads / a.n_kv_heads;
   const int64_t M = a.M;
+  const int64_t window = L->spec().window;
   const kernels::KernelTable& kt = *a.kt;
 
-  // New K/V rounded to half, as the cache will hold them.
-  thread_local std::vector<uint16_t> kh, vh;
-  kh.resize(static_cast<size_t>(M * kvw));
-  vh.resize(static_cast<size_t>(M * kvw));
-  for (int64_t i = 0; i < M * kvw; ++i) {
-    kh[i] = fp32_to_fp16(k_new[i]);
-    vh[i] = fp32_to_fp16(v_new[i]);
+  // Stage the new K/V in the layout's formats; one read view per batch row.
+  L->encode(pool, k_new, v_new, M, scratch.stage);
+  scratch.views.resize(static_cast<size_t>(a.B));
+  scratch.layer_rows.resize(static_cast<size_t>(a.B));
+  for (int32_t b = 0; b < a.B; ++b) {
+    scratch.layer_rows[b] = &state.layer_row(a.rows[b], a.layer);
+    scratch.views[b] = L->view(*scratch.layer_rows[b], scratch.stage, a.offset[b], a.offset[b + 1] - a.offset[b]);
+    SPECULA_CHECK(scratch.views[b].base == state.length(a.rows[b]));
   }
 
   // Tasks: (batch row b, kv head g, block of that pair's queries). Rows are found from
@@ -67,25 +74,25 @@ void attention(ThreadPool& pool, const AttentionArgs& a, const KvCache& cache, c
     }
   }
 
-  // (thread_local names inside the job would bind to each worker's own instance)
-  const uint16_t* kh_ptr = kh.data();
-  const uint16_t* vh_ptr = vh.data();
+  const KvRowView* views = scratch.views.data();
   const int64_t n_tasks = static_cast<int64_t>(tasks.size());
   pool.run([&](int ith, int nth) {
     auto [t0, t1] = ThreadPool::split(n_tasks, ith, nth);
-    thread_local std::vector<float> qs, scores, acc, sbuf, pbuf;
+    thread_local std::vector<float> qs, scores, acc, sbuf, pbuf, inv, kvbuf;
     thread_local std::vector<const float*> qptr;
     thread_local std::vector<float*> aptr;
     thread_local std::vector<Query> qv;
     thread_local std::vector<int64_t> live;
+    kvbuf.resize(static_cast<size_t>(hd));
     for (int64_t ti = t0; ti < t1; ++ti) {
       const Task& task = tasks[static_cast<size_t>(ti)];
-      const int32_t b = task.b;
-      const int32_t row = a.rows[b];
-      const int64_t base = cache.length(row);
-      const int64_t off = a.offset[b];
+      const KvRowView& vw = views[task.b];
+      const int64_t base = vw.base;
+      const int64_t off = a.offset[task.b];
       const int64_t g = task.g;
       const int64_t nq = task.q1 - task.q0;
+      const KvCodec& kc = *vw.k_codec;
+      const KvCodec& vc = *vw.v_codec;
       qv.resize(static_cast<size_t>(nq));
       qs.resize(static_cast<size_t>(nq * hd));
       acc.assign(static_cast<size_t>(nq * hd), 0.0f);
@@ -97,46 +104,54 @@ void attention(ThreadPool& pool, const AttentionArgs& a, const KvCache& cache, c
         qq.m = off + t;
         qq.h = g * group + qi % group;
         qq.p = base + t;
-        qq.lo = a.window > 0 ? std::max<int64_t>(0, qq.p - a.window + 1) : 0;
+        qq.lo = window > 0 ? std::max<int64_t>(0, qq.p - window + 1) : 0;
         jlo = std::min(jlo, qq.lo);
         jhi = std::max(jhi, qq.p);
-        // The scaled query is rounded to half, like the cache's keys (llama.cpp's K·Q
-        // product runs in half too), then the dot accumulates in f32.
+        // The scaled query (in the keys' storage basis) is rounded to half, like an f16
+        // cache's keys (llama.cpp's K·Q product runs in half too); the dot accumulates in f32.
         const float* qsrc = q + (qq.m * a.n_heads + qq.h) * hd;
         float* qd = qs.data() + i * hd;
-        for (int64_t d = 0; d < hd; ++d) qd[d] = fp16_to_fp32(fp32_to_fp16(qsrc[d] * a.scale));
+        for (int64_t d = 0; d < hd; ++d) qd[d] = qsrc[d] * a.scale;
+        kc.to_storage_basis(qd);
+        for (int64_t d = 0; d < hd; ++d) qd[d] = fp16_to_fp32(fp32_to_fp16(qd[d]));
       }
+      // The window never reaches overwritten ring slots.
+      SPECULA_CHECK(jlo >= vw.lo || jlo >= base);
       const int64_t span = jhi - jlo + 1;
       scores.resize(static_cast<size_t>(nq * span));
-      auto key_ptr = [&](int64_t j) -> const uint16_t* {
-        if (j < base) return cache.k(a.layer, row, j) + g * hd;
-        return kh_ptr + ((off + (j - base)) * kvw + g * hd);
-      };
-      auto val_ptr = [&](int64_t j) -> const uint16_t* {
-        if (j < base) return cache.v(a.layer, row, j) + g * hd;
-        return vh_ptr + ((off + (j - base)) * kvw + g * hd);
-      };
-      // Scores: scores[i * span + (j - jlo)] for the keys query i sees.
       qptr.resize(static_cast<size_t>(nq));
+      aptr.resize(static_cast<size_t>(nq));
       live.resize(static_cast<size_t>(nq));
       sbuf.resize(static_cast<size_t>(nq));
+      pbuf.resize(static_cast<size_t>(nq));
+      inv.resize(static_cast<size_t>(nq));
+
+      // Scores: scores[i * span + (j - jlo)] for the keys query i sees. With a delay, the
+      // queries in `live` are split: [0, n_rec) see key j within `delay` positions and
+      // read the f16 tier, [n_rec, n_live) read the quantized tier (queries are in
+      // position order, so the ones closest to j come first).
       for (int64_t j = jlo; j <= jhi; ++j) {
-        int64_t n_live = 0;
+        int64_t n_live = 0, n_rec = 0;
         for (int64_t i = 0; i < nq; ++i) {
           if (j < qv[i].lo || j > qv[i].p) continue;
+          if (qv[i].p - j < vw.delay) ++n_rec;
           live[n_live] = i;
           qptr[n_live] = qs.data() + i * hd;
           ++n_live;
         }
         if (n_live == 0) continue;
-        kt.dot_f16_f32_multi(hd, key_ptr(j), n_live, qptr.data(), sbuf.data());
+        if (n_rec > 0) {
+          vw.k_recent_codec->decode(vw.k_recent.at(j, base, g), kvbuf.data());
+          kt.dot_f32_multi(hd, kvbuf.data(), n_rec, qptr.data(), sbuf.data());
+        }
+        if (n_live > n_rec) {
+          kc.decode(vw.k.at(j, base, g), kvbuf.data());
+          kt.dot_f32_multi(hd, kvbuf.data(), n_live - n_rec, qptr.data() + n_rec, sbuf.data() + n_rec);
+        }
         for (int64_t k = 0; k < n_live; ++k) scores[live[k] * span + (j - jlo)] = sbuf[k];
       }
       // Softmax per query over its own keys; probabilities rounded to half before
       // weighting V (as llama.cpp's V·softmax product does), accumulation stays f32.
-      pbuf.resize(static_cast<size_t>(nq));
-      thread_local std::vector<float> inv;
-      inv.resize(static_cast<size_t>(nq));
       for (int64_t i = 0; i < nq; ++i) {
         float* s = scores.data() + i * span + (qv[i].lo - jlo);
         const int64_t n_keys = qv[i].p - qv[i].lo + 1;
@@ -144,22 +159,36 @@ void attention(ThreadPool& pool, const AttentionArgs& a, const KvCache& cache, c
         for (int64_t k = 0; k < n_keys; ++k) mx = std::max(mx, s[k]);
         inv[i] = 1.0f / kt.exp_sub_sum(n_keys, mx, s);
       }
-      aptr.resize(static_cast<size_t>(nq));
       for (int64_t j = jlo; j <= jhi; ++j) {
-        int64_t n_live = 0;
+        int64_t n_live = 0, n_rec = 0;
         for (int64_t i = 0; i < nq; ++i) {
           if (j < qv[i].lo || j > qv[i].p) continue;
+          if (qv[i].p - j < vw.delay) ++n_rec;
           pbuf[n_live] = fp16_to_fp32(fp32_to_fp16(scores[i * span + (j - jlo)] * inv[i]));
           aptr[n_live] = acc.data() + i * hd;
           ++n_live;
         }
         if (n_live == 0) continue;
-        kt.axpy_f16_f32_multi(hd, pbuf.data(), val_ptr(j), n_live, aptr.data());
+        if (n_rec > 0) {
+          vw.v_recent_codec->decode(vw.v_recent.at(j, base, g), kvbuf.data());
+          kt.axpy_f32_multi(hd, pbuf.data(), kvbuf.data(), n_rec, aptr.data());
+        }
+        if (n_live > n_rec) {
+          vc.decode(vw.v.at(j, base, g), kvbuf.data());
+          kt.axpy_f32_multi(hd, pbuf.data() + n_rec, kvbuf.data(), n_live - n_rec, aptr.data() + n_rec);
+        }
       }
-      for (int64_t i = 0; i < nq; ++i)
-        std::copy(acc.data() + i * hd, acc.data() + (i + 1) * hd, out + (qv[i].m * a.n_heads + qv[i].h) * hd);
+      for (int64_t i = 0; i < nq; ++i) {
+        float* ai = acc.data() + i * hd;
+        vc.from_storage_basis(ai);
+        std::copy(ai, ai + hd, out + (qv[i].m * a.n_heads + qv[i].h) * hd);
+      }
     }
   });
+
+  // The step's positions join each row's stored state.
+  for (int32_t b = 0; b < a.B; ++b)
+    L->commit(*scratch.layer_rows[b], scratch.stage, a.offset[b], a.offset[b + 1] - a.offset[b]);
 }
 
 }  // namespace specula

@@ -44,7 +44,11 @@ Result<std::unique_ptr<Model>> load_model(const std::string& path, const ModelOp
   return it->second(std::move(ctx));
 }
 
-Status plan_batch(const Batch& batch, const KvCache& cache, int64_t n_vocab, const char* who,
+Result<StateRows> new_state(const Model& model, const CacheOptions& options, int64_t max_length) {
+  return StateRows::create(model.layer_specs(), options, kernels::active(), max_length);
+}
+
+Status plan_batch(const Batch& batch, const StateRows& state, int64_t n_vocab, const char* who,
                   BatchLayout& layout) {
   const std::string w = who;
   if (batch.B <= 0 || batch.ids == nullptr || batch.rows == nullptr) return Status::error(w + " empty batch");
@@ -54,14 +58,14 @@ Status plan_batch(const Batch& batch, const KvCache& cache, int64_t n_vocab, con
     if (n <= 0)
       return Status::error(w + " batch row " + std::to_string(b) + " has " + std::to_string(n) + " tokens");
     const int32_t r = batch.rows[b];
-    if (r < 0 || r >= cache.n_rows())
-      return Status::error(w + " batch row " + std::to_string(b) + ": cache row " + std::to_string(r) +
-                           " out of range (" + std::to_string(cache.n_rows()) + " rows)");
+    if (r < 0 || r >= state.n_rows())
+      return Status::error(w + " batch row " + std::to_string(b) + ": state row " + std::to_string(r) +
+                           " out of range (" + std::to_string(state.n_rows()) + " rows)");
     for (int32_t c = 0; c < b; ++c)
-      if (batch.rows[c] == r) return Status::error(w + " cache row " + std::to_string(r) + " appears twice in a batch");
-    if (cache.length(r) + n > cache.n_ctx())
-      return Status::error(w + " row " + std::to_string(r) + ": " + std::to_string(cache.length(r)) + " + " +
-                           std::to_string(n) + " tokens exceed the context of " + std::to_string(cache.n_ctx()));
+      if (batch.rows[c] == r) return Status::error(w + " state row " + std::to_string(r) + " appears twice in a batch");
+    if (state.length(r) + n > state.max_length())
+      return Status::error(w + " row " + std::to_string(r) + ": " + std::to_string(state.length(r)) + " + " +
+                           std::to_string(n) + " tokens exceed the context of " + std::to_string(state.max_length()));
     layout.offset[b + 1] = layout.offset[b] + n;
   }
   const int64_t M = layout.offset[batch.B];
@@ -75,7 +79,7 @@ Status plan_batch(const Batch& batch, const KvCache& cache, int64_t n_vocab, con
   for (int32_t b = 0; b < batch.B; ++b)
     for (int64_t i = layout.offset[b]; i < layout.offset[b + 1]; ++i) {
       layout.token_row[i] = b;
-      layout.pos[i] = static_cast<int32_t>(cache.length(batch.rows[b]) + (i - layout.offset[b]));
+      layout.pos[i] = static_cast<int32_t>(state.length(batch.rows[b]) + (i - layout.offset[b]));
     }
   return Status::ok();
 }
@@ -112,6 +116,26 @@ Result<std::vector<float>> weight_1d_f32(const gguf::GgufFile& f, const kernels:
                          std::string(dtype_name(t->type)));
   std::vector<float> out(static_cast<size_t>(n));
   tk.dequantize_row(t->data, out.data(), n);
+  return out;
+}
+
+Result<std::vector<float>> weight_f32(const gguf::GgufFile& f, const kernels::KernelTable& kt, const std::string& name,
+                                      const std::vector<int64_t>& dims) {
+  const gguf::TensorInfo* t = f.find_tensor(name);
+  if (t == nullptr) return Status::error("[model] missing tensor '" + name + "'");
+  if (t->shape != dims)
+    return Status::error("[model] tensor '" + name + "': shape " + shape_str(t->shape) + ", expected " +
+                         shape_str(dims));
+  const kernels::TypeKernels& tk = kt.of(t->type);
+  const int64_t row = dims.empty() ? 1 : dims[0];
+  if (!tk.supported || tk.dequantize_row == nullptr || row % dtype_info(t->type).block_size != 0)
+    return Status::error("[model] tensor '" + name + "': unsupported type " + std::string(dtype_name(t->type)));
+  int64_t n = 1;
+  for (int64_t d : dims) n *= d;
+  std::vector<float> out(static_cast<size_t>(n));
+  const size_t rb = row_bytes(t->type, row);
+  for (int64_t r = 0; r < n / row; ++r)
+    tk.dequantize_row(static_cast<const uint8_t*>(t->data) + r * rb, out.data() + r * row, row);
   return out;
 }
 

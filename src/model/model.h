@@ -1,7 +1,10 @@
 // model/model.h — the model graph contract and the architecture registry.
 //
 // forward(ids [B, T], rows [B]) -> hidden [B*T, n_embd] (final-normed), appending the
-// step's K/V to each row of the cache at positions length(row) .. length(row)+T-1.
+// step's state (K/V, recurrent state) to each state row at positions length(row) ..
+// length(row)+T-1. The model declares its layers (layer_specs(): attention with its window,
+// or recurrent with its rule); it never builds a cache — new_state() makes a StateRows
+// from the declaration and the user's CacheOptions (state/).
 // A batch may also be ragged: row b appends n_tokens[b] >= 1 tokens (ids packed row after
 // row, hidden [sum n_tokens, n_embd] in the same order) — one forward can then carry
 // decode rows (1 token) and prefill chunks together. Each row's results are bitwise the
@@ -23,7 +26,7 @@
 #include "core/thread_pool.h"
 #include "formats/gguf.h"
 #include "kernels/kernels.h"
-#include "state/kv_cache.h"
+#include "state/state_rows.h"
 #include "specula/status.h"
 
 namespace specula {
@@ -42,7 +45,7 @@ struct Batch {
   int32_t B = 0;
   int64_t T = 0;                  // tokens per row when n_tokens is null
   const int32_t* ids = nullptr;   // [B, T] token ids, or packed [sum n_tokens] when ragged
-  const int32_t* rows = nullptr;  // [B] cache row of each batch row (distinct)
+  const int32_t* rows = nullptr;  // [B] state row of each batch row (distinct)
   const int64_t* n_tokens = nullptr;  // optional [B]: tokens of each row (each >= 1)
 
   int64_t tokens_of(int32_t b) const { return n_tokens != nullptr ? n_tokens[b] : T; }
@@ -53,7 +56,7 @@ struct BatchLayout {
   int64_t M = 0;                  // total tokens
   std::vector<int64_t> offset;    // [B + 1] first packed index of each row
   std::vector<int32_t> token_row; // [M] batch row b of each token
-  std::vector<int32_t> pos;       // [M] position of each token (cache.length(row) + t)
+  std::vector<int32_t> pos;       // [M] position of each token (state.length(row) + t)
 };
 
 class Model {
@@ -63,12 +66,12 @@ class Model {
   virtual const gguf::GgufFile& file() const = 0;
   // The pool the model computes on (for sharing with a draft model).
   virtual std::shared_ptr<ThreadPool> pool() const { return nullptr; }
-  // A cache with this model's layer layouts. Errors: bad sizes.
-  virtual Result<KvCache> new_cache(int32_t n_rows, int64_t n_ctx, int64_t max_rollback = 64) const = 0;
-  // Runs the step. Errors (nothing is written to the cache on error): an id outside the
-  // vocabulary, a row that would pass the cache's n_ctx.
+  // One spec per layer: its kind and geometry (DESIGN.md "Blocks").
+  virtual std::vector<LayerSpec> layer_specs() const = 0;
+  // Runs the step. Errors (nothing is written to the state on error): an id outside the
+  // vocabulary, a row out of range or repeated, a row that would pass state.max_length().
   // hidden: resized to [B*T, n_embd].
-  virtual Status forward(const Batch& batch, KvCache& cache, Tensor& hidden) = 0;
+  virtual Status forward(const Batch& batch, StateRows& state, Tensor& hidden) = 0;
   // logits [n, n_vocab] from hidden rows [n, n_embd].
   virtual void project_logits(const float* hidden, int64_t n, float* logits) = 0;
 };
@@ -97,11 +100,16 @@ bool register_architecture(const std::string& name, ArchitectureFactory factory)
 // and the architecture's own errors (missing metadata key, tensor missing/shape/type).
 Result<std::unique_ptr<Model>> load_model(const std::string& path, const ModelOptions& options = {});
 
+// An empty state group for `model` (no rows) with the user's cache options; rows hold at
+// most max_length positions. Errors: a layer's layout error (unknown cache type, a codec
+// that cannot store the layer's head_dim, ...), named with its layer.
+Result<StateRows> new_state(const Model& model, const CacheOptions& options, int64_t max_length);
+
 // --- helpers for architecture files -----------------------------------------------------
-// Checks a batch against the cache and vocabulary and lays it out. Errors (prefixed with
-// `who`, e.g. "[gemma3]"): empty batch, a row count < 1, a cache row out of range or
-// repeated, a row that would pass n_ctx, an id outside [0, n_vocab).
-Status plan_batch(const Batch& batch, const KvCache& cache, int64_t n_vocab, const char* who,
+// Checks a batch against the state and vocabulary and lays it out. Errors (prefixed with
+// `who`, e.g. "[gemma3]"): empty batch, a row count < 1, a state row out of range or
+// repeated, a row that would pass max_length, an id outside [0, n_vocab).
+Status plan_batch(const Batch& batch, const StateRows& state, int64_t n_vocab, const char* who,
                   BatchLayout& layout);
 // A 2-D weight [N, K] (GGUF dims [K, N]) as a view. Errors name the tensor and the
 // expected vs actual shape, or an unsupported type.
@@ -128,5 +136,10 @@ Result<TensorView> output_weight(const gguf::GgufFile& f, const kernels::KernelT
 // A 1-D tensor of n elements converted to f32 (norm weights).
 Result<std::vector<float>> weight_1d_f32(const gguf::GgufFile& f, const kernels::KernelTable& kt,
                                          const std::string& name, int64_t n);
+// A tensor of GGUF shape `dims` (fastest first, e.g. {K, N}) converted to f32, row-major
+// with the last dim outermost (e.g. a conv kernel [channels][taps]). Errors: missing
+// tensor, other shape, unsupported type.
+Result<std::vector<float>> weight_f32(const gguf::GgufFile& f, const kernels::KernelTable& kt, const std::string& name,
+                                      const std::vector<int64_t>& dims);
 
 }  // namespace specula

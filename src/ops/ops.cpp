@@ -92,7 +92,19 @@ void rope_table(const int32_t* positions, int64_t M, int64_t head_dim, float bas
 
 void rope_neox(float* x, int64_t M, int64_t n_heads, int64_t head_dim, const float* cos_t,
                const float* sin_t) {
-  const int64_t half = head_dim / 2;
+  rope_neox_partial(x, M, n_heads, head_dim, head_dim, cos_t, sin_t);
+}
+
+void silu_mul(int64_t n, const float* gate, const float* up, float* out) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    out[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
+void rope_neox_partial(float* x, int64_t M, int64_t n_heads, int64_t head_dim, int64_t n_rot, const float* cos_t,
+                       const float* sin_t) {
+  const int64_t half = n_rot / 2;
   for (int64_t m = 0; m < M; ++m) {
     const float* cs = cos_t + m * half;
     const float* sn = sin_t + m * half;

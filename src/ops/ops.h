@@ -49,6 +49,14 @@ void rope_table(const int32_t* positions, int64_t M, int64_t head_dim, float bas
                 float* cos_out, float* sin_out);
 void rope_neox(float* x, int64_t M, int64_t n_heads, int64_t head_dim, const float* cos_t,
                const float* sin_t);
+// Partial rotary (e.g. Qwen3.5's 25%): only the first n_rot dims of each head rotate, NEOX
+// pairs (i, i + n_rot/2); cos/sin are [M, n_rot/2] (rope_table with head_dim = n_rot).
+void rope_neox_partial(float* x, int64_t M, int64_t n_heads, int64_t head_dim, int64_t n_rot, const float* cos_t,
+                       const float* sin_t);
+
+// SwiGLU gate: out[i] = silu(gate[i]) * up[i], silu(x) = x / (1 + e^-x) in f32 (llama.cpp's
+// CPU swiglu; Shazeer 2020). out may alias gate.
+void silu_mul(int64_t n, const float* gate, const float* up, float* out);
 
 // (Activation and softmax helpers live in the kernel table: kernels.h.)
 

@@ -152,6 +152,8 @@ Status Server::listen() {
   return Status::ok();
 }
 
+const Engine& Server::engine() const { return *impl_->engine; }
+
 void Server::stop() {
   impl_->stop_requested.store(true);
   impl_->http.stop();
@@ -533,6 +535,11 @@ std::string Server::Impl::metrics_text() {
   gauge("specula_queue_depth", "Requests waiting for a row.", static_cast<double>(s.queue_depth));
   gauge("specula_running_rows", "Requests holding a row.", static_cast<double>(s.running_rows));
   gauge("specula_rows", "Rows (--parallel).", static_cast<double>(s.n_rows));
+  gauge("specula_kv_bytes", "Bytes of KV cache and other model state held by running requests.",
+        static_cast<double>(s.kv_bytes));
+  gauge("specula_kv_reserved_bytes", "Bytes of model state reserved by running requests (prompt + max_tokens).",
+        static_cast<double>(s.kv_reserved));
+  gauge("specula_kv_budget_bytes", "The KV budget (--kv-budget, or from --ctx).", static_cast<double>(s.kv_budget));
   histogram("specula_step_seconds", "Wall time of one engine step.", s.step_seconds);
   histogram("specula_batch_rows", "Rows in one step's forward.", s.batch_rows);
   histogram("specula_batch_tokens", "Tokens in one step's forward.", s.batch_tokens);

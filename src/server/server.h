@@ -38,7 +38,7 @@ struct ServerOptions {
   std::string model_id;             // the id clients send as "model"; empty: the file's stem
   std::optional<std::string> chat_template;  // source overriding the model's own (--chat-template-file)
   size_t max_body_bytes = 1 << 20;  // larger bodies get 413
-  EngineOptions engine;             // rows (--parallel), context per row (--ctx), queue
+  EngineOptions engine;             // rows (--parallel), context, KV budget and cache types, queue
   bool log_requests = true;         // one line per finished request on stderr
 };
 
@@ -55,6 +55,8 @@ class Server {
   Status bind();
   void serve();
   int port() const { return port_; }
+  // The engine (options, layouts, stats).
+  const Engine& engine() const;
   // Thread-safe; makes listen()/serve() return.
   void stop();
 

@@ -34,7 +34,7 @@ TEST_F(GenerateTest, EndOfGenerationIdsForGemma3) {
 }
 
 TEST_F(GenerateTest, GreedyRequestStreamsTokensAndStops) {
-  auto cache = model_->new_cache(1, 256);
+  auto cache = testing::make_state(*model_, 1, 256);
   ASSERT_TRUE(cache.is_ok());
   GenerateRequest req;
   req.prompt = {2, 818, 5279, 529, 7001, 563};  // "The capital of France is" (llama.cpp ids)
@@ -57,7 +57,7 @@ TEST_F(GenerateTest, GreedyRequestStreamsTokensAndStops) {
 }
 
 TEST_F(GenerateTest, BadRequestsAreErrors) {
-  auto cache = model_->new_cache(1, 16);
+  auto cache = testing::make_state(*model_, 1, 16);
   GenerateRequest req;
   req.sampling.temperature = 0;
   EXPECT_FALSE(generate(*model_, *cache, 0, req, [](int32_t) { return true; }).is_ok());  // empty

@@ -17,40 +17,10 @@
 #include "engine/generate.h"
 #include "engine/scheduler.h"
 #include "../test_util.h"
+#include "engine_test_util.h"
 
 namespace specula {
 namespace {
-
-class CollectSink : public RequestSink {
- public:
-  explicit CollectSink(int stop_after = -1) : stop_after_(stop_after) {}
-  bool on_tokens(std::span<const TokenEvent> events) override {
-    for (const TokenEvent& e : events) {
-      tokens.push_back(e.id);
-      logprobs.push_back(e.logprob);
-    }
-    return stop_after_ < 0 || static_cast<int>(tokens.size()) < stop_after_;
-  }
-  void on_finish(const RequestSummary& s) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    summary = s;
-    done_ = true;
-    cv_.notify_all();
-  }
-  bool wait(double seconds = 120) {
-    std::unique_lock<std::mutex> lock(mu_);
-    return cv_.wait_for(lock, std::chrono::duration<double>(seconds), [&] { return done_; });
-  }
-  std::vector<int32_t> tokens;
-  std::vector<float> logprobs;
-  RequestSummary summary;
-
- private:
-  int stop_after_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;
-};
 
 class SchedulerTest : public ::testing::Test {
  protected:
@@ -117,7 +87,7 @@ TEST_F(SchedulerTest, BatchedEqualsSoloAndGenerate) {
     }
   }
   // engine/generate's one-request path agrees with the solo engine run.
-  auto cache = model_->new_cache(1, 512);
+  auto cache = testing::make_state(*model_, 1, 512);
   for (int i = 0; i < 2; ++i) {
     GenerateRequest g;
     g.prompt = reqs[i].prompt;
@@ -216,23 +186,6 @@ TEST_F(SchedulerTest, ShutdownFinishesEverything) {
 }
 
 // Runs requests through an engine (all submitted at once) and returns each one's tokens.
-std::vector<std::vector<int32_t>> run_all(Engine& e, const std::vector<EngineRequest>& reqs,
-                                          std::vector<RequestSummary>* sums = nullptr) {
-  std::vector<std::shared_ptr<CollectSink>> sinks;
-  for (const auto& r : reqs) {
-    sinks.push_back(std::make_shared<CollectSink>());
-    Submission s = e.submit(r, sinks.back());
-    EXPECT_TRUE(s.handle) << s.message;
-  }
-  std::vector<std::vector<int32_t>> out;
-  for (auto& s : sinks) {
-    EXPECT_TRUE(s->wait(600));
-    out.push_back(s->tokens);
-    if (sums) sums->push_back(s->summary);
-  }
-  return out;
-}
-
 // Repetitive prompts (so prompt lookup drafts often) of mixed lengths.
 std::vector<EngineRequest> repetitive_requests(int n, float temperature, int32_t max_tokens) {
   std::vector<EngineRequest> reqs;
@@ -375,7 +328,7 @@ TEST_F(SchedulerTest, RejectionSamplingWithDraftModelMatchesPlain) {
   // The model as its own sampled draft, rejection-sampling acceptance.
   auto dm = load_model(testing::default_model_path());
   ASSERT_TRUE(dm.is_ok()) << dm.message();
-  auto d = make_model_draft(std::move(dm).value(), 8, 512);
+  auto d = make_model_draft(std::move(dm).value(), 512);
   ASSERT_TRUE(d.is_ok()) << d.message();
   auto plain_e = engine(8, 256, 320);
   EngineOptions o;
@@ -429,7 +382,7 @@ TEST(SpeculativeDraftModel, QwenPairEqualsPlainAtB1AndB4) {
       auto dm = load_model(draft, mo);
       EXPECT_TRUE(dm.is_ok()) << dm.message();
       EXPECT_TRUE(check_same_vocabulary(**tm, **dm).is_ok());
-      auto d = make_model_draft(std::move(dm).value(), rows, 256);
+      auto d = make_model_draft(std::move(dm).value(), 256);
       EXPECT_TRUE(d.is_ok());
       o.draft = std::move(d).value();
     }

@@ -116,7 +116,7 @@ def main():
     specs = make_specs(rng)
     checked = [s for s in specs if not s["disconnect"]]
     dropped = [s for s in specs if s["disconnect"]]
-    with ss.Server("--parallel", str(PARALLEL), "--ctx", "1024", "--queue", str(2 * N_CLIENTS),
+    with ss.Server("--parallel", str(PARALLEL), "--ctx", str(1024 * PARALLEL), "--queue", str(2 * N_CLIENTS),
                    "--chat-template-file", ss.gemma_template()) as srv:
         client = openai.OpenAI(base_url=srv.url + "/v1", api_key="x", max_retries=0, timeout=TIMEOUT)
         # Solo runs, one at a time (always non-streamed: stream == whole is tested too).

@@ -326,7 +326,7 @@ def main():
     ss.require_model()
     stats = {"timings": [], "requests": 0, "model_id": "gemma-3-270m-q4_k_m"}
     check(os.path.exists(ss.gemma_template()), f"missing {ss.gemma_template()}")
-    with ss.Server("--parallel", "4", "--ctx", "512", "--chat-template-file", ss.gemma_template()) as srv:
+    with ss.Server("--parallel", "4", "--ctx", "2048", "--chat-template-file", ss.gemma_template()) as srv:
         client = openai.OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0, timeout=120)
         for t in (test_models, test_completions, test_completion_logprobs, test_chat, test_stop_strings, test_seeds,
                   test_refusals):

@@ -209,10 +209,10 @@ def test_shutdown(stats):
     """SIGTERM right after start is not lost; SIGTERM during a long stream and a long
     non-streamed request ends them promptly (non-streamed: a 503 error body)."""
     t0 = time.time()
-    srv = ss.Server("--parallel", "2", "--ctx", "512").start()
+    srv = ss.Server("--parallel", "2", "--ctx", "1024").start()
     srv.stop(timeout=20)
     t_quick = time.time() - t0
-    srv = ss.Server("--parallel", "2", "--ctx", "512").start()
+    srv = ss.Server("--parallel", "2", "--ctx", "1024").start()
     out = {}
 
     def stream():

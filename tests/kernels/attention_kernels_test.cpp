@@ -54,6 +54,53 @@ TEST(AttentionKernels, Avx2MatchesGeneric) {
   }
 }
 
+// A KV row decoded to f32 and given to the f32 multi-query kernels is bitwise the half
+// kernels' result (attention relies on it: f16 caches keep their numbers), per table.
+TEST(AttentionKernels, F32MultiEqualsHalfKernelsBitwise) {
+  std::vector<const KernelTable*> tables = {&generic_table()};
+  if (avx2_table() != nullptr) tables.push_back(avx2_table());
+  std::mt19937 rng(9);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  for (const KernelTable* kt : tables) {
+    for (int64_t n : {1, 7, 8, 15, 16, 17, 64, 100, 128, 256, 520, 1000}) {
+      const int64_t nq = 5;
+      std::vector<uint16_t> h(n);
+      std::vector<float> hf(n);
+      for (int64_t i = 0; i < n; ++i) {
+        h[i] = fp32_to_fp16(nd(rng));
+        hf[i] = fp16_to_fp32(h[i]);
+      }
+      std::vector<std::vector<float>> qs(nq, std::vector<float>(n));
+      std::vector<const float*> qp;
+      for (auto& q : qs) {
+        for (float& x : q) x = nd(rng);
+        qp.push_back(q.data());
+      }
+      std::vector<float> s1(nq), s2(nq);
+      kt->dot_f16_f32_multi(n, h.data(), nq, qp.data(), s1.data());
+      kt->dot_f32_multi(n, hf.data(), nq, qp.data(), s2.data());
+      for (int64_t q = 0; q < nq; ++q) {
+        EXPECT_EQ(s1[q], s2[q]) << kt->isa << " dot n=" << n << " q=" << q;
+        EXPECT_EQ(s1[q], kt->dot_f16_f32(n, h.data(), qs[q].data())) << kt->isa << " single dot n=" << n;
+      }
+      std::vector<float> alpha(nq);
+      for (float& a : alpha) a = nd(rng);
+      std::vector<std::vector<float>> y1(nq, std::vector<float>(n)), y2;
+      for (auto& y : y1)
+        for (float& x : y) x = nd(rng);
+      y2 = y1;
+      std::vector<float*> p1, p2;
+      for (int64_t q = 0; q < nq; ++q) {
+        p1.push_back(y1[q].data());
+        p2.push_back(y2[q].data());
+      }
+      kt->axpy_f16_f32_multi(n, alpha.data(), h.data(), nq, p1.data());
+      kt->axpy_f32_multi(n, alpha.data(), hf.data(), nq, p2.data());
+      for (int64_t q = 0; q < nq; ++q) EXPECT_EQ(y1[q], y2[q]) << kt->isa << " axpy n=" << n << " q=" << q;
+    }
+  }
+}
+
 TEST(AttentionKernels, GenericGeluMatchesFloat64) {
   const KernelTable& ref = generic_table();
   for (double x = -12; x <= 12; x += 0.37) {

@@ -143,6 +143,27 @@ TEST(GenericKernels, QuantizeQ8_0MatchesGguf) {
   }
 }
 
+// ---- Q4_0 quantize_row (the q4_0 KV cache's encoder) equals gguf-py's bytes (truncation
+// after + 8.5, d = the signed extreme / -8), including exact .5 edges.
+TEST(GenericKernels, QuantizeQ4_0MatchesGguf) {
+  const std::vector<uint8_t> file = read_fixture("q4_0_quantize.blocks");
+  constexpr size_t kPerBlock = 4 * kQK + sizeof(BlockQ4_0);
+  ASSERT_GT(file.size(), 0u);
+  ASSERT_EQ(file.size() % kPerBlock, 0u);
+  const int64_t nb = static_cast<int64_t>(file.size() / kPerBlock);
+  std::vector<float> x(nb * kQK);
+  std::memcpy(x.data(), file.data(), x.size() * 4);
+  const uint8_t* expected = file.data() + x.size() * 4;
+  for (const kernels::KernelTable* kt : {&table(), &kernels::active()}) {
+    ASSERT_NE(kt->of(DType::Q4_0).quantize_row, nullptr) << kt->isa;
+    std::vector<uint8_t> got(nb * sizeof(BlockQ4_0), 0xAA);
+    kt->of(DType::Q4_0).quantize_row(x.data(), got.data(), nb * kQK);
+    for (int64_t b = 0; b < nb; ++b)
+      EXPECT_EQ(0, std::memcmp(got.data() + b * sizeof(BlockQ4_0), expected + b * sizeof(BlockQ4_0), sizeof(BlockQ4_0)))
+          << kt->isa << " block " << b;
+  }
+}
+
 // Q8_1: d = fp16(amax/127), q = roundf(x/d), s = fp16(d * sum q) (ggml quantize_row_q8_1_ref).
 TEST(GenericKernels, QuantizeQ8_1Definition) {
   std::mt19937 rng(7);

@@ -130,7 +130,7 @@ TEST(SpeculativeWalk, RejectionSamplingIsLossless) {
 // Plain greedy vs draft/verify/walk/trim with one row.
 std::vector<int32_t> speculative_greedy(Model& m, DraftSource& d, const std::vector<int32_t>& prompt, int n,
                                         int depth, int* rounds, int* accepted) {
-  auto cache = m.new_cache(1, 2048);
+  auto cache = testing::make_state(m, 1, 2048);
   EXPECT_TRUE(cache.is_ok());
   const int32_t V = static_cast<int32_t>(m.info().n_vocab);
   const int64_t E = m.info().n_embd;
@@ -149,6 +149,7 @@ std::vector<int32_t> speculative_greedy(Model& m, DraftSource& d, const std::vec
     EXPECT_TRUE(d.draft(std::span<const DraftRow>(&r, 1), prop).is_ok());
     std::vector<int32_t> window = {ctx.back()};
     window.insert(window.end(), prop[0].begin(), prop[0].end());
+    cache->begin(rows);
     Batch vb{1, static_cast<int64_t>(window.size()), window.data(), rows};
     EXPECT_TRUE(m.forward(vb, *cache, hidden).is_ok());
     logits.resize(window.size() * static_cast<size_t>(V));
@@ -157,7 +158,8 @@ std::vector<int32_t> speculative_greedy(Model& m, DraftSource& d, const std::vec
     WalkResult w = speculative_walk(s, logits.data(), V, prop[0], n - static_cast<int>(out.size()), {}, true, -1);
     ++*rounds;
     *accepted += w.accepted;
-    EXPECT_TRUE(cache->trim(0, static_cast<int64_t>(prop[0].size()) - w.accepted).is_ok());
+    const int64_t keep[1] = {1 + w.accepted};
+    EXPECT_TRUE(cache->resolve(rows, keep).is_ok());
     for (const auto& t : w.tokens) {
       out.push_back(t.id);
       ctx.push_back(t.id);
@@ -180,7 +182,7 @@ TEST(SpeculativeModel, NgramEqualsGreedyAcrossTheWindowEdge) {
   std::vector<int32_t> prompt = {2};
   while (prompt.size() < 470) prompt.insert(prompt.end(), phrase.begin(), phrase.end());
   const int n = 90;
-  auto cache = (*m)->new_cache(1, 2048);
+  auto cache = testing::make_state(**m, 1, 2048);
   GenerateRequest g;
   g.prompt = prompt;
   g.max_tokens = n;
@@ -207,7 +209,7 @@ TEST(SpeculativeModel, DraftModelPrefillEqualsCatchUp) {
   auto dm2 = load_model(testing::default_model_path());
   ASSERT_TRUE(target.is_ok() && dm1.is_ok() && dm2.is_ok());
   std::vector<int32_t> prompt = {2, 818, 5279, 529, 7001, 563, 9079, 236761, 669, 5279, 529};
-  auto cache = (*target)->new_cache(1, 256);
+  auto cache = testing::make_state(**target, 1, 256);
   GenerateRequest g;
   g.prompt = prompt;
   g.max_tokens = 12;
@@ -216,11 +218,11 @@ TEST(SpeculativeModel, DraftModelPrefillEqualsCatchUp) {
   ASSERT_TRUE(plain.is_ok()) << plain.message();
   ASSERT_EQ(plain->tokens.size(), 12u);
 
-  auto a = make_model_draft(std::move(dm1).value(), 2, 256);
-  auto b = make_model_draft(std::move(dm2).value(), 2, 256);
+  auto a = make_model_draft(std::move(dm1).value(), 256);
+  auto b = make_model_draft(std::move(dm2).value(), 256);
   ASSERT_TRUE(a.is_ok() && b.is_ok());
-  // a: the prompt in chunks of 4, 4, 3 through prefill() (row 1), after a context that
-  // diverges from it at position 8 (its cache must be trimmed back to the common prefix).
+  // a: the prompt in chunks of 4, 4, 3 through prefill() (request id 1), after a context
+  // that diverges from it at position 8 (its state must be cut back to the common prefix).
   std::vector<int32_t> other(prompt.begin(), prompt.begin() + 8);
   other.insert(other.end(), {4000, 4001, 4002});
   DraftRow o{1, other, 0};
@@ -248,7 +250,7 @@ TEST(SpeculativeModel, DraftModelPrefillEqualsCatchUp) {
   // Reference: a fresh source catching up the whole context.
   auto dm3 = load_model(testing::default_model_path());
   ASSERT_TRUE(dm3.is_ok());
-  auto fresh = make_model_draft(std::move(dm3).value(), 2, 256);
+  auto fresh = make_model_draft(std::move(dm3).value(), 256);
   ASSERT_TRUE(fresh.is_ok());
   ASSERT_TRUE((*fresh)->draft(std::span<const DraftRow>(&r2, 1), pb).is_ok());
   EXPECT_EQ(pa[0], pb[0]);

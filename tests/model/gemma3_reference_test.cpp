@@ -57,7 +57,7 @@ TEST_F(Gemma3Reference, GreedyContinuationsEqualLlamaCpp) {
   for (const auto& c : fx_["cases"]) {
     const auto prompt = c["prompt_ids"].get<std::vector<int32_t>>();
     const auto expect = c["greedy_ids"].get<std::vector<int32_t>>();
-    auto cache = model_->new_cache(1, 2048);
+    auto cache = testing::make_state(*model_, 1, 2048);
     ASSERT_TRUE(cache.is_ok());
     Tensor hidden;
     const int32_t rows[1] = {0};
@@ -116,7 +116,7 @@ TEST_F(Gemma3Reference, TeacherForcedLogitsAgreeWithLlamaCpp) {
     ids.insert(ids.end(), g.begin(), g.end());
     const auto& t = c["teacher"];
     const int64_t first = t["first_pos"].get<int64_t>();
-    auto cache = model_->new_cache(1, 2048);
+    auto cache = testing::make_state(*model_, 1, 2048);
     Tensor hidden;
     const int32_t rows[1] = {0};
     ASSERT_TRUE(model_->forward(Batch{1, static_cast<int64_t>(ids.size()), ids.data(), rows}, *cache, hidden).is_ok());

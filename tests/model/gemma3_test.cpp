@@ -31,7 +31,7 @@ class Gemma3Test : public ::testing::Test {
     return ids;
   }
   // hidden rows of a run: prefill `split` tokens at once, then the rest `step` at a time.
-  std::vector<float> run(const std::vector<int32_t>& ids, size_t split, size_t step, KvCache& cache,
+  std::vector<float> run(const std::vector<int32_t>& ids, size_t split, size_t step, StateRows& cache,
                          int32_t row = 0) {
     const int64_t E = model_->info().n_embd;
     std::vector<float> out;
@@ -60,8 +60,8 @@ TEST_F(Gemma3Test, InfoFromMetadata) {
 
 TEST_F(Gemma3Test, CachedDecodeEqualsOneForwardPastSlidingWindow) {
   const auto ids = random_ids(560, 7);
-  auto c1 = model_->new_cache(1, 1024);
-  auto c2 = model_->new_cache(1, 1024);
+  auto c1 = testing::make_state(*model_, 1, 1024);
+  auto c2 = testing::make_state(*model_, 1, 1024);
   ASSERT_TRUE(c1.is_ok() && c2.is_ok());
   const auto whole = run(ids, ids.size(), 1, *c1);      // one forward of 560 tokens
   const auto pieces = run(ids, 500, 7, *c2);             // 500 prefill, then 7-token steps
@@ -83,28 +83,38 @@ TEST_F(Gemma3Test, CachedDecodeEqualsOneForwardPastSlidingWindow) {
 
 TEST_F(Gemma3Test, SingleTokenDecodeEqualsOneForward) {
   const auto ids = random_ids(40, 11);
-  auto c1 = model_->new_cache(1, 128);
-  auto c2 = model_->new_cache(1, 128);
+  auto c1 = testing::make_state(*model_, 1, 128);
+  auto c2 = testing::make_state(*model_, 1, 128);
   const auto whole = run(ids, ids.size(), 1, *c1);
   const auto steps = run(ids, 1, 1, *c2);
   EXPECT_EQ(whole, steps);
 }
 
 TEST_F(Gemma3Test, RollbackAcrossWindowEdgeReproducesState) {
-  // Write 520 tokens (past the 512 window), roll back 6 (drafts rejected at the edge),
-  // then continue with different tokens: must equal a fresh run of the same final sequence.
+  // Write 508 tokens, then inside a speculative transaction 12 more (past the 512 window:
+  // the ring overwrites slots the kept prefix still needs), roll back 6 (drafts rejected
+  // at the edge), then continue with different tokens: must equal a fresh run of the same
+  // final sequence. Outside a transaction a cut that far back is refused (the ring has
+  // wrapped: the positions the window would need are gone).
   auto ids = random_ids(520, 3);
   auto alt = random_ids(12, 99);
-  auto c1 = model_->new_cache(1, 1024);
+  auto c1 = testing::make_state(*model_, 1, 1024);
   ASSERT_TRUE(c1.is_ok());
-  run(ids, 508, 4, *c1);  // 508 + 3 x 4 -> positions 0..519
-  ASSERT_TRUE(c1->trim(0, 6).is_ok());
+  run(std::vector<int32_t>(ids.begin(), ids.begin() + 508), 508, 1, *c1);
+  const int32_t row0[1] = {0};
+  c1->begin(row0);
+  run(std::vector<int32_t>(ids.begin() + 508, ids.end()), 4, 4, *c1);  // 3 x 4 -> positions 508..519
+  const int64_t keep[1] = {6};
+  ASSERT_TRUE(c1->resolve(row0, keep).is_ok());
+  ASSERT_EQ(c1->length(0), 514);
+  EXPECT_FALSE(c1->truncate(0, 508).is_ok());
+  EXPECT_EQ(c1->length(0), 514);
   std::vector<int32_t> tail(alt.begin() + 1, alt.begin() + 7);
   const auto after = run(tail, tail.size(), 1, *c1);
 
   std::vector<int32_t> final_seq(ids.begin(), ids.end() - 6);
   final_seq.insert(final_seq.end(), tail.begin(), tail.end());
-  auto c2 = model_->new_cache(1, 1024);
+  auto c2 = testing::make_state(*model_, 1, 1024);
   const auto fresh = run(final_seq, final_seq.size(), 1, *c2);
   const int64_t E = model_->info().n_embd;
   std::vector<float> fresh_tail(fresh.end() - static_cast<int64_t>(tail.size()) * E, fresh.end());
@@ -114,12 +124,12 @@ TEST_F(Gemma3Test, RollbackAcrossWindowEdgeReproducesState) {
 TEST_F(Gemma3Test, BatchRowsAreIndependent) {
   // Two rows decoding together give bitwise the rows' solo results.
   const auto a = random_ids(30, 1), b = random_ids(45, 2);
-  auto solo = model_->new_cache(1, 256);
+  auto solo = testing::make_state(*model_, 1, 256);
   const auto ha = run(a, a.size(), 1, *solo);
-  solo->clear(0);
+  ASSERT_TRUE(solo->reset(0).is_ok());
   const auto hb = run(b, b.size(), 1, *solo);
   // batched: prefill each row alone, then decode the last 5 tokens of each together
-  auto pair = model_->new_cache(2, 256);
+  auto pair = testing::make_state(*model_, 2, 256);
   const int64_t E = model_->info().n_embd;
   std::vector<int32_t> pa(a.begin(), a.end() - 5), pb(b.begin(), b.end() - 5);
   run(pa, pa.size(), 1, *pair, 0);
@@ -138,13 +148,13 @@ TEST_F(Gemma3Test, RaggedBatchMixesPrefillAndDecodeBitwise) {
   // One forward carrying a decode row (1 token), a prefill chunk (37 tokens) and a second
   // chunk of another row (5 tokens) gives each row bitwise its solo result.
   const auto a = random_ids(40, 3), b = random_ids(37, 4), c = random_ids(25, 5);
-  auto solo = model_->new_cache(1, 256);
+  auto solo = testing::make_state(*model_, 1, 256);
   const auto ha = run(a, a.size(), 1, *solo);
-  solo->clear(0);
+  ASSERT_TRUE(solo->reset(0).is_ok());
   const auto hb = run(b, b.size(), b.size(), *solo);
-  solo->clear(0);
+  ASSERT_TRUE(solo->reset(0).is_ok());
   const auto hc = run(c, 20, 5, *solo);
-  auto group = model_->new_cache(3, 256);
+  auto group = testing::make_state(*model_, 3, 256);
   std::vector<int32_t> pa(a.begin(), a.end() - 1), pc(c.begin(), c.begin() + 20);
   run(pa, pa.size(), 1, *group, 2);
   run(pc, pc.size(), 1, *group, 0);
@@ -170,7 +180,7 @@ TEST_F(Gemma3Test, RaggedBatchMixesPrefillAndDecodeBitwise) {
 }
 
 TEST_F(Gemma3Test, BadInputIsAnErrorNotACrash) {
-  auto c = model_->new_cache(1, 16);
+  auto c = testing::make_state(*model_, 1, 16);
   Tensor hidden;
   const int32_t rows[1] = {0};
   const int32_t bad[1] = {262144};

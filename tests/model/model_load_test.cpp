@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "model/model.h"
+#include "../test_util.h"
 
 namespace specula {
 namespace {
@@ -110,7 +111,7 @@ TEST(ModelLoad, TinyGemma3LoadsAndRuns) {
   auto m = load_model(tiny_gemma3().write("specula_tiny_gemma3.gguf"));
   ASSERT_TRUE(m.is_ok()) << m.message();
   EXPECT_EQ((*m)->info().n_vocab, 100);
-  auto cache = (*m)->new_cache(1, 32);
+  auto cache = testing::make_state(**m, 1, 32);
   ASSERT_TRUE(cache.is_ok());
   Tensor hidden;
   const int32_t ids[3] = {1, 2, 3}, rows[1] = {0};

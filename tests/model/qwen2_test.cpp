@@ -101,7 +101,7 @@ class Qwen2Test : public ::testing::Test {
   }
   // Hidden rows of a run on one cache row: `split` tokens at once, then `step` at a time.
   static std::vector<float> run(Model& m, const std::vector<int32_t>& ids, size_t split, size_t step,
-                                KvCache& cache, int32_t row = 0) {
+                                StateRows& cache, int32_t row = 0) {
     const int64_t E = m.info().n_embd;
     std::vector<float> out;
     Tensor hidden;
@@ -164,7 +164,7 @@ void Qwen2Test::check_teacher(const std::string& key) {
     const auto& t = c["teacher"];
     const int64_t n = static_cast<int64_t>(ids.size());
     ASSERT_EQ(static_cast<int64_t>(t["top_ids"].size()), n);
-    auto cache = m->new_cache(1, 512);
+    auto cache = testing::make_state(*m, 1, 512);
     ASSERT_TRUE(cache.is_ok()) << cache.message();
     Tensor hidden;
     const int32_t rows[1] = {0};
@@ -236,7 +236,7 @@ void Qwen2Test::check_greedy(const std::string& key) {
     ASSERT_EQ(expect[b].size(), margin[b].size());
     steps = std::max(steps, expect[b].size());
   }
-  auto cache = m->new_cache(B, 512);
+  auto cache = testing::make_state(*m, B, 512);
   ASSERT_TRUE(cache.is_ok()) << cache.message();
   Tensor hidden;
   ASSERT_TRUE(m->forward(Batch{B, 0, ids.data(), rows.data(), counts.data()}, *cache, hidden).is_ok());
@@ -293,8 +293,8 @@ TEST_F(Qwen2Test, CachedPrefillAndDecodeEqualOneForward) {
     if (m == nullptr) continue;
     ++ran;
     const auto ids = random_ids(48, 7);
-    auto c1 = m->new_cache(1, 128);
-    auto c2 = m->new_cache(1, 128);
+    auto c1 = testing::make_state(*m, 1, 128);
+    auto c2 = testing::make_state(*m, 1, 128);
     ASSERT_TRUE(c1.is_ok() && c2.is_ok());
     const auto whole = run(*m, ids, ids.size(), 1, *c1);  // one forward of 48 tokens
     const auto pieces = run(*m, ids, 37, 1, *c2);          // 37 prefill, then 11 decode steps
@@ -320,14 +320,14 @@ TEST_F(Qwen2Test, RaggedBatchMixesPrefillAndDecodeBitwise) {
   // continuation chunk of a third row (4 tokens) gives each row bitwise its solo result.
   SPECULA_MODEL_OR_SKIP(m, kTarget);
   const auto a = random_ids(20, 3), b = random_ids(23, 4), c = random_ids(16, 5);
-  auto solo = m->new_cache(1, 128);
+  auto solo = testing::make_state(*m, 1, 128);
   ASSERT_TRUE(solo.is_ok());
   const auto ha = run(*m, a, a.size() - 1, 1, *solo);
-  solo->clear(0);
+  ASSERT_TRUE(solo->reset(0).is_ok());
   const auto hb = run(*m, b, b.size(), b.size(), *solo);
-  solo->clear(0);
+  ASSERT_TRUE(solo->reset(0).is_ok());
   const auto hc = run(*m, c, 12, 4, *solo);
-  auto group = m->new_cache(3, 128);
+  auto group = testing::make_state(*m, 3, 128);
   ASSERT_TRUE(group.is_ok());
   std::vector<int32_t> pa(a.begin(), a.end() - 1), pc(c.begin(), c.begin() + 12);
   run(*m, pa, pa.size(), 1, *group, 2);
@@ -355,15 +355,19 @@ TEST_F(Qwen2Test, RollbackThenRedecodeEqualsStraightRun) {
   // run of the final sequence.
   SPECULA_MODEL_OR_SKIP(m, kTarget);
   const auto ids = random_ids(35, 11), alt = random_ids(4, 12);
-  auto c1 = m->new_cache(1, 128);
+  auto c1 = testing::make_state(*m, 1, 128);
   ASSERT_TRUE(c1.is_ok());
-  run(*m, ids, 30, 1, *c1);
-  ASSERT_TRUE(c1->trim(0, 3).is_ok());
+  run(*m, std::vector<int32_t>(ids.begin(), ids.begin() + 30), 30, 1, *c1);
+  const int32_t row0[1] = {0};
+  c1->begin(row0);
+  run(*m, std::vector<int32_t>(ids.begin() + 30, ids.end()), 5, 1, *c1);
+  const int64_t keep[1] = {2};
+  ASSERT_TRUE(c1->resolve(row0, keep).is_ok());
   EXPECT_EQ(c1->length(0), 32);
   const auto after = run(*m, alt, 1, 1, *c1);
   std::vector<int32_t> final_seq(ids.begin(), ids.end() - 3);
   final_seq.insert(final_seq.end(), alt.begin(), alt.end());
-  auto c2 = m->new_cache(1, 128);
+  auto c2 = testing::make_state(*m, 1, 128);
   const auto straight = run(*m, final_seq, final_seq.size(), 1, *c2);
   const int64_t E = m->info().n_embd;
   std::vector<float> tail(straight.end() - static_cast<int64_t>(alt.size()) * E, straight.end());
@@ -372,7 +376,7 @@ TEST_F(Qwen2Test, RollbackThenRedecodeEqualsStraightRun) {
 
 TEST_F(Qwen2Test, BadInputIsAnErrorNotACrash) {
   SPECULA_MODEL_OR_SKIP(m, kDraft);
-  auto c = m->new_cache(1, 8);
+  auto c = testing::make_state(*m, 1, 8);
   ASSERT_TRUE(c.is_ok());
   Tensor hidden;
   const int32_t rows[1] = {0};

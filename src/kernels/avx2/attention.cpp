@@ -52,7 +52,7 @@ float dot_f16_f32(int64_t n, const uint16_t* a, const float* b) {
     acc1 = _mm256_fmadd_ps(a1, _mm256_loadu_ps(b + i + 8), acc1);
   }
   float s = hsum(_mm256_add_ps(acc0, acc1));
-  for (; i < n; ++i) s += fp16_to_fp32(a[i]) * b[i];
+  for (; i < n; ++i) s = std::fma(fp16_to_fp32(a[i]), b[i], s);
   return s;
 }
 
@@ -63,7 +63,7 @@ void axpy_f16_f32(int64_t n, float alpha, const uint16_t* x, float* y) {
     const __m256 xv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i)));
     _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, xv, _mm256_loadu_ps(y + i)));
   }
-  for (; i < n; ++i) y[i] += alpha * fp16_to_fp32(x[i]);
+  for (; i < n; ++i) y[i] = std::fma(alpha, fp16_to_fp32(x[i]), y[i]);
 }
 
 // The half row is converted to f32 once (exact), then each query runs the same FMA
@@ -93,7 +93,7 @@ void dot_f16_f32_multi(int64_t n, const uint16_t* a, int64_t nq, const float* co
       acc1 = _mm256_fmadd_ps(_mm256_load_ps(af + i + 8), _mm256_loadu_ps(bq + i + 8), acc1);
     }
     float sum = hsum(_mm256_add_ps(acc0, acc1));
-    for (int64_t i = n16; i < n; ++i) sum += fp16_to_fp32(a[i]) * bq[i];
+    for (int64_t i = n16; i < n; ++i) sum = std::fma(fp16_to_fp32(a[i]), bq[i], sum);
     s[q] = sum;
   }
 }
@@ -111,7 +111,36 @@ void axpy_f16_f32_multi(int64_t n, const float* alpha, const uint16_t* x, int64_
     float* yq = y[q];
     for (int64_t i = 0; i < n8; i += 8)
       _mm256_storeu_ps(yq + i, _mm256_fmadd_ps(va, _mm256_load_ps(xf + i), _mm256_loadu_ps(yq + i)));
-    for (int64_t i = n8; i < n; ++i) yq[i] += alpha[q] * fp16_to_fp32(x[i]);
+    for (int64_t i = n8; i < n; ++i) yq[i] = std::fma(alpha[q], fp16_to_fp32(x[i]), yq[i]);
+  }
+}
+
+// f32 rows: the loops of dot_f16_f32 / axpy_f16_f32 (and of their multi forms, which
+// equal them) over values that are already f32. Tails use explicit fma in every one of
+// these kernels, so the result never depends on whether the compiler vectorized a tail.
+void dot_f32_multi(int64_t n, const float* a, int64_t nq, const float* const* b, float* s) {
+  const int64_t n16 = n / 16 * 16;
+  for (int64_t q = 0; q < nq; ++q) {
+    const float* bq = b[q];
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n16; i += 16) {
+      acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(bq + i), acc0);
+      acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(bq + i + 8), acc1);
+    }
+    float sum = hsum(_mm256_add_ps(acc0, acc1));
+    for (int64_t i = n16; i < n; ++i) sum = std::fma(a[i], bq[i], sum);
+    s[q] = sum;
+  }
+}
+
+void axpy_f32_multi(int64_t n, const float* alpha, const float* x, int64_t nq, float* const* y) {
+  const int64_t n8 = n / 8 * 8;
+  for (int64_t q = 0; q < nq; ++q) {
+    const __m256 va = _mm256_set1_ps(alpha[q]);
+    float* yq = y[q];
+    for (int64_t i = 0; i < n8; i += 8)
+      _mm256_storeu_ps(yq + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(yq + i)));
+    for (int64_t i = n8; i < n; ++i) yq[i] = std::fma(alpha[q], x[i], yq[i]);
   }
 }
 

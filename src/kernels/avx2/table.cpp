@@ -5,11 +5,19 @@
 #include "kernels/avx2/avx2.h"
 #include "kernels/kernels.h"
 
+namespace specula::kernels::generic {
+// Declared here rather than by including generic.h: its templates must not be instantiated
+// in a translation unit compiled with AVX2 flags.
+void quantize_row_q4_0(const float* x, void* y, int64_t n);
+}  // namespace specula::kernels::generic
+
 namespace specula::kernels::avx2 {
 float dot_f16_f32(int64_t n, const uint16_t* a, const float* b);
 void axpy_f16_f32(int64_t n, float alpha, const uint16_t* x, float* y);
 void dot_f16_f32_multi(int64_t n, const uint16_t* a, int64_t nq, const float* const* b, float* s);
 void axpy_f16_f32_multi(int64_t n, const float* alpha, const uint16_t* x, int64_t nq, float* const* y);
+void dot_f32_multi(int64_t n, const float* a, int64_t nq, const float* const* b, float* s);
+void axpy_f32_multi(int64_t n, const float* alpha, const float* x, int64_t nq, float* const* y);
 void gelu_tanh_mul(int64_t n, const float* gate, const float* up, float* out);
 float exp_sub_sum(int64_t n, float max, float* x);
 }  // namespace specula::kernels::avx2
@@ -34,6 +42,7 @@ const KernelTable* table_if_built() {
     k.set_activation(DType::Q8_0, dequantize_row_q8_0, quantize_row_q8_0);
     k.set_activation(DType::Q8_1, dequantize_row_q8_1, quantize_row_q8_1);
     k.set_activation(DType::Q8_K, dequantize_row_q8_k, quantize_row_q8_k);
+    k.types[static_cast<uint32_t>(DType::Q4_0)].quantize_row = generic::quantize_row_q4_0;  // KV cache
     k.dot_f32 = dot_f32;
     k.axpy_f32 = axpy_f32;
     k.scale_f32 = scale_f32;
@@ -41,6 +50,8 @@ const KernelTable* table_if_built() {
     k.axpy_f16_f32 = axpy_f16_f32;
     k.dot_f16_f32_multi = dot_f16_f32_multi;
     k.axpy_f16_f32_multi = axpy_f16_f32_multi;
+    k.dot_f32_multi = dot_f32_multi;
+    k.axpy_f32_multi = axpy_f32_multi;
     k.gelu_tanh_mul = gelu_tanh_mul;
     k.exp_sub_sum = exp_sub_sum;
     return k;

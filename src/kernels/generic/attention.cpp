@@ -1,5 +1,5 @@
 // kernels/generic/attention.cpp — reference attention/activation helpers: half·f32 dot,
-// half axpy, gated GELU-tanh and softmax numerators. Plain loops; the AVX2 versions are
+// half axpy (and their f32-row multi-query forms), gated GELU-tanh and softmax numerators. Plain loops; the AVX2 versions are
 // tested against these.
 #include <cmath>
 #include <cstdint>
@@ -24,6 +24,19 @@ void dot_f16_f32_multi(int64_t n, const uint16_t* a, int64_t nq, const float* co
 
 void axpy_f16_f32_multi(int64_t n, const float* alpha, const uint16_t* x, int64_t nq, float* const* y) {
   for (int64_t i = 0; i < nq; ++i) axpy_f16_f32(n, alpha[i], x, y[i]);
+}
+
+void dot_f32_multi(int64_t n, const float* a, int64_t nq, const float* const* b, float* s) {
+  for (int64_t q = 0; q < nq; ++q) {
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n; ++i) sum += a[i] * b[q][i];
+    s[q] = sum;
+  }
+}
+
+void axpy_f32_multi(int64_t n, const float* alpha, const float* x, int64_t nq, float* const* y) {
+  for (int64_t q = 0; q < nq; ++q)
+    for (int64_t i = 0; i < n; ++i) y[q][i] += alpha[q] * x[i];
 }
 
 void gelu_tanh_mul(int64_t n, const float* gate, const float* up, float* out) {

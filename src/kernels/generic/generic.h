@@ -32,6 +32,7 @@ void dequantize_row_q8_k(const void* x, float* y, int64_t n);
 // ---- quantize activations: x [n] f32 -> y [n] of the type (quantize.cpp).
 void quantize_row_f32(const float* x, void* y, int64_t n);   // copy
 void quantize_row_q8_0(const float* x, void* y, int64_t n);  // d = amax/127, roundf
+void quantize_row_q4_0(const float* x, void* y, int64_t n);  // ggml's q4_0 reference (KV cache)
 void quantize_row_q8_1(const float* x, void* y, int64_t n);  // as Q8_0, plus s = d*sum(q)
 void quantize_row_q8_k(const float* x, void* y, int64_t n);  // iscale = -127/x[argmax|x|]
 

@@ -10,7 +10,11 @@
 //         -127 / that element, q = min(127, nearest(iscale * x)) with ties to even
 //         (ggml's `nearest_int`), d = 1 / iscale as float; bsums[g] = sum of the 16
 //         q of group g.
+//   Q4_0: take the element with the largest |x| (first one on ties), d = that / -8,
+//         q = min(15, (int8)(x / d + 8.5)) (truncation), d stored as fp16 — ggml's
+//         `quantize_row_q4_0_ref`; used for the q4_0 KV cache, not for weights.
 // Does not quantize weights (specula only loads pre-quantized weights).
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -39,6 +43,27 @@ void quantize_row_q8_0(const float* x, void* y, int64_t n) {
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     blocks[b].d = fp32_to_fp16(d);
     for (int j = 0; j < kQK; ++j) blocks[b].qs[j] = static_cast<int8_t>(std::roundf(x[j] * id));
+  }
+}
+
+void quantize_row_q4_0(const float* x, void* y, int64_t n) {
+  auto* blocks = static_cast<BlockQ4_0*>(y);
+  for (int64_t b = 0; b < n / kQK; ++b, x += kQK) {
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < kQK; ++j) {
+      if (amax < std::fabs(x[j])) {
+        amax = std::fabs(x[j]);
+        max = x[j];
+      }
+    }
+    const float d = max / -8.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    blocks[b].d = fp32_to_fp16(d);
+    for (int j = 0; j < kQK / 2; ++j) {
+      const int q0 = std::min(15, static_cast<int>(static_cast<int8_t>(x[j] * id + 8.5f)));
+      const int q1 = std::min(15, static_cast<int>(static_cast<int8_t>(x[j + kQK / 2] * id + 8.5f)));
+      blocks[b].qs[j] = static_cast<uint8_t>(q0 | (q1 << 4));
+    }
   }
 }
 

@@ -11,6 +11,8 @@ float dot_f16_f32(int64_t n, const uint16_t* a, const float* b);
 void axpy_f16_f32(int64_t n, float alpha, const uint16_t* x, float* y);
 void dot_f16_f32_multi(int64_t n, const uint16_t* a, int64_t nq, const float* const* b, float* s);
 void axpy_f16_f32_multi(int64_t n, const float* alpha, const uint16_t* x, int64_t nq, float* const* y);
+void dot_f32_multi(int64_t n, const float* a, int64_t nq, const float* const* b, float* s);
+void axpy_f32_multi(int64_t n, const float* alpha, const float* x, int64_t nq, float* const* y);
 void gelu_tanh_mul(int64_t n, const float* gate, const float* up, float* out);
 float exp_sub_sum(int64_t n, float max, float* x);
 }  // namespace specula::kernels::generic
@@ -37,6 +39,7 @@ const KernelTable& generic_table() {
     k.set_activation(DType::Q8_0, g::dequantize_row_q8_0, g::quantize_row_q8_0);
     k.set_activation(DType::Q8_1, g::dequantize_row_q8_1, g::quantize_row_q8_1);
     k.set_activation(DType::Q8_K, g::dequantize_row_q8_k, g::quantize_row_q8_k);
+    k.types[static_cast<uint32_t>(DType::Q4_0)].quantize_row = g::quantize_row_q4_0;  // KV cache
     k.dot_f32 = g::dot_f32;
     k.axpy_f32 = g::axpy_f32;
     k.scale_f32 = g::scale_f32;
@@ -44,6 +47,8 @@ const KernelTable& generic_table() {
     k.axpy_f16_f32 = g::axpy_f16_f32;
     k.dot_f16_f32_multi = g::dot_f16_f32_multi;
     k.axpy_f16_f32_multi = g::axpy_f16_f32_multi;
+    k.dot_f32_multi = g::dot_f32_multi;
+    k.axpy_f32_multi = g::axpy_f32_multi;
     k.gelu_tanh_mul = g::gelu_tanh_mul;
     k.exp_sub_sum = g::exp_sub_sum;
     return k;

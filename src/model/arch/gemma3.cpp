@@ -50,13 +50,13 @@ class Gemma3 final : public Model {
   const ModelInfo& info() const override { return info_; }
   const gguf::GgufFile& file() const override { return *ctx_.file; }
   std::shared_ptr<ThreadPool> pool() const override { return ctx_.pool; }
-  Result<KvCache> new_cache(int32_t n_rows, int64_t n_ctx, int64_t max_rollback) const override {
-    std::vector<KvLayerSpec> specs;
+  std::vector<LayerSpec> layer_specs() const override {
+    std::vector<LayerSpec> specs(static_cast<size_t>(p_.n_layers));
     for (int64_t il = 0; il < p_.n_layers; ++il)
-      specs.push_back({p_.n_kv_heads, p_.head_dim, p_.is_global(il) ? 0 : p_.window});
-    return KvCache::create(std::move(specs), n_rows, n_ctx, max_rollback);
+      specs[il].attention = {p_.n_kv_heads, p_.head_dim, p_.head_dim, p_.is_global(il) ? 0 : p_.window};
+    return specs;
   }
-  Status forward(const Batch& batch, KvCache& cache, Tensor& hidden) override;
+  Status forward(const Batch& batch, StateRows& state, Tensor& hidden) override;
   void project_logits(const float* hidden, int64_t n, float* logits) override;
 
  private:
@@ -84,6 +84,7 @@ class Gemma3 final : public Model {
   int64_t cap_m_ = 0;
   std::vector<float> x_, xn_, q_, k_, v_, attn_, o_, gate_, up_, cos_l_, sin_l_, cos_g_, sin_g_;
   BatchLayout layout_;
+  AttentionScratch attn_scratch_;
 };
 
 Result<std::unique_ptr<Model>> Gemma3::create(ModelContext ctx) {
@@ -189,8 +190,10 @@ void Gemma3::ensure_buffers(int64_t M) {
   cap_m_ = M;
 }
 
-Status Gemma3::forward(const Batch& batch, KvCache& cache, Tensor& hidden) {
-  SPECULA_RETURN_IF_ERROR(plan_batch(batch, cache, p_.n_vocab, "[gemma3]", layout_));
+Status Gemma3::forward(const Batch& batch, StateRows& state, Tensor& hidden) {
+  if (state.n_layers() != p_.n_layers)
+    return Status::error("[gemma3] state has " + std::to_string(state.n_layers()) + " layers, the model " + std::to_string(p_.n_layers));
+  SPECULA_RETURN_IF_ERROR(plan_batch(batch, state, p_.n_vocab, "[gemma3]", layout_));
   const int64_t M = layout_.M;
   ensure_buffers(M);
   ThreadPool& pool = *ctx_.pool;
@@ -226,16 +229,14 @@ Status Gemma3::forward(const Batch& batch, KvCache& cache, Tensor& hidden) {
     aa.n_heads = nh;
     aa.n_kv_heads = nkv;
     aa.head_dim = hd;
-    aa.window = global ? 0 : p_.window;
     aa.scale = attn_scale;
     aa.M = M;
+    aa.B = batch.B;
     aa.rows = batch.rows;
     aa.offset = layout_.offset.data();
     aa.token_row = layout_.token_row.data();
     aa.kt = &kt;
-    attention(pool, aa, cache, q_.data(), k_.data(), v_.data(), attn_.data());
-    for (int64_t m = 0; m < M; ++m)
-      cache.write(il, batch.rows[layout_.token_row[m]], pos[m], k_.data() + m * KD, v_.data() + m * KD);
+    attention(pool, aa, state, q_.data(), k_.data(), v_.data(), attn_.data(), attn_scratch_);
     ops::matmul(pool, kt, L.wo, attn_.data(), M, o_.data(), ws_);
     parallel_rows(M, [&](int64_t a, int64_t b) {
       ops::rms_norm(o_.data() + a * E, L.post_attn_norm.data(), b - a, E, p_.eps, o_.data() + a * E);
@@ -253,10 +254,7 @@ Status Gemma3::forward(const Batch& batch, KvCache& cache, Tensor& hidden) {
       for (int64_t i = a * E; i < b * E; ++i) x_[i] += o_[i];
     });
   }
-  for (int32_t b = 0; b < batch.B; ++b) {
-    Status st = cache.advance(batch.rows[b], batch.tokens_of(b));
-    SPECULA_CHECK(st.is_ok());  // checked above
-  }
+  for (int32_t b = 0; b < batch.B; ++b) state.advance(batch.rows[b], batch.tokens_of(b));
   if (hidden.shape().size() != 2 || hidden.dim(0) != M || hidden.dim(1) != E) hidden = Tensor({M, E});
   ops::rms_norm(x_.data(), output_norm_.data(), M, E, p_.eps, hidden.data());
   return Status::ok();

@@ -46,14 +46,6 @@ Result<uint64_t> req_uint(const gguf::GgufFile& f, const std::string& key) {
   return v;
 }
 
-// out[i] = silu(gate[i]) * up[i], silu(x) = x / (1 + e^-x) in f32 (llama.cpp's CPU swiglu).
-void silu_mul(int64_t n, const float* gate, const float* up, float* out) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float g = gate[i];
-    out[i] = g / (1.0f + std::exp(-g)) * up[i];
-  }
-}
-
 class Qwen2 final : public Model {
  public:
   static Result<std::unique_ptr<Model>> create(ModelContext ctx);
@@ -61,12 +53,12 @@ class Qwen2 final : public Model {
   const ModelInfo& info() const override { return info_; }
   const gguf::GgufFile& file() const override { return *ctx_.file; }
   std::shared_ptr<ThreadPool> pool() const override { return ctx_.pool; }
-  Result<KvCache> new_cache(int32_t n_rows, int64_t n_ctx, int64_t max_rollback) const override {
-    std::vector<KvLayerSpec> specs;
-    for (int64_t il = 0; il < p_.n_layers; ++il) specs.push_back({p_.n_kv_heads, p_.head_dim, 0});
-    return KvCache::create(std::move(specs), n_rows, n_ctx, max_rollback);
+  std::vector<LayerSpec> layer_specs() const override {
+    std::vector<LayerSpec> specs(static_cast<size_t>(p_.n_layers));
+    for (auto& s : specs) s.attention = {p_.n_kv_heads, p_.head_dim, p_.head_dim, 0};
+    return specs;
   }
-  Status forward(const Batch& batch, KvCache& cache, Tensor& hidden) override;
+  Status forward(const Batch& batch, StateRows& state, Tensor& hidden) override;
   void project_logits(const float* hidden, int64_t n, float* logits) override;
 
  private:
@@ -96,6 +88,7 @@ class Qwen2 final : public Model {
   int64_t cap_m_ = 0;
   std::vector<float> x_, xn_, q_, k_, v_, attn_, o_, gate_, up_, cos_, sin_;
   BatchLayout layout_;
+  AttentionScratch attn_scratch_;
 };
 
 Result<std::unique_ptr<Model>> Qwen2::create(ModelContext ctx) {
@@ -206,8 +199,10 @@ void Qwen2::ensure_buffers(int64_t M) {
   cap_m_ = M;
 }
 
-Status Qwen2::forward(const Batch& batch, KvCache& cache, Tensor& hidden) {
-  SPECULA_RETURN_IF_ERROR(plan_batch(batch, cache, p_.n_vocab, "[qwen2]", layout_));
+Status Qwen2::forward(const Batch& batch, StateRows& state, Tensor& hidden) {
+  if (state.n_layers() != p_.n_layers)
+    return Status::error("[qwen2] state has " + std::to_string(state.n_layers()) + " layers, the model " + std::to_string(p_.n_layers));
+  SPECULA_RETURN_IF_ERROR(plan_batch(batch, state, p_.n_vocab, "[qwen2]", layout_));
   const int64_t M = layout_.M;
   ensure_buffers(M);
   ThreadPool& pool = *ctx_.pool;
@@ -245,16 +240,14 @@ Status Qwen2::forward(const Batch& batch, KvCache& cache, Tensor& hidden) {
     aa.n_heads = nh;
     aa.n_kv_heads = nkv;
     aa.head_dim = hd;
-    aa.window = 0;
     aa.scale = attn_scale;
     aa.M = M;
+    aa.B = batch.B;
     aa.rows = batch.rows;
     aa.offset = layout_.offset.data();
     aa.token_row = layout_.token_row.data();
     aa.kt = &kt;
-    attention(pool, aa, cache, q_.data(), k_.data(), v_.data(), attn_.data());
-    for (int64_t m = 0; m < M; ++m)
-      cache.write(il, batch.rows[layout_.token_row[m]], pos[m], k_.data() + m * KD, v_.data() + m * KD);
+    attention(pool, aa, state, q_.data(), k_.data(), v_.data(), attn_.data(), attn_scratch_);
     ops::matmul(pool, kt, L.wo, attn_.data(), M, o_.data(), ws_);
     parallel_rows(M, [&](int64_t a, int64_t b) {
       for (int64_t i = a * E; i < b * E; ++i) x_[i] += o_[i];
@@ -265,17 +258,14 @@ Status Qwen2::forward(const Batch& batch, KvCache& cache, Tensor& hidden) {
     // Split the elementwise SwiGLU over all M*F elements (decode has M = 1).
     pool.run([&](int ith, int nth) {
       auto [a, b] = ThreadPool::split(M * F, ith, nth);
-      if (a < b) silu_mul(b - a, gate_.data() + a, up_.data() + a, gate_.data() + a);
+      if (a < b) ops::silu_mul(b - a, gate_.data() + a, up_.data() + a, gate_.data() + a);
     });
     ops::matmul(pool, kt, L.w_down, gate_.data(), M, o_.data(), ws_);
     parallel_rows(M, [&](int64_t a, int64_t b) {
       for (int64_t i = a * E; i < b * E; ++i) x_[i] += o_[i];
     });
   }
-  for (int32_t b = 0; b < batch.B; ++b) {
-    Status st = cache.advance(batch.rows[b], batch.tokens_of(b));
-    SPECULA_CHECK(st.is_ok());  // checked by plan_batch
-  }
+  for (int32_t b = 0; b < batch.B; ++b) state.advance(batch.rows[b], batch.tokens_of(b));
   if (hidden.shape().size() != 2 || hidden.dim(0) != M || hidden.dim(1) != E) hidden = Tensor({M, E});
   ops::rms_norm(x_.data(), output_norm_.data(), M, E, p_.eps, hidden.data());
   return Status::ok();

@@ -1,0 +1,189 @@
+// engine/step.cpp — Engine::step(): plan the step's rows, run one method round
+// (method/round.h), deliver each row's tokens, resolve the round, retire finished rows.
+//
+// Planning: decoding rows come first, each with its draft depth (its plan allows
+// speculation, the step has at most spec_max_batch decoding rows, its adaptive depth is not
+// backing off, and its budget and context leave room); then prompt chunks of rows still
+// prefilling fill the step's token budget.
+// Delivery: tokens go to the row's sink one at a time, so a stop inside the accepted
+// drafts ends the request exactly there (usage and text match plain decoding). The round
+// then keeps, per continuing row, the pending token plus its accepted drafts.
+// A failed forward fails the requests of that step (their rows are back at their
+// pre-round state, and are released).
+#include <algorithm>
+#include <chrono>
+
+#include "engine/scheduler.h"
+
+namespace specula {
+namespace {
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+void Engine::plan_step(std::vector<RoundRow>& rows, std::vector<size_t>& members) {
+  int64_t n_decoding = 0;
+  for (const Active& a : running_) n_decoding += a.decoding() ? 1 : 0;
+  const bool may_draft = options_.draft && options_.spec_depth > 0 &&
+                         (options_.spec_max_batch <= 0 || n_decoding <= options_.spec_max_batch);
+  int64_t n_decode_tokens = 0;
+  for (size_t i = 0; i < running_.size(); ++i) {
+    Active& a = running_[i];
+    if (!a.decoding()) continue;
+    const EngineRequest& r = a.p.request;
+    RoundRow row;
+    row.row = static_cast<int32_t>(i);
+    row.id = a.p.handle->id();
+    row.context = a.context;
+    row.budget = static_cast<int32_t>(r.max_tokens - a.n_generated);
+    row.sampler = &a.sampler;
+    row.ignore_eos = r.ignore_eos;
+    row.top_logprobs = r.top_logprobs;
+    row.speculative = a.plan.speculative;
+    if (a.plan.speculative && may_draft) {
+      const int64_t room = state_.max_length() - state_.length(row.row) - 1;  // positions after the pending one
+      row.depth = a.depth.next(options_.spec_depth, std::min<int64_t>(row.budget - 1, room));
+      if (row.depth > 0 && options_.spec_rejection) row.draft_sampling = &a.sampler.params();
+    }
+    n_decode_tokens += 1 + row.depth;
+    rows.push_back(row);
+    members.push_back(i);
+  }
+  int64_t budget = std::max<int64_t>(options_.step_tokens - n_decode_tokens, 1);
+  for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
+    Active& a = running_[i];
+    if (a.decoding()) continue;
+    const int64_t n_prompt = static_cast<int64_t>(a.p.request.prompt.size());
+    const int64_t n = std::min(n_prompt - a.prefilled, budget);
+    budget -= n;
+    RoundRow row;
+    row.row = static_cast<int32_t>(i);
+    row.id = a.p.handle->id();
+    row.context = std::span<const int32_t>(a.p.request.prompt.data(), static_cast<size_t>(a.prefilled + n));
+    row.chunk = n;
+    row.samples = a.prefilled + n == n_prompt;
+    row.budget = static_cast<int32_t>(a.p.request.max_tokens);
+    row.sampler = &a.sampler;
+    row.ignore_eos = a.p.request.ignore_eos;
+    row.top_logprobs = a.p.request.top_logprobs;
+    row.speculative = a.plan.speculative;
+    rows.push_back(row);
+    members.push_back(i);
+  }
+}
+
+bool Engine::deliver(Active& a, const RoundResult& res, Outcome& outcome) {
+  const EngineRequest& r = a.p.request;
+  const WalkResult& w = res.walk;
+  bool keep = true, failed = false;
+  int32_t delivered = 0;
+  for (const WalkToken& t : w.tokens) {
+    TokenEvent ev;
+    ev.id = t.id;
+    ev.logprob = t.logprob;
+    ev.top = t.top;
+    ++delivered;
+    try {
+      keep = a.p.sink->on_tokens(std::span<const TokenEvent>(&ev, 1));
+    } catch (...) {
+      failed = true;
+    }
+    a.context.push_back(t.id);
+    if (failed || !keep) break;
+  }
+  a.n_generated += (failed || !keep) ? delivered : w.sampled;
+  if (failed) {
+    outcome = Outcome::kFailed;
+  } else if (!keep || w.hit_eog) {
+    outcome = Outcome::kStop;
+  } else if (a.n_generated >= r.max_tokens) {
+    outcome = Outcome::kLength;
+  } else {
+    a.next = w.tokens.back().id;
+    return false;
+  }
+  return true;
+}
+
+bool Engine::step() {
+  const double t0 = now_s();
+  std::vector<RoundRow> rows;
+  std::vector<size_t> members;  // running_ index of each round row
+  plan_step(rows, members);
+  if (rows.empty()) return false;
+
+  Status st = round_->prepare(rows);
+  if (!st.is_ok()) {
+    std::vector<std::pair<size_t, Outcome>> failed;
+    for (size_t i : members) failed.push_back({i, Outcome::kFailed});
+    retire(std::move(failed), st.message());
+    return true;
+  }
+  const double t_forward = now_s();
+  const auto& results = round_->results();
+  std::vector<std::pair<size_t, Outcome>> ended;
+  std::vector<int64_t> keep(rows.size(), 0);
+  std::vector<std::span<const int32_t>> contexts(rows.size());
+  uint64_t sampled_total = 0, drafted_total = 0, accepted_total = 0, spec_rows = 0;
+  for (size_t k = 0; k < rows.size(); ++k) {
+    Active& a = running_[members[k]];
+    const RoundResult& res = results[k];
+    if (rows[k].chunk > 0) a.prefilled += rows[k].chunk;
+    if (!res.sampled) continue;
+    if (a.p.handle->cancelled()) {
+      ended.push_back({members[k], Outcome::kCancelled});
+      continue;
+    }
+    if (a.first_token == 0) a.first_token = t_forward;
+    const int64_t before = a.n_generated;
+    if (!res.drafts.empty()) {
+      ++a.spec_rounds;
+      ++spec_rows;
+      a.drafted += static_cast<int64_t>(res.drafts.size());
+      a.accepted += res.walk.accepted;
+      drafted_total += res.drafts.size();
+      accepted_total += static_cast<uint64_t>(res.walk.accepted);
+      a.depth.update(static_cast<int32_t>(res.drafts.size()), res.walk.accepted, options_.spec_depth);
+    }
+    Outcome outcome;
+    const bool ends = deliver(a, res, outcome);
+    sampled_total += static_cast<uint64_t>(a.n_generated - before);
+    if (ends) {
+      ended.push_back({members[k], outcome});
+      continue;
+    }
+    if (rows[k].chunk == 0) keep[k] = 1 + res.walk.accepted;  // pending + accepted drafts
+    contexts[k] = a.context;
+  }
+  st = round_->commit(keep, contexts);
+  if (!st.is_ok()) {
+    // A layer could not resolve: every row of the round is untrusted.
+    for (size_t i : members) ended.push_back({i, Outcome::kFailed});
+    retire(std::move(ended), "[engine] cache rollback failed: " + st.message());
+  } else {
+    // A row whose context is full ends here (its pending token has no position left).
+    for (size_t k = 0; k < rows.size(); ++k)
+      if (!contexts[k].empty() && state_.length(static_cast<int32_t>(members[k])) + 1 > state_.max_length())
+        ended.push_back({members[k], Outcome::kLength});
+    retire(std::move(ended));
+  }
+  {
+    std::lock_guard<std::mutex> lock(wakeup_->mu);
+    ++stats_.steps;
+    stats_.generated_tokens += sampled_total;
+    stats_.spec_rounds += spec_rows;
+    stats_.drafted += drafted_total;
+    stats_.accepted += accepted_total;
+    stats_.step_seconds.observe(now_s() - t0);
+    stats_.batch_rows.observe(static_cast<double>(rows.size()));
+    int64_t tokens = 0;
+    for (size_t k = 0; k < rows.size(); ++k)
+      tokens += rows[k].chunk > 0 ? rows[k].chunk : 1 + static_cast<int64_t>(results[k].drafts.size());
+    stats_.batch_tokens.observe(static_cast<double>(tokens));
+    stats_.kv_bytes = state_.bytes();
+  }
+  return true;
+}
+
+}  // namespace specula

@@ -1,0 +1,187 @@
+// method/round.cpp — see round.h.
+#include "method/round.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace specula {
+
+int32_t AdaptiveDepth::next(int32_t max_depth, int64_t limit) {
+  if (skip > 0) {  // backing off after rounds that accepted nothing
+    --skip;
+    return 0;
+  }
+  if (cap <= 0) cap = max_depth;
+  return static_cast<int32_t>(std::max<int64_t>(0, std::min<int64_t>(cap, limit)));
+}
+
+void AdaptiveDepth::update(int32_t proposed, int32_t accepted, int32_t max_depth) {
+  if (accepted == proposed) {
+    cap = std::min(max_depth, cap + 1);
+    misses = 0;
+  } else if (accepted > 0) {
+    cap = std::min(max_depth, accepted + 1);
+    misses = 0;
+  } else {
+    cap = std::max(1, cap / 2);
+    ++misses;
+    if (misses >= 2) skip = 1 << std::min(misses - 1, 4);
+  }
+}
+
+Round::Round(Model& model, StateRows& state, DraftSource* draft, std::vector<int32_t> eog)
+    : model_(&model), state_(&state), draft_(draft), eog_(std::move(eog)) {}
+
+Status Round::prepare(std::span<const RoundRow> rows) {
+  SPECULA_CHECK(!open_);  // commit() the previous round first
+  const int64_t E = model_->info().n_embd;
+  const int32_t n_vocab = static_cast<int32_t>(model_->info().n_vocab);
+  rows_.assign(rows.begin(), rows.end());
+  results_.assign(rows_.size(), RoundResult{});
+
+  // 1. Drafts for decoding rows with depth > 0, all in one call (rows with draft_sampling
+  // get sampled drafts and their distributions, the others greedy ones).
+  std::vector<std::vector<TokenDist>> draft_q(rows_.size());
+  if (draft_ != nullptr) {
+    std::vector<DraftRow> drows;
+    std::vector<size_t> didx;
+    for (size_t i = 0; i < rows_.size(); ++i) {
+      const RoundRow& r = rows_[i];
+      if (r.chunk > 0 || r.depth <= 0) continue;
+      drows.push_back(DraftRow{r.id, r.context, r.depth, r.draft_sampling});
+      didx.push_back(i);
+    }
+    std::vector<std::vector<int32_t>> got;
+    std::vector<std::vector<TokenDist>> got_q;
+    // A failing draft source only costs speed: those rows decode without drafts.
+    if (!drows.empty() && draft_->draft_sampled(drows, got, got_q).is_ok()) {
+      for (size_t j = 0; j < didx.size() && j < got.size(); ++j) {
+        auto& prop = results_[didx[j]].drafts;
+        prop = std::move(got[j]);
+        if (static_cast<int64_t>(prop.size()) > drows[j].max_depth) prop.resize(drows[j].max_depth);
+        // Distributions only when there is one per proposal; otherwise exact match.
+        if (j < got_q.size() && got_q[j].size() >= prop.size() && !prop.empty()) {
+          got_q[j].resize(prop.size());
+          draft_q[didx[j]] = std::move(got_q[j]);
+        }
+      }
+    }
+  }
+
+  // 2. Windows, in row order: decoding rows feed pending + drafts, prompt chunks their chunk.
+  ids_.clear();
+  brows_.clear();
+  counts_.clear();
+  offset_.assign(1, 0);
+  tx_rows_.clear();
+  tx_index_.clear();
+  std::vector<int64_t> out_first(rows_.size(), -1), out_count(rows_.size(), 0);
+  for (size_t i = 0; i < rows_.size(); ++i) {
+    const RoundRow& r = rows_[i];
+    brows_.push_back(r.row);
+    if (r.chunk > 0) {
+      ids_.insert(ids_.end(), r.context.end() - r.chunk, r.context.end());
+      counts_.push_back(r.chunk);
+      if (r.samples) {
+        out_first[i] = static_cast<int64_t>(ids_.size()) - 1;
+        out_count[i] = 1;
+      }
+    } else {
+      const auto& prop = results_[i].drafts;
+      out_first[i] = static_cast<int64_t>(ids_.size());
+      out_count[i] = 1 + static_cast<int64_t>(prop.size());
+      ids_.push_back(r.context.back());
+      ids_.insert(ids_.end(), prop.begin(), prop.end());
+      counts_.push_back(out_count[i]);
+      tx_rows_.push_back(r.row);
+      tx_index_.push_back(i);
+    }
+    offset_.push_back(static_cast<int64_t>(ids_.size()));
+  }
+  if (rows_.empty()) return Status::ok();
+
+  // 3. Transaction, one forward, one projection.
+  state_->begin(tx_rows_);
+  open_ = true;
+  Batch batch;
+  batch.B = static_cast<int32_t>(rows_.size());
+  batch.ids = ids_.data();
+  batch.rows = brows_.data();
+  batch.n_tokens = counts_.data();
+  Status st = model_->forward(batch, *state_, hidden_);
+  if (!st.is_ok()) {
+    std::vector<int64_t> zero(tx_rows_.size(), 0);
+    (void)state_->resolve(tx_rows_, zero);  // back to the pre-round state
+    open_ = false;
+    return st;
+  }
+  std::vector<int64_t> out_offset(rows_.size(), 0);
+  int64_t n_out = 0;
+  for (size_t i = 0; i < rows_.size(); ++i) {
+    out_offset[i] = n_out;
+    n_out += out_count[i];
+  }
+  if (n_out > 0) {
+    logit_hidden_.resize(static_cast<size_t>(n_out * E));
+    for (size_t i = 0; i < rows_.size(); ++i)
+      if (out_count[i] > 0)
+        std::memcpy(logit_hidden_.data() + out_offset[i] * E, hidden_.data() + out_first[i] * E,
+                    static_cast<size_t>(out_count[i] * E) * sizeof(float));
+    logits_.resize(static_cast<size_t>(n_out) * n_vocab);
+    model_->project_logits(logit_hidden_.data(), n_out, logits_.data());
+  }
+  // The draft source follows the prompt chunk by chunk. A failure only costs speed.
+  if (draft_ != nullptr) {
+    std::vector<DraftRow> prompt_rows;
+    for (const RoundRow& r : rows_)
+      if (r.chunk > 0 && r.speculative) prompt_rows.push_back(DraftRow{r.id, r.context, 0});
+    if (!prompt_rows.empty()) (void)draft_->prefill(prompt_rows);
+  }
+
+  // 4. Walks with each row's own sampler.
+  for (size_t i = 0; i < rows_.size(); ++i) {
+    if (out_count[i] == 0) continue;
+    const RoundRow& r = rows_[i];
+    RoundResult& res = results_[i];
+    const float* lg = logits_.data() + out_offset[i] * n_vocab;
+    res.walk = draft_q[i].empty() ? speculative_walk(*r.sampler, lg, n_vocab, res.drafts, r.budget, eog_,
+                                                     r.ignore_eos, r.top_logprobs)
+                                  : speculative_walk_rejection(*r.sampler, lg, n_vocab, res.drafts, draft_q[i],
+                                                               r.budget, eog_, r.ignore_eos, r.top_logprobs);
+    res.sampled = true;
+  }
+  return Status::ok();
+}
+
+Status Round::commit(std::span<const int64_t> keep, std::span<const std::span<const int32_t>> contexts) {
+  SPECULA_CHECK(keep.size() == rows_.size() && contexts.size() == rows_.size());
+  Status st = Status::ok();
+  if (open_) {
+    std::vector<int64_t> tx_keep(tx_rows_.size());
+    for (size_t t = 0; t < tx_index_.size(); ++t) {
+      const size_t i = tx_index_[t];
+      const int64_t window = offset_[i + 1] - offset_[i];
+      tx_keep[t] = std::clamp<int64_t>(keep[i], 0, window);
+    }
+    st = state_->resolve(tx_rows_, tx_keep);
+    open_ = false;
+  }
+  if (draft_ != nullptr) {
+    std::vector<DraftRow> commits;
+    for (size_t i = 0; i < rows_.size(); ++i) {
+      const RoundRow& r = rows_[i];
+      if (r.chunk > 0 || contexts[i].empty()) continue;
+      if (r.speculative || !results_[i].drafts.empty()) commits.push_back(DraftRow{r.id, contexts[i], 0});
+    }
+    if (!commits.empty()) {
+      VerifyContext vc;
+      vc.hidden = hidden_.data();
+      vc.offset = offset_.data();
+      vc.n_embd = model_->info().n_embd;
+      draft_->commit(commits, &vc);
+    }
+  }
+  return st;
+}
+
+}  // namespace specula
