@@ -1,4 +1,4 @@
-// cli/main.cpp — the `specula` command line: generate, bench, tokenize, info.
+// cli/main.cpp — the `specula` command line: generate, serve, bench, kld, tokenize, info, pull.
 //
 // Parses flags, loads the model and tokenizer, and streams text; every failure is one
 // line on stderr ("specula: [component] message") and a non-zero exit. No model math here.
@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/kld.h"
 #include "core/thread_pool.h"
 #include "engine/generate.h"
 #include "engine/scheduler.h"
@@ -419,6 +420,46 @@ int run_bench(const BenchArgs& a) {
   return 0;
 }
 
+struct KldArgs {
+  std::string model, file;
+  int64_t ctx = 512, chunks = 0;
+  int threads = 0;
+  bool json = false;
+  CacheArgs cache;
+};
+
+int run_kld(const KldArgs& a) {
+  auto l = load(a.model, a.threads);
+  if (!l) return fail(l.message());
+  KldOptions o;
+  o.text_file = a.file;
+  o.n_ctx = a.ctx;
+  o.max_chunks = a.chunks;
+  o.test = a.cache.options();
+  const double t0 = now_seconds();
+  auto r = kl_divergence(*l->model, *l->tok, o);
+  if (!r) return fail(r.message());
+  const std::string type = a.cache.type_k + "/" + a.cache.type_v + (a.cache.delay > 0 ? " delay " + std::to_string(a.cache.delay) : "");
+  std::printf("model %s, KV cache %s vs f16/f16, %lld chunks of %lld tokens, %lld positions scored (%.1f s)\n",
+              l->model->info().name.c_str(), type.c_str(), static_cast<long long>(r->chunks),
+              static_cast<long long>(a.ctx), static_cast<long long>(r->positions), now_seconds() - t0);
+  std::printf("KV bytes per token: %.0f (f16 %.0f)\n", r->bytes_per_token_test, r->bytes_per_token_base);
+  std::printf("Mean KLD: %.6f ± %.6f\nMedian KLD: %.6f\n99%% KLD: %.6f\nMax KLD: %.6f\nSame top: %.3f%%\n",
+              r->mean_kld, r->sd_kld / std::sqrt(static_cast<double>(r->positions)), r->median_kld, r->p99_kld,
+              r->max_kld, 100.0 * r->same_top);
+  std::printf("PPL f16: %.4f, PPL %s: %.4f\n", r->ppl_base, type.c_str(), r->ppl_test);
+  if (a.json) {
+    nlohmann::json j = {{"model", l->model->info().name}, {"cache", type}, {"chunks", r->chunks}, {"ctx", a.ctx},
+                        {"positions", r->positions}, {"mean_kld", r->mean_kld},
+                        {"mean_kld_se", r->sd_kld / std::sqrt(static_cast<double>(r->positions))},
+                        {"median_kld", r->median_kld}, {"p99_kld", r->p99_kld}, {"max_kld", r->max_kld},
+                        {"same_top", r->same_top}, {"ppl_base", r->ppl_base}, {"ppl_test", r->ppl_test},
+                        {"kv_bytes_per_token", r->bytes_per_token_test}, {"kv_bytes_per_token_f16", r->bytes_per_token_base}};
+    std::printf("%s\n", j.dump().c_str());
+  }
+  return 0;
+}
+
 int run_tokenize(const std::string& model_arg, const std::string& text, bool json, bool parse_special,
                  bool no_bos) {
   auto path = resolve_model(model_arg);
@@ -637,6 +678,16 @@ int main(int argc, char** argv) {
                     "Speculate only while at most this many requests decode; 0 = always (default 2)")
       ->check(CLI::Range(0, 1 << 16));
 
+  KldArgs k;
+  auto* kld = app.add_subcommand("kld", "KL divergence of a KV cache type vs f16 over a text (as llama-perplexity --kl-divergence)");
+  kld->add_option("-m,--model", k.model, "GGUF model file");
+  kld->add_option("-f,--file", k.file, "Text file")->required();
+  kld->add_option("-c,--ctx", k.ctx, "Tokens per chunk; the second half of each is scored (default 512)")->check(CLI::Range(int64_t{4}, int64_t{1} << 20));
+  kld->add_option("--chunks", k.chunks, "Chunks to evaluate (default: all)")->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
+  kld->add_option("-t,--threads", k.threads, "Threads (default: all cores)")->check(CLI::Range(0, 1024));
+  kld->add_flag("--json", k.json, "Also print one JSON line");
+  add_cache_options(kld, k.cache, false);
+
   std::vector<std::string> pull_names;
   bool pull_list = false;
   auto* pull = app.add_subcommand("pull", "Download a known model into the model cache (e.g. qwen2.5-coder-1.5b)");
@@ -670,6 +721,7 @@ int main(int argc, char** argv) {
     }
     if (*bench) return run_bench(b);
     if (*tokc) return run_tokenize(tmodel, ttext, tjson, tspecial, tnobos);
+    if (*kld) return run_kld(k);
     if (*info) return run_info(ifile, icache);
     if (*serve) return run_serve(sv);
     if (*pull) {

@@ -49,6 +49,27 @@ TEST(Cli, MissingFileIsOneClearError) {
   EXPECT_NE(r.out.find("model file not found"), std::string::npos) << r.out;
 }
 
+// KV cache types: llama.cpp's -ctk/-ctv spelling works; an unknown type is one error line
+// listing the valid ones; info reports bytes per token per type.
+TEST(Cli, CacheTypesAndTheirErrors) {
+  if (!specula::testing::default_model_present()) GTEST_SKIP() << "model not found";
+  CliRun r = run("generate --greedy -n 4 -p hi -ctk q9_0");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("unknown cache type 'q9_0' (valid: f16, f32, bf16, q8_0, q4_0, turbo4, turbo3)"), std::string::npos)
+      << r.out;
+  r = run("generate --greedy -n 4 -p hi -ctk q8_0 -ctv turbo3 --kv-delay 16");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("KV cache: 15 x kv q8_0/turbo3 ring 512 delay 16, 3 x kv q8_0/turbo3 delay 16"), std::string::npos)
+      << r.out;
+  r = run("generate --greedy -n 4 -p hi --kv-delay 16");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("needs a quantized"), std::string::npos) << r.out;
+  r = run("info " + specula::testing::default_model_path(), true);
+  EXPECT_EQ(r.code, 0);
+  EXPECT_NE(r.out.find("f16/f16: 18432 bytes per token"), std::string::npos) << r.out.substr(r.out.size() - 600);
+  EXPECT_NE(r.out.find("q8_0/q8_0: 9792 bytes per token"), std::string::npos);
+}
+
 TEST(Cli, NotAGgufIsOneClearError) {
   const std::string f = tmp_file("not.gguf", "hello, this is not a model file at all\n");
   CliRun r = run("info " + f);

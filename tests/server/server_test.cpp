@@ -136,6 +136,12 @@ TEST_F(ServerTest, RoutesCompletionAndStream) {
   auto metrics = cli.Get("/metrics");
   ASSERT_TRUE(metrics);
   EXPECT_NE(metrics->body.find("specula_running_rows 0"), std::string::npos) << metrics->body.substr(0, 400);
+  // KV memory: nothing held or reserved once the requests are over; the budget is reported.
+  EXPECT_NE(metrics->body.find("\nspecula_kv_bytes 0\n"), std::string::npos);
+  EXPECT_NE(metrics->body.find("\nspecula_kv_reserved_bytes 0\n"), std::string::npos);
+  const size_t at = metrics->body.find("\nspecula_kv_budget_bytes ");
+  ASSERT_NE(at, std::string::npos);
+  EXPECT_GT(std::stod(metrics->body.substr(at + 25)), 1e6);
 }
 
 TEST_F(ServerTest, ApiKeyRefusalsKeepTheConnectionUsable) {

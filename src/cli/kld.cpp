@@ -1,0 +1,118 @@
+// cli/kld.cpp — see kld.h.
+#include "cli/kld.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+namespace specula {
+namespace {
+
+// log-softmax of n logits into out (double).
+void log_softmax(const float* l, int64_t n, std::vector<double>& out) {
+  out.resize(static_cast<size_t>(n));
+  double mx = l[0];
+  for (int64_t i = 1; i < n; ++i) mx = std::max(mx, static_cast<double>(l[i]));
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += std::exp(static_cast<double>(l[i]) - mx);
+  const double lse = mx + std::log(sum);
+  for (int64_t i = 0; i < n; ++i) out[i] = static_cast<double>(l[i]) - lse;
+}
+
+}  // namespace
+
+Result<KldResult> kl_divergence(Model& model, const tokenizer::Tokenizer& tok, const KldOptions& o) {
+  std::ifstream in(o.text_file, std::ios::binary);
+  if (!in) return Status::error("[kld] cannot read " + o.text_file);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  // As llama-perplexity: the whole text with BOS first, then chunks whose first token is BOS.
+  const std::vector<int32_t> ids = tok.encode(ss.str(), /*add_special=*/true, /*parse_special=*/false);
+  if (o.n_ctx < 4) return Status::error("[kld] chunk size " + std::to_string(o.n_ctx) + " is too small");
+  int64_t n_chunks = static_cast<int64_t>(ids.size()) / o.n_ctx;
+  if (o.max_chunks > 0) n_chunks = std::min(n_chunks, o.max_chunks);
+  if (n_chunks == 0)
+    return Status::error("[kld] " + o.text_file + " has " + std::to_string(ids.size()) +
+                         " tokens, fewer than one chunk of " + std::to_string(o.n_ctx));
+  auto base = new_state(model, CacheOptions{}, o.n_ctx);
+  if (!base) return base.status();
+  auto test = new_state(model, o.test, o.n_ctx);
+  if (!test) return test.status();
+  for (StateRows* s : {&*base, &*test}) {
+    SPECULA_RETURN_IF_ERROR(s->reserve(1));
+    auto row = s->new_row();
+    if (!row) return row.status();
+    s->insert(std::move(row).value());
+  }
+  const int64_t V = model.info().n_vocab, E = model.info().n_embd;
+  const int32_t bos = tok.vocab().add_bos() ? tok.vocab().bos_id() : -1;
+  const int64_t first = o.n_ctx / 2;
+  constexpr int64_t kBlock = 32;  // positions projected at once
+  std::vector<double> klds;
+  double nll_base = 0, nll_test = 0;
+  int64_t same = 0;
+  Tensor hb, ht;
+  std::vector<float> lb(static_cast<size_t>(kBlock * V)), lt(static_cast<size_t>(kBlock * V));
+  const int32_t row[1] = {0};
+  for (int64_t c = 0; c < n_chunks; ++c) {
+    std::vector<int32_t> chunk(ids.begin() + c * o.n_ctx, ids.begin() + (c + 1) * o.n_ctx);
+    if (bos >= 0) chunk[0] = bos;
+    for (auto [s, h] : {std::pair{&*base, &hb}, std::pair{&*test, &ht}}) {
+      SPECULA_RETURN_IF_ERROR(s->reset(0));
+      SPECULA_RETURN_IF_ERROR(model.forward(Batch{1, o.n_ctx, chunk.data(), row}, *s, *h));
+    }
+    for (int64_t j0 = first; j0 < o.n_ctx - 1; j0 += kBlock) {
+      const int64_t n = std::min(kBlock, o.n_ctx - 1 - j0);
+      model.project_logits(hb.data() + j0 * E, n, lb.data());
+      model.project_logits(ht.data() + j0 * E, n, lt.data());
+      // Positions in parallel (each thread its own softmax buffers), reduced in order.
+      std::vector<double> kl(static_cast<size_t>(n)), nb(static_cast<size_t>(n)), nt(static_cast<size_t>(n));
+      std::vector<uint8_t> agree(static_cast<size_t>(n));
+      model.pool()->run([&](int ith, int nth) {
+        std::vector<double> pb, pt;
+        auto [k0, k1] = ThreadPool::split(n, ith, nth);
+        for (int64_t k = k0; k < k1; ++k) {
+          const float* b = lb.data() + k * V;
+          const float* t = lt.data() + k * V;
+          log_softmax(b, V, pb);
+          log_softmax(t, V, pt);
+          double d = 0;
+          for (int64_t i = 0; i < V; ++i) d += std::exp(pb[i]) * (pb[i] - pt[i]);
+          kl[k] = std::max(0.0, d);
+          const int32_t next = chunk[j0 + k + 1];
+          nb[k] = -pb[next];
+          nt[k] = -pt[next];
+          agree[k] = (std::max_element(b, b + V) - b) == (std::max_element(t, t + V) - t);
+        }
+      });
+      for (int64_t k = 0; k < n; ++k) {
+        klds.push_back(kl[k]);
+        nll_base += nb[k];
+        nll_test += nt[k];
+        same += agree[k];
+      }
+    }
+  }
+  KldResult r;
+  r.chunks = n_chunks;
+  r.positions = static_cast<int64_t>(klds.size());
+  for (double k : klds) r.mean_kld += k;
+  r.mean_kld /= static_cast<double>(r.positions);
+  for (double k : klds) r.sd_kld += (k - r.mean_kld) * (k - r.mean_kld);
+  r.sd_kld = std::sqrt(r.sd_kld / std::max<double>(1, r.positions - 1));
+  std::vector<double> sorted = klds;
+  std::sort(sorted.begin(), sorted.end());
+  r.median_kld = sorted[sorted.size() / 2];
+  r.p99_kld = sorted[std::min(sorted.size() - 1, static_cast<size_t>(0.99 * static_cast<double>(sorted.size())))];
+  r.max_kld = sorted.back();
+  r.same_top = static_cast<double>(same) / static_cast<double>(r.positions);
+  r.ppl_base = std::exp(nll_base / static_cast<double>(r.positions));
+  r.ppl_test = std::exp(nll_test / static_cast<double>(r.positions));
+  r.bytes_per_token_base = base->bytes_per_token();
+  r.bytes_per_token_test = test->bytes_per_token();
+  return r;
+}
+
+}  // namespace specula

@@ -1,0 +1,412 @@
+// model/arch/qwen35.cpp — Qwen3.5 (text): a hybrid of gated-DeltaNet linear-attention
+// layers and gated full-attention layers, from GGUF (llama.cpp architecture `qwen35`).
+//
+// Architecture (Qwen team, Qwen3-Next / Qwen3.5 model cards; llama.cpp's loader and graph
+// for tensor names, metadata keys and formulas): token embedding (no scaling); each layer
+// is x += mixer(RMSNorm(x)); x += FFN(RMSNorm(x)) (attn_norm, post_attention_norm; GGUF norm
+// weights already include the +1 of the model's zero-centred norms), with
+//  * a linear-attention layer (most layers; every `full_attention_interval`-th layer, or
+//    the `attention.recurrent_layers` list, says which): qkv, z, beta, alpha projections,
+//    beta = sigmoid, g = softplus(alpha + ssm_dt.bias) * ssm_a, the gated delta rule with
+//    its causal conv (model/gated_delta_net.h, state: a recurrent layout), then per head
+//    RMSNorm(o) * ssm_norm * silu(z) and the ssm_out projection;
+//  * a gated attention layer: Q projection with a per-head [q | gate] layout, per-head
+//    RMSNorm of q and k, rotary embedding over the first rope.dimension_count dims (NEOX
+//    pairs; llama.cpp's interleaved multi-section rope, which for text positions rotates
+//    the pairs its sections cover and leaves the others at position 0), GQA attention
+//    scaled by 1/sqrt(head_dim), output * sigmoid(gate), attn_output;
+//  * a SwiGLU FFN down(silu(gate(x)) * up(x)).
+// Final RMSNorm, output projection (output.weight, or tied to the token embedding).
+// Does not run multi-token-prediction (nextn) layers (they are skipped), vision inputs, a
+// fused attention attn_qkv, or the MoE variant (qwen35moe).
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/attention.h"
+#include "model/gated_delta_net.h"
+#include "model/model.h"
+#include "ops/ops.h"
+#include "state/recurrent_layout.h"
+
+namespace specula {
+namespace {
+
+struct Params {
+  int64_t n_vocab = 0, n_embd = 0, n_layers = 0, n_ff = 0, n_ctx_train = 0;
+  int64_t n_heads = 0, n_kv_heads = 0, head_dim = 0, n_rot = 0;
+  float eps = 1e-6f, rope_base = 10000.0f, rope_freq_scale = 1.0f;
+  int32_t sections[4] = {0, 0, 0, 0};
+  GatedDeltaNetShape gdn;
+  std::vector<bool> recurrent;  // [n_layers]
+};
+
+struct Layer {
+  bool recurrent = false;
+  std::vector<float> attn_norm, post_norm;  // [n_embd]
+  TensorView w_gate, w_up, w_down;          // [n_ff, n_embd], [n_ff, n_embd], [n_embd, n_ff]
+  // attention: wq [2*H*hd, n_embd] (per head [q | gate]), wk/wv [Hkv*hd, n_embd], wo [n_embd, H*hd]
+  TensorView wq, wk, wv, wo;
+  std::vector<float> q_norm, k_norm;  // [hd]
+  // linear attention: w_qkv [conv_dim, n_embd], w_z [value_dim, n_embd], w_beta/w_alpha
+  // [n_v_heads, n_embd], w_out [n_embd, value_dim]
+  TensorView w_qkv, w_z, w_beta, w_alpha, w_out;
+  std::vector<float> dt_bias, a, ssm_norm;  // [n_v_heads], [n_v_heads], [d_state]
+  std::shared_ptr<const GatedDeltaNetRule> rule;
+};
+
+Result<int64_t> req(const gguf::GgufFile& f, const std::string& key) {
+  auto v = f.get_uint(key);
+  if (!v) return Status::error("[qwen35] missing or invalid metadata key '" + key + "': " + v.message());
+  if (*v == 0 || *v > (uint64_t{1} << 30))
+    return Status::error("[qwen35] metadata key '" + key + "' = " + std::to_string(*v) + " is out of range");
+  return static_cast<int64_t>(*v);
+}
+
+class Qwen35 final : public Model {
+ public:
+  static Result<std::unique_ptr<Model>> create(ModelContext ctx);
+
+  const ModelInfo& info() const override { return info_; }
+  const gguf::GgufFile& file() const override { return *ctx_.file; }
+  std::shared_ptr<ThreadPool> pool() const override { return ctx_.pool; }
+  std::vector<LayerSpec> layer_specs() const override {
+    std::vector<LayerSpec> specs(static_cast<size_t>(p_.n_layers));
+    for (int64_t il = 0; il < p_.n_layers; ++il) {
+      if (layers_[il].recurrent) {
+        specs[il].kind = LayerKind::kRecurrent;
+        specs[il].recurrent.rule = layers_[il].rule;
+      } else {
+        specs[il].attention = {p_.n_kv_heads, p_.head_dim, p_.head_dim, 0};
+      }
+    }
+    return specs;
+  }
+  Status forward(const Batch& batch, StateRows& state, Tensor& hidden) override;
+  void project_logits(const float* hidden, int64_t n, float* logits) override {
+    ops::matmul(*ctx_.pool, *kt_, output_, hidden, n, logits, ws_);
+  }
+
+ private:
+  void rows(int64_t M, const std::function<void(int64_t, int64_t)>& fn) {
+    if (M < 4) {
+      fn(0, M);
+      return;
+    }
+    ctx_.pool->run([&](int ith, int nth) {
+      auto [a, b] = ThreadPool::split(M, ith, nth);
+      if (a < b) fn(a, b);
+    });
+  }
+  void attention_layer(const Layer& L, int64_t il, const Batch& batch, StateRows& state);
+  void linear_layer(const Layer& L, int64_t il, const Batch& batch, StateRows& state);
+  static std::vector<float>& grow(std::vector<float>& v, int64_t n) {
+    if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
+    return v;
+  }
+
+  ModelContext ctx_;
+  ModelInfo info_;
+  Params p_;
+  const kernels::KernelTable* kt_ = nullptr;
+  TensorView tok_embd_, output_;    // [n_vocab, n_embd]
+  std::vector<float> output_norm_;  // [n_embd]
+  std::vector<Layer> layers_;
+  std::vector<float> rope_mask_;    // [n_rot/2] 1 = the pair rotates, 0 = position 0
+  ops::Workspace ws_;
+  BatchLayout layout_;
+  AttentionScratch attn_scratch_;
+  RecurrentScratch rec_scratch_;
+  std::vector<LayerRow*> rec_rows_;
+  // Step buffers (grow only): x/xn/o [M, n_embd]; attention qg [M, 2*H*hd], q/gate/attn
+  // [M, H*hd], k/v [M, Hkv*hd], cos/sin [M, n_rot/2]; linear qkv [M, conv_dim], z/rout
+  // [M, value_dim], beta/alpha [M, n_v_heads], rin [M, conv_dim + 2*n_v_heads];
+  // ffn gate/up [M, n_ff].
+  std::vector<float> x_, xn_, o_, qg_, q_, gate_, attn_, k_, v_, cos_, sin_, qkv_, z_, rout_, beta_, alpha_, rin_,
+      fg_, fu_;
+};
+
+Result<std::unique_ptr<Model>> Qwen35::create(ModelContext ctx) {
+  auto m = std::make_unique<Qwen35>();
+  const gguf::GgufFile& f = *ctx.file;
+  const kernels::KernelTable& kt = *ctx.kernels;
+  Params& p = m->p_;
+  const std::string a = "qwen35.";
+#define SPECULA_REQ(var, key)               \
+  do {                                      \
+    auto r_ = req(f, a + key);              \
+    if (!r_) return r_.status();            \
+    var = *r_;                              \
+  } while (0)
+  int64_t block_count = 0, d_inner = 0;
+  SPECULA_REQ(p.n_embd, "embedding_length");
+  SPECULA_REQ(block_count, "block_count");
+  SPECULA_REQ(p.n_ff, "feed_forward_length");
+  SPECULA_REQ(p.n_heads, "attention.head_count");
+  SPECULA_REQ(p.n_ctx_train, "context_length");
+  SPECULA_REQ(p.gdn.conv_kernel, "ssm.conv_kernel");
+  SPECULA_REQ(d_inner, "ssm.inner_size");
+  SPECULA_REQ(p.gdn.d_state, "ssm.state_size");
+  SPECULA_REQ(p.gdn.n_v_heads, "ssm.time_step_rank");
+  SPECULA_REQ(p.gdn.n_k_heads, "ssm.group_count");
+#undef SPECULA_REQ
+  p.n_kv_heads = p.n_heads;
+  if (auto v = f.get_uint(a + "attention.head_count_kv")) p.n_kv_heads = static_cast<int64_t>(*v);
+  p.head_dim = p.n_embd / p.n_heads;
+  if (auto v = f.get_uint(a + "attention.key_length")) p.head_dim = static_cast<int64_t>(*v);
+  if (auto v = f.get_uint(a + "attention.value_length"); v && static_cast<int64_t>(*v) != p.head_dim)
+    return Status::error("[qwen35] attention.value_length " + std::to_string(*v) + " != key_length " +
+                         std::to_string(p.head_dim));
+  p.n_rot = p.head_dim;
+  if (auto v = f.get_uint(a + "rope.dimension_count")) p.n_rot = static_cast<int64_t>(*v);
+  int64_t nextn = 0;
+  if (auto v = f.get_uint(a + "nextn_predict_layers")) nextn = static_cast<int64_t>(*v);
+  p.n_layers = block_count - nextn;
+  auto eps = f.get_float(a + "attention.layer_norm_rms_epsilon");
+  if (!eps) return Status::error("[qwen35] missing metadata key '" + a + "attention.layer_norm_rms_epsilon'");
+  p.eps = static_cast<float>(*eps);
+  if (!(p.eps > 0.0f) || !(p.eps < 1.0f))
+    return Status::error("[qwen35] attention.layer_norm_rms_epsilon " + std::to_string(*eps) + " is not in (0, 1)");
+  p.gdn.eps = p.eps;
+  if (auto fb = f.get_float(a + "rope.freq_base")) p.rope_base = static_cast<float>(*fb);
+  if (!(p.rope_base > 1.0f) || !std::isfinite(p.rope_base))
+    return Status::error("[qwen35] rope.freq_base " + std::to_string(p.rope_base) + " is not usable");
+  if (auto st = f.get_string(a + "rope.scaling.type"); st && *st != "none") {
+    if (*st != "linear") return Status::error("[qwen35] unsupported rope.scaling.type '" + *st + "' (supported: none, linear)");
+    auto fac = f.get_float(a + "rope.scaling.factor");
+    if (!fac || !(*fac > 0))
+      return Status::error("[qwen35] rope.scaling.type is linear but '" + a + "rope.scaling.factor' is missing or not positive");
+    p.rope_freq_scale = static_cast<float>(1.0 / *fac);
+  }
+  auto sec = f.get_i32_array(a + "rope.dimension_sections");
+  if (!sec) return Status::error("[qwen35] missing or invalid metadata key '" + a + "rope.dimension_sections': " + sec.message());
+  if (sec->size() != 4) return Status::error("[qwen35] rope.dimension_sections has " + std::to_string(sec->size()) + " entries, expected 4");
+  int64_t sect_dims = 0;
+  for (int i = 0; i < 4; ++i) {
+    if ((*sec)[i] < 0) return Status::error("[qwen35] rope.dimension_sections has a negative entry");
+    p.sections[i] = (*sec)[i];
+    sect_dims += (*sec)[i];
+  }
+  constexpr int64_t kMax = int64_t{1} << 20;
+  if (p.n_layers <= 0 || p.n_layers > 4096 || p.n_heads > 4096 || p.n_kv_heads <= 0 || p.n_heads % p.n_kv_heads != 0 ||
+      p.head_dim <= 0 || p.head_dim > 4096 || p.n_embd > kMax || p.n_ff > kMax || p.n_rot <= 0 || p.n_rot % 2 != 0 ||
+      p.n_rot > p.head_dim || sect_dims <= 0 || sect_dims > p.head_dim)
+    return Status::error("[qwen35] inconsistent hyperparameters: layers " + std::to_string(p.n_layers) + ", heads " +
+                         std::to_string(p.n_heads) + "/" + std::to_string(p.n_kv_heads) + ", head_dim " +
+                         std::to_string(p.head_dim) + ", rope dims " + std::to_string(p.n_rot) + ", rope sections sum " +
+                         std::to_string(sect_dims));
+  if (p.gdn.d_state > 1024 || p.gdn.conv_kernel > 64 || p.gdn.n_v_heads % p.gdn.n_k_heads != 0 ||
+      d_inner != p.gdn.d_state * p.gdn.n_v_heads)
+    return Status::error("[qwen35] inconsistent linear-attention sizes: ssm.inner_size " + std::to_string(d_inner) +
+                         " must be ssm.state_size " + std::to_string(p.gdn.d_state) + " x ssm.time_step_rank " +
+                         std::to_string(p.gdn.n_v_heads) + ", a multiple of ssm.group_count " +
+                         std::to_string(p.gdn.n_k_heads) + " (state size at most 1024, conv kernel at most 64)");
+  // Which layers are recurrent.
+  p.recurrent.assign(static_cast<size_t>(p.n_layers), false);
+  if (auto rl = f.get_i32_array(a + "attention.recurrent_layers")) {
+    if (static_cast<int64_t>(rl->size()) < p.n_layers)
+      return Status::error("[qwen35] attention.recurrent_layers has " + std::to_string(rl->size()) + " entries for " +
+                           std::to_string(p.n_layers) + " layers");
+    for (int64_t il = 0; il < p.n_layers; ++il) p.recurrent[il] = (*rl)[il] != 0;
+  } else {
+    int64_t interval = 4;
+    if (auto v = f.get_uint(a + "full_attention_interval")) interval = static_cast<int64_t>(*v);
+    if (interval <= 0) return Status::error("[qwen35] full_attention_interval must be positive");
+    for (int64_t il = 0; il < p.n_layers; ++il) p.recurrent[il] = (il + 1) % interval != 0;
+  }
+  if (f.find_tensor("blk.0.attn_qkv.weight") != nullptr && !p.recurrent[0])
+    return Status::error("[qwen35] fused attention tensor 'blk.0.attn_qkv.weight' is not supported");
+
+  const gguf::TensorInfo* te = f.find_tensor("token_embd.weight");
+  if (te == nullptr || te->shape.size() != 2) return Status::error("[qwen35] missing tensor 'token_embd.weight'");
+  p.n_vocab = te->shape[1];
+  if (p.n_vocab <= 0 || p.n_vocab > (int64_t{1} << 31) - 1)
+    return Status::error("[qwen35] token_embd.weight: vocabulary size " + std::to_string(p.n_vocab) + " is not usable");
+  auto tok = weight_2d(f, kt, "token_embd.weight", p.n_embd, p.n_vocab);
+  if (!tok) return tok.status();
+  m->tok_embd_ = *tok;
+  auto out = output_weight(f, kt, p.n_embd, p.n_vocab, m->tok_embd_);
+  if (!out) return out.status();
+  m->output_ = *out;
+  auto on = weight_1d_f32(f, kt, "output_norm.weight", p.n_embd);
+  if (!on) return on.status();
+  m->output_norm_ = std::move(on).value();
+
+  const int64_t E = p.n_embd, hd = p.head_dim, H = p.n_heads, KD = p.n_kv_heads * hd, F = p.n_ff;
+  const int64_t C = p.gdn.conv_dim(), VD = p.gdn.value_dim(), Hv = p.gdn.n_v_heads, ds = p.gdn.d_state;
+  for (int64_t il = 0; il < p.n_layers; ++il) {
+    Layer L;
+    L.recurrent = p.recurrent[il];
+    const std::string b = "blk." + std::to_string(il) + ".";
+    SPECULA_RETURN_IF_ERROR(load_weights(
+        f, kt, {{&L.attn_norm, b + "attn_norm.weight", E}, {&L.post_norm, b + "post_attention_norm.weight", E}},
+        {{&L.w_gate, b + "ffn_gate.weight", E, F}, {&L.w_up, b + "ffn_up.weight", E, F},
+         {&L.w_down, b + "ffn_down.weight", F, E}}));
+    if (L.recurrent) {
+      SPECULA_RETURN_IF_ERROR(load_weights(
+          f, kt,
+          {{&L.dt_bias, b + "ssm_dt.bias", Hv}, {&L.a, b + "ssm_a", Hv}, {&L.ssm_norm, b + "ssm_norm.weight", ds}},
+          {{&L.w_qkv, b + "attn_qkv.weight", E, C}, {&L.w_z, b + "attn_gate.weight", E, VD},
+           {&L.w_beta, b + "ssm_beta.weight", E, Hv}, {&L.w_alpha, b + "ssm_alpha.weight", E, Hv},
+           {&L.w_out, b + "ssm_out.weight", VD, E}}));
+      auto conv = weight_f32(f, kt, b + "ssm_conv1d.weight", {p.gdn.conv_kernel, C});
+      if (!conv) return conv.status();
+      L.rule = std::make_shared<GatedDeltaNetRule>(p.gdn, std::move(conv).value(), ctx.kernels);
+    } else {
+      SPECULA_RETURN_IF_ERROR(load_weights(
+          f, kt, {{&L.q_norm, b + "attn_q_norm.weight", hd}, {&L.k_norm, b + "attn_k_norm.weight", hd}},
+          {{&L.wq, b + "attn_q.weight", E, 2 * H * hd}, {&L.wk, b + "attn_k.weight", E, KD},
+           {&L.wv, b + "attn_v.weight", E, KD}, {&L.wo, b + "attn_output.weight", H * hd, E}}));
+    }
+    m->layers_.push_back(std::move(L));
+  }
+  // Interleaved multi-section rope at a text position: pair i rotates with the position
+  // when its sector is covered by a section, else with position 0 (llama.cpp's IMROPE).
+  m->rope_mask_.assign(static_cast<size_t>(p.n_rot / 2), 0.0f);
+  for (int64_t i = 0; i < p.n_rot / 2; ++i) {
+    const int64_t s = i % sect_dims;
+    const bool covered = (s % 3 == 1 && s < 3 * p.sections[1]) || (s % 3 == 2 && s < 3 * p.sections[2]) ||
+                         (s % 3 == 0 && s < 3 * p.sections[0]);
+    m->rope_mask_[i] = covered ? 1.0f : 0.0f;
+  }
+  m->info_.architecture = "qwen35";
+  if (auto nm = f.get_string("general.name")) m->info_.name = *nm;
+  m->info_.n_vocab = p.n_vocab;
+  m->info_.n_embd = p.n_embd;
+  m->info_.n_layers = p.n_layers;
+  m->info_.n_ctx_train = p.n_ctx_train;
+  m->kt_ = ctx.kernels;
+  m->ctx_ = std::move(ctx);
+  return std::unique_ptr<Model>(std::move(m));
+}
+
+void Qwen35::attention_layer(const Layer& L, int64_t il, const Batch& batch, StateRows& state) {
+  ThreadPool& pool = *ctx_.pool;
+  const kernels::KernelTable& kt = *kt_;
+  const int64_t M = layout_.M, hd = p_.head_dim, H = p_.n_heads, Hkv = p_.n_kv_heads;
+  const int64_t QD = H * hd, KD = Hkv * hd, half = p_.n_rot / 2;
+  ops::matmul(pool, kt, L.wq, xn_.data(), M, grow(qg_, M * 2 * QD).data(), ws_);
+  ops::matmul(pool, kt, L.wk, xn_.data(), M, grow(k_, M * KD).data(), ws_);
+  ops::matmul(pool, kt, L.wv, xn_.data(), M, grow(v_, M * KD).data(), ws_);
+  grow(q_, M * QD);
+  grow(gate_, M * QD);
+  rows(M, [&](int64_t a, int64_t b) {
+    for (int64_t m = a; m < b; ++m)
+      for (int64_t h = 0; h < H; ++h) {
+        const float* src = qg_.data() + m * 2 * QD + h * 2 * hd;
+        std::copy(src, src + hd, q_.data() + m * QD + h * hd);
+        std::copy(src + hd, src + 2 * hd, gate_.data() + m * QD + h * hd);
+      }
+    ops::rms_norm(q_.data() + a * QD, L.q_norm.data(), (b - a) * H, hd, p_.eps, q_.data() + a * QD);
+    ops::rms_norm(k_.data() + a * KD, L.k_norm.data(), (b - a) * Hkv, hd, p_.eps, k_.data() + a * KD);
+    ops::rope_neox_partial(q_.data() + a * QD, b - a, H, hd, p_.n_rot, cos_.data() + a * half, sin_.data() + a * half);
+    ops::rope_neox_partial(k_.data() + a * KD, b - a, Hkv, hd, p_.n_rot, cos_.data() + a * half, sin_.data() + a * half);
+  });
+  AttentionArgs aa;
+  aa.layer = il;
+  aa.n_heads = H;
+  aa.n_kv_heads = Hkv;
+  aa.head_dim = hd;
+  aa.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  aa.M = M;
+  aa.B = batch.B;
+  aa.rows = batch.rows;
+  aa.offset = layout_.offset.data();
+  aa.token_row = layout_.token_row.data();
+  aa.kt = &kt;
+  attention(pool, aa, state, q_.data(), k_.data(), v_.data(), grow(attn_, M * QD).data(), attn_scratch_);
+  rows(M, [&](int64_t a, int64_t b) {
+    for (int64_t i = a * QD; i < b * QD; ++i) attn_[i] *= 1.0f / (1.0f + std::exp(-gate_[i]));
+  });
+  ops::matmul(pool, kt, L.wo, attn_.data(), M, o_.data(), ws_);
+}
+
+void Qwen35::linear_layer(const Layer& L, int64_t il, const Batch& batch, StateRows& state) {
+  ThreadPool& pool = *ctx_.pool;
+  const kernels::KernelTable& kt = *kt_;
+  const int64_t M = layout_.M, C = p_.gdn.conv_dim(), VD = p_.gdn.value_dim(), Hv = p_.gdn.n_v_heads;
+  const int64_t ds = p_.gdn.d_state, nin = C + 2 * Hv;
+  ops::matmul(pool, kt, L.w_qkv, xn_.data(), M, grow(qkv_, M * C).data(), ws_);
+  ops::matmul(pool, kt, L.w_z, xn_.data(), M, grow(z_, M * VD).data(), ws_);
+  ops::matmul(pool, kt, L.w_beta, xn_.data(), M, grow(beta_, M * Hv).data(), ws_);
+  ops::matmul(pool, kt, L.w_alpha, xn_.data(), M, grow(alpha_, M * Hv).data(), ws_);
+  grow(rin_, M * nin);
+  for (int64_t m = 0; m < M; ++m) {
+    float* in = rin_.data() + m * nin;
+    std::copy(qkv_.data() + m * C, qkv_.data() + (m + 1) * C, in);
+    for (int64_t h = 0; h < Hv; ++h) {
+      const float x = alpha_[m * Hv + h] + L.dt_bias[h];
+      const float sp = x > 20.0f ? x : std::log(1.0f + std::exp(x));  // softplus, as ggml computes it
+      in[C + h] = sp * L.a[h];                                     // g: the log decay (a < 0)
+      in[C + Hv + h] = 1.0f / (1.0f + std::exp(-beta_[m * Hv + h]));
+    }
+  }
+  const RecurrentLayout* R = state.layout_as<RecurrentLayout>(il);
+  SPECULA_CHECK(R != nullptr);
+  rec_rows_.resize(static_cast<size_t>(batch.B));
+  for (int32_t b = 0; b < batch.B; ++b) rec_rows_[b] = &state.layer_row(batch.rows[b], il);
+  R->run(pool, rec_rows_, layout_.offset.data(), rin_.data(), grow(rout_, M * VD).data(), rec_scratch_);
+  // Gated RMSNorm per head: rms(o_h) * ssm_norm * silu(z_h).
+  rows(M, [&](int64_t a, int64_t b) {
+    ops::rms_norm(rout_.data() + a * VD, L.ssm_norm.data(), (b - a) * Hv, ds, p_.eps, rout_.data() + a * VD);
+    for (int64_t i = a * VD; i < b * VD; ++i) rout_[i] *= z_[i] / (1.0f + std::exp(-z_[i]));
+  });
+  ops::matmul(pool, kt, L.w_out, rout_.data(), M, o_.data(), ws_);
+}
+
+Status Qwen35::forward(const Batch& batch, StateRows& state, Tensor& hidden) {
+  if (state.n_layers() != p_.n_layers)
+    return Status::error("[qwen35] state has " + std::to_string(state.n_layers()) + " layers, the model " +
+                         std::to_string(p_.n_layers));
+  SPECULA_RETURN_IF_ERROR(plan_batch(batch, state, p_.n_vocab, "[qwen35]", layout_));
+  const int64_t M = layout_.M, E = p_.n_embd, F = p_.n_ff, half = p_.n_rot / 2;
+  ThreadPool& pool = *ctx_.pool;
+  const kernels::KernelTable& kt = *kt_;
+  grow(x_, M * E);
+  grow(xn_, M * E);
+  grow(o_, M * E);
+  ops::get_rows(kt, tok_embd_, batch.ids, M, 1.0f, x_.data());
+  ops::rope_table(layout_.pos.data(), M, p_.n_rot, p_.rope_base, p_.rope_freq_scale, grow(cos_, M * half).data(),
+                  grow(sin_, M * half).data());
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t i = 0; i < half; ++i)
+      if (rope_mask_[i] == 0.0f) {
+        cos_[m * half + i] = 1.0f;
+        sin_[m * half + i] = 0.0f;
+      }
+  for (int64_t il = 0; il < p_.n_layers; ++il) {
+    const Layer& L = layers_[il];
+    rows(M, [&](int64_t a, int64_t b) {
+      ops::rms_norm(x_.data() + a * E, L.attn_norm.data(), b - a, E, p_.eps, xn_.data() + a * E);
+    });
+    if (L.recurrent)
+      linear_layer(L, il, batch, state);
+    else
+      attention_layer(L, il, batch, state);
+    rows(M, [&](int64_t a, int64_t b) {
+      for (int64_t i = a * E; i < b * E; ++i) x_[i] += o_[i];
+      ops::rms_norm(x_.data() + a * E, L.post_norm.data(), b - a, E, p_.eps, xn_.data() + a * E);
+    });
+    ops::matmul(pool, kt, L.w_gate, xn_.data(), M, grow(fg_, M * F).data(), ws_);
+    ops::matmul(pool, kt, L.w_up, xn_.data(), M, grow(fu_, M * F).data(), ws_);
+    pool.run([&](int ith, int nth) {
+      auto [a, b] = ThreadPool::split(M * F, ith, nth);
+      if (a < b) ops::silu_mul(b - a, fg_.data() + a, fu_.data() + a, fg_.data() + a);
+    });
+    ops::matmul(pool, kt, L.w_down, fg_.data(), M, o_.data(), ws_);
+    rows(M, [&](int64_t a, int64_t b) {
+      for (int64_t i = a * E; i < b * E; ++i) x_[i] += o_[i];
+    });
+  }
+  for (int32_t b = 0; b < batch.B; ++b) state.advance(batch.rows[b], batch.tokens_of(b));
+  if (hidden.shape().size() != 2 || hidden.dim(0) != M || hidden.dim(1) != E) hidden = Tensor({M, E});
+  ops::rms_norm(x_.data(), output_norm_.data(), M, E, p_.eps, hidden.data());
+  return Status::ok();
+}
+
+const bool kRegistered = register_architecture("qwen35", &Qwen35::create);
+
+}  // namespace
+}  // namespace specula
