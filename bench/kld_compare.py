@@ -47,8 +47,11 @@ def specula_kld(args, model: str, k: str, v: str, delay: int) -> dict:
 
 def llama_kld(args, model: str, k: str, v: str, base: str) -> dict:
     exe = os.path.join(bin_dir(), "llama-perplexity")
+    # --no-repack: on CPUs with AMX, llama.cpp 0.3.36's native build crashes in its AMX
+    # matmul (SIGSEGV in ggml_backend_amx_mul_mat) unless the repacked weight buffers are
+    # off; the KV cache numerics under test do not depend on it.
     common = [exe, "-m", model, "-f", args.text, "-c", str(args.ctx), "--chunks", str(args.chunks), "-t",
-              str(args.threads), "-fa", "on", "-b", str(args.ctx)]
+              str(args.threads), "-fa", "on", "-b", str(args.ctx), "--no-repack"]
     if not os.path.exists(base):
         subprocess.run(common + ["-ctk", "f16", "-ctv", "f16", "--kl-divergence-base", base], check=True,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

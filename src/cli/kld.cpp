@@ -78,8 +78,11 @@ Result<KldResult> kl_divergence(Model& model, const tokenizer::Tokenizer& tok, c
           const float* t = lt.data() + k * V;
           log_softmax(b, V, pb);
           log_softmax(t, V, pt);
+          // llama-perplexity's sum: tokens whose base log-probability is below -16 (p < 1.1e-7)
+          // are left out (with vocabularies of 150k-260k tokens their tail adds noise).
           double d = 0;
-          for (int64_t i = 0; i < V; ++i) d += std::exp(pb[i]) * (pb[i] - pt[i]);
+          for (int64_t i = 0; i < V; ++i)
+            if (pb[i] > -16.0) d += std::exp(pb[i]) * (pb[i] - pt[i]);
           kl[k] = std::max(0.0, d);
           const int32_t next = chunk[j0 + k + 1];
           nb[k] = -pb[next];

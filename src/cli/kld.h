@@ -6,7 +6,8 @@
 // each chunk is run through the model in one forward on an empty row — once with an f16 K/V cache (the base) and once
 // with the cache options under test. Positions n_ctx/2 .. n_ctx-2 of each chunk are
 // scored (the first half is context), as llama-perplexity does: per position the
-// KL divergence KL(p_base || p_test) of the softmaxes (double precision), whether the
+// KL divergence KL(p_base || p_test) of the softmaxes (double precision; like
+// llama-perplexity, over the tokens whose base log-probability is above -16), whether the
 // argmax agrees, and both negative log-likelihoods of the next token (perplexity).
 // Does not evaluate other precisions than the KV cache's (weights are the file's).
 #pragma once

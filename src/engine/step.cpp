@@ -157,17 +157,6 @@ bool Engine::step() {
     contexts[k] = a.context;
   }
   st = round_->commit(keep, contexts);
-  if (!st.is_ok()) {
-    // A layer could not resolve: every row of the round is untrusted.
-    for (size_t i : members) ended.push_back({i, Outcome::kFailed});
-    retire(std::move(ended), "[engine] cache rollback failed: " + st.message());
-  } else {
-    // A row whose context is full ends here (its pending token has no position left).
-    for (size_t k = 0; k < rows.size(); ++k)
-      if (!contexts[k].empty() && state_.length(static_cast<int32_t>(members[k])) + 1 > state_.max_length())
-        ended.push_back({members[k], Outcome::kLength});
-    retire(std::move(ended));
-  }
   {
     std::lock_guard<std::mutex> lock(wakeup_->mu);
     ++stats_.steps;
@@ -182,6 +171,19 @@ bool Engine::step() {
       tokens += rows[k].chunk > 0 ? rows[k].chunk : 1 + static_cast<int64_t>(results[k].drafts.size());
     stats_.batch_tokens.observe(static_cast<double>(tokens));
     stats_.kv_bytes = state_.bytes();
+  }
+  // (Stats first: a request's response may complete inside retire(), and a client reading
+  // /metrics right after must see this step counted.)
+  if (!st.is_ok()) {
+    // A layer could not resolve: every row of the round is untrusted.
+    for (size_t i : members) ended.push_back({i, Outcome::kFailed});
+    retire(std::move(ended), "[engine] cache rollback failed: " + st.message());
+  } else {
+    // A row whose context is full ends here (its pending token has no position left).
+    for (size_t k = 0; k < rows.size(); ++k)
+      if (!contexts[k].empty() && state_.length(static_cast<int32_t>(members[k])) + 1 > state_.max_length())
+        ended.push_back({members[k], Outcome::kLength});
+    retire(std::move(ended));
   }
   return true;
 }

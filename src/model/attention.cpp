@@ -112,6 +112,8 @@ void attention(ThreadPool& pool, const AttentionArgs& a, StateRows& state, const
         const float* qsrc = q + (qq.m * a.n_heads + qq.h) * hd;
         float* qd = qs.data() + i * hd;
         for (int64_t d = 0; d < hd; ++d) qd[d] = qsrc[d] * a.scale;
+        if (vw.key_scale != nullptr)
+          for (int64_t d = 0; d < hd; ++d) qd[d] *= vw.key_scale[g * hd + d];
         kc.to_storage_basis(qd);
         for (int64_t d = 0; d < hd; ++d) qd[d] = fp16_to_fp32(fp32_to_fp16(qd[d]));
       }
@@ -181,6 +183,8 @@ void attention(ThreadPool& pool, const AttentionArgs& a, StateRows& state, const
       for (int64_t i = 0; i < nq; ++i) {
         float* ai = acc.data() + i * hd;
         vc.from_storage_basis(ai);
+        if (vw.value_offset != nullptr)
+          for (int64_t d = 0; d < hd; ++d) ai[d] += vw.value_offset[g * hd + d];
         std::copy(ai, ai + hd, out + (qv[i].m * a.n_heads + qv[i].h) * hd);
       }
     }

@@ -1,6 +1,7 @@
 // model/model.cpp — architecture registry, load_model, and weight lookup helpers.
 #include "model/model.h"
 
+#include <cmath>
 #include <map>
 #include <mutex>
 
@@ -117,6 +118,19 @@ Result<std::vector<float>> weight_1d_f32(const gguf::GgufFile& f, const kernels:
   std::vector<float> out(static_cast<size_t>(n));
   tk.dequantize_row(t->data, out.data(), n);
   return out;
+}
+
+std::shared_ptr<const std::vector<float>> key_scale_from_norm(const std::vector<float>& w, int64_t n_kv_heads,
+                                                              int64_t n_rot) {
+  const int64_t hd = static_cast<int64_t>(w.size()), half = n_rot / 2;
+  std::vector<float> one(static_cast<size_t>(hd));
+  for (int64_t i = 0; i < hd; ++i) one[i] = std::fabs(w[i]);
+  for (int64_t i = 0; i < half; ++i) one[i] = one[i + half] = std::sqrt(0.5f * (w[i] * w[i] + w[i + half] * w[i + half]));
+  for (float& x : one)
+    if (!(x > 1e-6f) || !std::isfinite(x)) x = 1.0f;
+  auto s = std::make_shared<std::vector<float>>();
+  for (int64_t g = 0; g < n_kv_heads; ++g) s->insert(s->end(), one.begin(), one.end());
+  return s;
 }
 
 Result<std::vector<float>> weight_f32(const gguf::GgufFile& f, const kernels::KernelTable& kt, const std::string& name,

@@ -136,6 +136,12 @@ Result<TensorView> output_weight(const gguf::GgufFile& f, const kernels::KernelT
 // A 1-D tensor of n elements converted to f32 (norm weights).
 Result<std::vector<float>> weight_1d_f32(const gguf::GgufFile& f, const kernels::KernelTable& kt,
                                          const std::string& name, int64_t n);
+// The per-channel key scale (AttentionSpec::key_scale) for keys that went through a
+// QK-norm with gain w [head_dim]: |w|, as the RMS over each NEOX RoPE pair (i, i + n_rot/2)
+// for the first n_rot dims (RoPE mixes a pair's two channels), repeated per kv head.
+// [n_kv_heads * head_dim]; non-positive or non-finite entries become 1.
+std::shared_ptr<const std::vector<float>> key_scale_from_norm(const std::vector<float>& w, int64_t n_kv_heads,
+                                                              int64_t n_rot);
 // A tensor of GGUF shape `dims` (fastest first, e.g. {K, N}) converted to f32, row-major
 // with the last dim outermost (e.g. a conv kernel [channels][taps]). Errors: missing
 // tensor, other shape, unsupported type.

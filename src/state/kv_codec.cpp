@@ -127,12 +127,16 @@ std::vector<float> lloyd_max(int64_t dim, int bits) {
   return out;
 }
 
+// Codes are a little-endian bitstream (code i at bit offset sum of the widths before it):
+// the first n_hi coordinates of the rotated vector use hi bits, the rest lo bits (after the
+// rotation every coordinate has the same distribution, so which ones get the extra bit
+// does not matter). turbo4 = 4/4, turbo4.5 = 5 bits for half the coordinates, 4 for the rest.
 class TurboCodec final : public KvCodec {
  public:
-  TurboCodec(int64_t dim, int bits)
-      : KvCodec("turbo" + std::to_string(bits), dim, 2 + static_cast<size_t>(dim * bits / 8)),
-        bits_(bits),
-        centroids_(turbo_centroids(dim, bits)),
+  TurboCodec(std::string name, int64_t dim, int hi, int lo)
+      : KvCodec(std::move(name), dim, 2 + static_cast<size_t>((dim / 2 * hi + dim / 2 * lo + 7) / 8)),
+        hi_(hi), lo_(lo), n_hi_(dim / 2),
+        c_hi_(turbo_centroids(dim, hi)), c_lo_(turbo_centroids(dim, lo)),
         signs_(static_cast<size_t>(dim)),
         inv_sqrt_(1.0f / std::sqrt(static_cast<float>(dim))) {
     uint64_t s = 0x7E4B0C0DE5EEDULL ^ static_cast<uint64_t>(dim);
@@ -140,7 +144,8 @@ class TurboCodec final : public KvCodec {
       const uint64_t r = splitmix64(s);
       for (int64_t j = i; j < std::min(dim, i + 64); ++j) signs_[j] = ((r >> (j - i)) & 1) ? -1.0f : 1.0f;
     }
-    for (size_t j = 0; j + 1 < centroids_.size(); ++j) bounds_.push_back(0.5f * (centroids_[j] + centroids_[j + 1]));
+    for (size_t j = 0; j + 1 < c_hi_.size(); ++j) b_hi_.push_back(0.5f * (c_hi_[j] + c_hi_[j + 1]));
+    for (size_t j = 0; j + 1 < c_lo_.size(); ++j) b_lo_.push_back(0.5f * (c_lo_[j] + c_lo_[j + 1]));
   }
   bool rotated() const override { return true; }
 
@@ -159,36 +164,32 @@ class TurboCodec final : public KvCodec {
   void encode(const float* x, uint8_t* out) const override {
     const int64_t n = dim();
     float u[kMaxDim];
-    uint8_t code[kMaxDim];
     std::memcpy(u, x, static_cast<size_t>(n) * sizeof(float));
     to_storage_basis(u);
     double norm2 = 0.0;
     for (int64_t i = 0; i < n; ++i) norm2 += static_cast<double>(u[i]) * u[i];
     const double norm = std::sqrt(norm2);
     double uc = 0.0, cc = 0.0;
+    std::memset(out, 0, bytes());
+    uint8_t* q = out + 2;
+    int64_t bit = 0;
     for (int64_t i = 0; i < n; ++i) {
+      const bool hi = i < n_hi_;
+      const std::vector<float>& bounds = hi ? b_hi_ : b_lo_;
       const float t = norm > 0.0 ? static_cast<float>(u[i] / norm) : 0.0f;
-      const int k = static_cast<int>(std::upper_bound(bounds_.begin(), bounds_.end(), t) - bounds_.begin());
-      code[i] = static_cast<uint8_t>(k);
-      const double c = centroids_[k];
+      const uint32_t k = static_cast<uint32_t>(std::upper_bound(bounds.begin(), bounds.end(), t) - bounds.begin());
+      const double c = (hi ? c_hi_ : c_lo_)[k];
       uc += static_cast<double>(u[i]) * c;
       cc += c * c;
+      const int w = hi ? hi_ : lo_;
+      for (int b = 0; b < w; ++b, ++bit)
+        if ((k >> b) & 1u) q[bit >> 3] = static_cast<uint8_t>(q[bit >> 3] | (1u << (bit & 7)));
     }
+    // One scale per vector: the least-squares fit of the centroid vector to u (it also
+    // restores the norm).
     const float scale = cc > 0.0 ? static_cast<float>(uc / cc) : 0.0f;
     const uint16_t h = fp32_to_fp16(scale);
     std::memcpy(out, &h, 2);
-    uint8_t* q = out + 2;
-    if (bits_ == 4) {
-      for (int64_t i = 0; i < n; i += 2) q[i / 2] = static_cast<uint8_t>(code[i] | (code[i + 1] << 4));
-    } else {  // 3 bits: 8 codes in 3 bytes, little-endian
-      for (int64_t i = 0; i < n; i += 8) {
-        uint32_t v = 0;
-        for (int j = 0; j < 8; ++j) v |= static_cast<uint32_t>(code[i + j]) << (3 * j);
-        q[i / 8 * 3 + 0] = static_cast<uint8_t>(v);
-        q[i / 8 * 3 + 1] = static_cast<uint8_t>(v >> 8);
-        q[i / 8 * 3 + 2] = static_cast<uint8_t>(v >> 16);
-      }
-    }
   }
 
   void decode(const uint8_t* in, float* y) const override {
@@ -196,27 +197,42 @@ class TurboCodec final : public KvCodec {
     uint16_t h;
     std::memcpy(&h, in, 2);
     const float s = fp16_to_fp32(h);
-    float lut[16];
-    for (size_t j = 0; j < centroids_.size(); ++j) lut[j] = s * centroids_[j];
+    float lut_hi[256], lut_lo[256];
+    for (size_t j = 0; j < c_hi_.size(); ++j) lut_hi[j] = s * c_hi_[j];
+    for (size_t j = 0; j < c_lo_.size(); ++j) lut_lo[j] = s * c_lo_[j];
     const uint8_t* q = in + 2;
-    if (bits_ == 4) {
+    if (hi_ == lo_ && hi_ == 4) {  // the common case, a byte holds two codes
       for (int64_t i = 0; i < n; i += 2) {
-        y[i] = lut[q[i / 2] & 15];
-        y[i + 1] = lut[q[i / 2] >> 4];
+        y[i] = lut_hi[q[i / 2] & 15];
+        y[i + 1] = lut_hi[q[i / 2] >> 4];
       }
-    } else {
-      for (int64_t i = 0; i < n; i += 8) {
-        const uint32_t v = q[i / 8 * 3] | (q[i / 8 * 3 + 1] << 8) | (static_cast<uint32_t>(q[i / 8 * 3 + 2]) << 16);
-        for (int j = 0; j < 8; ++j) y[i + j] = lut[(v >> (3 * j)) & 7];
+      return;
+    }
+    uint64_t buf = 0;
+    int have = 0;
+    size_t pos = 0;
+    const size_t nbytes = bytes() - 2;
+    for (int64_t i = 0; i < n; ++i) {
+      const int w = i < n_hi_ ? hi_ : lo_;
+      while (have < w) {
+        buf |= static_cast<uint64_t>(pos < nbytes ? q[pos] : 0) << have;
+        ++pos;
+        have += 8;
       }
+      const uint32_t k = static_cast<uint32_t>(buf & ((1u << w) - 1));
+      buf >>= w;
+      have -= w;
+      y[i] = (i < n_hi_ ? lut_hi : lut_lo)[k];
     }
   }
 
  private:
-  int bits_;
-  const std::vector<float>& centroids_;
-  std::vector<float> bounds_;  // midpoints between consecutive centroids
-  std::vector<float> signs_;   // D: ±1 per coordinate
+  int hi_, lo_;
+  int64_t n_hi_;
+  const std::vector<float>& c_hi_;
+  const std::vector<float>& c_lo_;
+  std::vector<float> b_hi_, b_lo_;  // midpoints between consecutive centroids
+  std::vector<float> signs_;        // D: ±1 per coordinate
   float inv_sqrt_;
 };
 
@@ -251,6 +267,14 @@ Status need_multiple(const char* name, int64_t dim, int64_t m) {
   return Status::ok();
 }
 
+Factory turbo_factory(std::string name, int hi, int lo) {
+  return [name, hi, lo](int64_t d, const kernels::KernelTable&) -> Result<std::shared_ptr<const KvCodec>> {
+    if (d < 8 || (d & (d - 1)) != 0)
+      return Status::error("[kv_codec] " + name + " needs head_dim a power of two >= 8, got " + std::to_string(d));
+    return std::shared_ptr<const KvCodec>(new TurboCodec(name, d, hi, lo));
+  };
+}
+
 const std::vector<std::pair<std::string, Factory>>& factories() {
   static const std::vector<std::pair<std::string, Factory>> f = {
       {"f16",
@@ -277,18 +301,11 @@ const std::vector<std::pair<std::string, Factory>>& factories() {
          return std::shared_ptr<const KvCodec>(
              new TableCodec("q4_0", d, DType::Q4_0, kt, kt.of(DType::Q4_0).quantize_row));
        }},
-      {"turbo4",
-       [](int64_t d, const kernels::KernelTable&) -> Result<std::shared_ptr<const KvCodec>> {
-         if (d < 8 || (d & (d - 1)) != 0)
-           return Status::error("[kv_codec] turbo4 needs head_dim a power of two >= 8, got " + std::to_string(d));
-         return std::shared_ptr<const KvCodec>(new TurboCodec(d, 4));
-       }},
-      {"turbo3",
-       [](int64_t d, const kernels::KernelTable&) -> Result<std::shared_ptr<const KvCodec>> {
-         if (d < 8 || (d & (d - 1)) != 0)
-           return Status::error("[kv_codec] turbo3 needs head_dim a power of two >= 8, got " + std::to_string(d));
-         return std::shared_ptr<const KvCodec>(new TurboCodec(d, 3));
-       }},
+      {"turbo3", turbo_factory("turbo3", 3, 3)},
+      {"turbo3.5", turbo_factory("turbo3.5", 4, 3)},
+      {"turbo4", turbo_factory("turbo4", 4, 4)},
+      {"turbo4.5", turbo_factory("turbo4.5", 5, 4)},
+      {"turbo5", turbo_factory("turbo5", 5, 5)},
   };
   return f;
 }

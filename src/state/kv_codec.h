@@ -10,16 +10,20 @@
 //   q8_0, q4_0       ggml's legacy blocks of 32 along head_dim (ggml `quantize_row_q8_0_ref`
 //                    / `quantize_row_q4_0_ref`), so a user's numbers compare with llama.cpp's
 //                    `-ctk q8_0` / `-ctk q4_0`. dim must be a multiple of 32.
-//   turbo3, turbo4   rotation-based scalar quantization, TurboQuant_mse (Zandieh, Daliri,
+//   turbo3, turbo4,  rotation-based scalar quantization, TurboQuant_mse (Zandieh, Daliri,
+//   turbo5, and the  (the .5 types give half the rotated coordinates one bit more)
 //                    Hadian, Mirrokni 2025, "TurboQuant: Online Vector Quantization with
 //                    Near-optimal Distortion Rate", arXiv:2504.19874, Algorithm 1): the vector
 //                    is rotated by a fixed random orthogonal matrix H = W·D/sqrt(dim) (D random
 //                    signs, W the Walsh–Hadamard matrix), so each coordinate of the rotated unit
 //                    vector follows the known density f(t) ∝ (1 − t²)^((dim−3)/2); each
 //                    coordinate is replaced by the nearest of 2^b Lloyd–Max centroids of that
-//                    density (b = 3 or 4), and one f16 scale per vector is kept (the
+//                    density (b = 3, 4 or 5; turbo3.5 / turbo4.5 use b+1 bits for half the
+//                    coordinates), and one f16 scale per vector is kept (the
 //                    least-squares scale of the centroid vector, which also restores the norm).
 //                    dim must be a power of two. Stored bits per value: b + 16/dim.
+//                    Keys are the sensitive half of a cache (their error goes through the
+//                    softmax): e.g. -ctk turbo4.5 -ctv turbo3 averages 3.8 bits per value.
 //                    Stored vectors stay in the rotated basis: attention rotates each query
 //                    once (q·k = Hq·Hk) and un-rotates its V accumulation once (Σp·Hv = H Σp·v).
 // Does not know positions, rows or attention.

@@ -2,6 +2,7 @@
 #include "state/kv_layout.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <new>
 #include <string>
@@ -211,6 +212,8 @@ class KvRow final : public LayerRow {
     v.v = main_.view(main_.vptr.data(), main_.v_pos, main_.v_pos / s.n_kv_heads, stage.v.data() + first * main_.v_pos);
     v.k_codec = L_->k_codec_.get();
     v.v_codec = L_->v_codec_.get();
+    v.value_offset = L_->v_offset_;
+    v.key_scale = L_->k_scale_;
     if (L_->delay_ > 0) {
       v.delay = L_->delay_;
       v.k_recent = recent_.view(recent_.kptr.data(), recent_.k_pos, recent_.k_pos / s.n_kv_heads,
@@ -270,7 +273,7 @@ class KvRow final : public LayerRow {
 Result<std::shared_ptr<const KvLayout>> KvLayout::create(const AttentionSpec& spec, const CacheOptions& o,
                                                          const kernels::KernelTable& kt) {
   if (spec.n_kv_heads <= 0 || spec.head_dim_k <= 0 || spec.head_dim_v <= 0 || spec.window < 0 ||
-      spec.n_kv_heads > 4096 || spec.window > (int64_t{1} << 30))
+      spec.n_kv_heads > 4096 || spec.head_dim_k > 4096 || spec.head_dim_v > 4096 || spec.window > (int64_t{1} << 30))
     return Status::error("[kv_layout] invalid attention geometry: kv heads " + std::to_string(spec.n_kv_heads) +
                          ", head_dim " + std::to_string(spec.head_dim_k) + "/" + std::to_string(spec.head_dim_v) +
                          ", window " + std::to_string(spec.window));
@@ -295,6 +298,17 @@ Result<std::shared_ptr<const KvLayout>> KvLayout::create(const AttentionSpec& sp
     L->v_recent_codec_ = make_f16_codec_like(L->v_codec_, kt);
   }
   L->ring_ = spec.window;
+  const auto quantizes = [&](const std::string& t) { return !is_f16(t); };
+  const auto offset_ok = [&](const std::shared_ptr<const std::vector<float>>& o, int64_t hd) {
+    return o != nullptr && static_cast<int64_t>(o->size()) == spec.n_kv_heads * hd;
+  };
+  if (quantizes(o.type_k) && offset_ok(spec.key_offset, spec.head_dim_k)) L->k_offset_ = spec.key_offset->data();
+  if (quantizes(o.type_v) && offset_ok(spec.value_offset, spec.head_dim_v)) L->v_offset_ = spec.value_offset->data();
+  if (quantizes(o.type_k) && offset_ok(spec.key_scale, spec.head_dim_k)) {
+    for (float x : *spec.key_scale)
+      if (!(x > 0.0f) || !std::isfinite(x)) return Status::error("[kv_layout] key scales must be positive and finite");
+    L->k_scale_ = spec.key_scale->data();
+  }
   L->k_pos_bytes_ = L->k_codec_->bytes() * static_cast<size_t>(spec.n_kv_heads);
   L->v_pos_bytes_ = L->v_codec_->bytes() * static_cast<size_t>(spec.n_kv_heads);
   if (L->delay_ > 0) {
@@ -306,6 +320,7 @@ Result<std::shared_ptr<const KvLayout>> KvLayout::create(const AttentionSpec& sp
   I.name = "kv " + o.type_k + "/" + o.type_v;
   if (spec.window > 0) I.name += " ring " + std::to_string(spec.window);
   if (L->delay_ > 0) I.name += " delay " + std::to_string(L->delay_);
+  if (L->k_offset_ != nullptr || L->v_offset_ != nullptr || L->k_scale_ != nullptr) I.name += " centred";
   I.bytes_per_token = static_cast<double>(L->k_pos_bytes_ + L->v_pos_bytes_);
   I.max_positions = spec.window;
   if (L->delay_ > 0) {
@@ -342,10 +357,22 @@ void KvLayout::encode(ThreadPool& pool, const float* k, const float* v, int64_t 
     stage.v_recent.resize(static_cast<size_t>(M) * vr_pos_bytes_);
   }
   const auto run = [&](int64_t a, int64_t b) {
+    float kc[4096], vc[4096];  // head_dim <= 4096 (create)
     for (int64_t i = a; i < b; ++i) {
       const int64_t m = i / nkv, g = i % nkv;
       const float* kx = k + (m * nkv + g) * hk;
       const float* vx = v + (m * nkv + g) * hv;
+      if (k_offset_ != nullptr || k_scale_ != nullptr) {
+        for (int64_t d = 0; d < hk; ++d) {
+          const float x = kx[d] - (k_offset_ != nullptr ? k_offset_[g * hk + d] : 0.0f);
+          kc[d] = k_scale_ != nullptr ? x / k_scale_[g * hk + d] : x;
+        }
+        kx = kc;
+      }
+      if (v_offset_ != nullptr) {
+        for (int64_t d = 0; d < hv; ++d) vc[d] = vx[d] - v_offset_[g * hv + d];
+        vx = vc;
+      }
       k_codec_->encode(kx, stage.k.data() + m * k_pos_bytes_ + g * k_codec_->bytes());
       v_codec_->encode(vx, stage.v.data() + m * v_pos_bytes_ + g * v_codec_->bytes());
       if (delay_ > 0) {

@@ -63,6 +63,10 @@ struct KvRowView {
   KvTierView k_recent, v_recent;
   const KvCodec* k_recent_codec = nullptr;
   const KvCodec* v_recent_codec = nullptr;
+  // [n_kv_heads * head_dim_v] to add to each output (the stored values are v - offset), or null.
+  const float* value_offset = nullptr;
+  // [n_kv_heads * head_dim_k] to multiply each query by (stored keys are divided by it), or null.
+  const float* key_scale = nullptr;
 };
 
 // Staging buffers for one layer's step, reused across steps (grow only).
@@ -103,6 +107,9 @@ class KvLayout final : public Layout {
   std::shared_ptr<const KvCodec> k_recent_codec_, v_recent_codec_;  // f16 tier (delay > 0)
   int64_t delay_ = 0;
   int64_t ring_ = 0;  // main tier ring size (window), 0 = full
+  const float* k_offset_ = nullptr;  // from spec_, when the K codec quantizes
+  const float* v_offset_ = nullptr;
+  const float* k_scale_ = nullptr;
   size_t k_pos_bytes_ = 0, v_pos_bytes_ = 0, kr_pos_bytes_ = 0, vr_pos_bytes_ = 0;
   friend class KvRow;
 };

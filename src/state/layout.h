@@ -43,7 +43,28 @@ struct AttentionSpec {
   int64_t head_dim_k = 0;
   int64_t head_dim_v = 0;
   int64_t window = 0;  // 0 = full attention; else a query at p sees keys (p - window, p]
+  // Optional constant parts of K and V, [n_kv_heads * head_dim] (null = none): a
+  // quantizing layout stores k - key_offset and v - value_offset, so a large constant
+  // component (e.g. Qwen2's K/V projection biases, hundreds in a few channels) does not eat
+  // the quantizer's range. Exact for attention: every score of a query shifts by the same
+  // q·key_offset (softmax is shift-invariant), and value_offset is added back to the output
+  // (the weights sum to 1). Plain float layouts ignore them (their numbers stay unchanged).
+  std::shared_ptr<const std::vector<float>> key_offset, value_offset;
+  // Optional per-channel scale of K, [n_kv_heads * head_dim_k] (null = none; entries > 0):
+  // a quantizing layout stores (k - key_offset) / key_scale and attention multiplies each
+  // query by key_scale, which leaves q·k unchanged. Models whose keys carry a learned
+  // per-channel gain (QK-norm weights) provide it, so no channel dominates the quantizer.
+  std::shared_ptr<const std::vector<float>> key_scale;
 };
+
+// An attention layer with equal K and V head sizes and no offsets.
+inline AttentionSpec attention_spec(int64_t n_kv_heads, int64_t head_dim, int64_t window) {
+  AttentionSpec s;
+  s.n_kv_heads = n_kv_heads;
+  s.head_dim_k = s.head_dim_v = head_dim;
+  s.window = window;
+  return s;
+}
 
 struct RecurrentSpec {
   // The mixer's state update (owned by the model block, run by the layout). Its sizes

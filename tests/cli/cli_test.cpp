@@ -55,11 +55,11 @@ TEST(Cli, CacheTypesAndTheirErrors) {
   if (!specula::testing::default_model_present()) GTEST_SKIP() << "model not found";
   CliRun r = run("generate --greedy -n 4 -p hi -ctk q9_0");
   EXPECT_EQ(r.code, 1) << r.out;
-  EXPECT_NE(r.out.find("unknown cache type 'q9_0' (valid: f16, f32, bf16, q8_0, q4_0, turbo4, turbo3)"), std::string::npos)
+  EXPECT_NE(r.out.find("unknown cache type 'q9_0' (valid: f16, f32, bf16, q8_0, q4_0, turbo3, turbo3.5, turbo4, turbo4.5, turbo5)"), std::string::npos)
       << r.out;
   r = run("generate --greedy -n 4 -p hi -ctk q8_0 -ctv turbo3 --kv-delay 16");
   EXPECT_EQ(r.code, 0) << r.out;
-  EXPECT_NE(r.out.find("KV cache: 15 x kv q8_0/turbo3 ring 512 delay 16, 3 x kv q8_0/turbo3 delay 16"), std::string::npos)
+  EXPECT_NE(r.out.find("KV cache: 15 x kv q8_0/turbo3 ring 512 delay 16 centred, 3 x kv q8_0/turbo3 delay 16 centred"), std::string::npos)
       << r.out;
   r = run("generate --greedy -n 4 -p hi --kv-delay 16");
   EXPECT_EQ(r.code, 1) << r.out;

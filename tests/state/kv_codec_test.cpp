@@ -62,6 +62,9 @@ TEST(KvCodec, SizesAndNames) {
   EXPECT_EQ(codec("turbo3", 128)->bytes(), 2u + 48u);
   EXPECT_DOUBLE_EQ(codec("turbo3", 256)->bits_per_value(), 3.0625);
   EXPECT_DOUBLE_EQ(codec("q4_0", 256)->bits_per_value(), 4.5);
+  EXPECT_EQ(codec("turbo4.5", 128)->bytes(), 2u + 72u);
+  EXPECT_EQ(codec("turbo3.5", 128)->bytes(), 2u + 56u);
+  EXPECT_EQ(codec("turbo5", 128)->bytes(), 2u + 80u);
   EXPECT_TRUE(codec("turbo4", 64)->rotated());
   EXPECT_FALSE(codec("q8_0", 64)->rotated());
 }
@@ -175,6 +178,17 @@ TEST(KvCodec, TurboErrorMatchesThePaperAndBeatsQ4_0) {
   const double q4o = relative_mse(*codec("q4_0", 128), 2000, 2, true);
   std::printf("[kv codec] with an outlier channel: turbo4 %.5f, q4_0 %.5f\n", t4o, q4o);
   EXPECT_LT(t4o, 0.5 * q4o);
+}
+
+// Every turbo width round-trips through its bitstream and each half bit lowers the error.
+TEST(KvCodec, TurboWidthsAreOrdered) {
+  double prev = 1.0;
+  for (const char* n : {"turbo3", "turbo3.5", "turbo4", "turbo4.5", "turbo5"}) {
+    const double e = relative_mse(*codec(n, 64), 800, 9);
+    std::printf("[kv codec] %s relative MSE %.5f\n", n, e);
+    EXPECT_LT(e, 0.8 * prev) << n;
+    prev = e;
+  }
 }
 
 TEST(KvCodec, ZeroVectorsAndF16LikeTier) {

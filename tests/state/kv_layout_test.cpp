@@ -22,7 +22,7 @@ std::shared_ptr<const KvLayout> layout(const std::string& k, const std::string& 
   o.type_k = k;
   o.type_v = v;
   o.delay = delay;
-  auto l = KvLayout::create(AttentionSpec{kHeads, kDim, kDim, window}, o, kernels::active());
+  auto l = KvLayout::create(attention_spec(kHeads, kDim, window), o, kernels::active());
   EXPECT_TRUE(l.is_ok()) << l.message();
   return l.is_ok() ? *l : nullptr;
 }
@@ -172,7 +172,7 @@ TEST(KvLayout, DelayedKeepsNewestPositionsInF16) {
   // A delay needs a quantized type.
   CacheOptions o;
   o.delay = 4;
-  auto bad = KvLayout::create(AttentionSpec{kHeads, kDim, kDim, 0}, o, kernels::active());
+  auto bad = KvLayout::create(attention_spec(kHeads, kDim, 0), o, kernels::active());
   ASSERT_FALSE(bad.is_ok());
   EXPECT_NE(bad.message().find("needs a quantized"), std::string::npos) << bad.message();
 }
@@ -215,7 +215,7 @@ TEST(KvLayout, NamesAndBytesPerToken) {
   EXPECT_DOUBLE_EQ(L->info().bytes_per_token, kHeads * (68.0 + 26.0));
   EXPECT_EQ(L->bytes_for(0), 0);
   EXPECT_EQ(L->bytes_for(1), kPageTokens * kHeads * (68 + 26));
-  auto bad = KvLayout::create(AttentionSpec{0, kDim, kDim, 0}, CacheOptions{}, kernels::active());
+  auto bad = KvLayout::create(attention_spec(0, kDim, 0), CacheOptions{}, kernels::active());
   EXPECT_FALSE(bad.is_ok());
 }
 

@@ -17,9 +17,9 @@ constexpr int64_t kHeads = 1, kDim = 32;
 
 std::vector<LayerSpec> specs() {
   std::vector<LayerSpec> s(3);
-  s[0].attention = {kHeads, kDim, kDim, 0};   // full
-  s[1].attention = {kHeads, kDim, kDim, 8};   // ring of 8
-  s[2].attention = {kHeads, kDim, kDim, 0};
+  s[0].attention = attention_spec(kHeads, kDim, 0);  // full
+  s[1].attention = attention_spec(kHeads, kDim, 8);  // ring of 8
+  s[2].attention = attention_spec(kHeads, kDim, 0);
   return s;
 }
 

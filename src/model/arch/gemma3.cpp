@@ -11,6 +11,7 @@
 // Does not support the vision tower (mmproj) or attention/final logit soft-capping
 // beyond what the metadata declares.
 #include <algorithm>
+#include <memory>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -35,6 +36,9 @@ struct Gemma3Params {
 struct Gemma3Layer {
   std::vector<float> attn_norm, q_norm, k_norm, post_attn_norm, ffn_norm, post_ffn_norm;
   TensorView wq, wk, wv, wo, w_gate, w_up, w_down;
+  // For quantized caches (AttentionSpec::key_scale): the k_norm gain, as the RMS of each
+  // RoPE pair (i, i + head_dim/2), per kv head. [n_kv_heads * head_dim]
+  std::shared_ptr<const std::vector<float>> k_scale;
 };
 
 Result<uint64_t> req_uint(const gguf::GgufFile& f, const std::string& key) {
@@ -52,8 +56,10 @@ class Gemma3 final : public Model {
   std::shared_ptr<ThreadPool> pool() const override { return ctx_.pool; }
   std::vector<LayerSpec> layer_specs() const override {
     std::vector<LayerSpec> specs(static_cast<size_t>(p_.n_layers));
-    for (int64_t il = 0; il < p_.n_layers; ++il)
-      specs[il].attention = {p_.n_kv_heads, p_.head_dim, p_.head_dim, p_.is_global(il) ? 0 : p_.window};
+    for (int64_t il = 0; il < p_.n_layers; ++il) {
+      specs[il].attention = attention_spec(p_.n_kv_heads, p_.head_dim, p_.is_global(il) ? 0 : p_.window);
+      specs[il].attention.key_scale = layers_[il].k_scale;
+    }
     return specs;
   }
   Status forward(const Batch& batch, StateRows& state, Tensor& hidden) override;
@@ -164,6 +170,7 @@ Result<std::unique_ptr<Model>> Gemma3::create(ModelContext ctx) {
         {{&L.wq, b + "attn_q.weight", E, QD}, {&L.wk, b + "attn_k.weight", E, KD}, {&L.wv, b + "attn_v.weight", E, KD},
          {&L.wo, b + "attn_output.weight", QD, E}, {&L.w_gate, b + "ffn_gate.weight", E, p.n_ff},
          {&L.w_up, b + "ffn_up.weight", E, p.n_ff}, {&L.w_down, b + "ffn_down.weight", p.n_ff, E}}));
+    L.k_scale = key_scale_from_norm(L.k_norm, p.n_kv_heads, p.head_dim);
     m->layers_.push_back(std::move(L));
   }
   m->info_.architecture = "gemma3";

@@ -12,6 +12,7 @@
 // use_sliding_window is off in released models) or YaRN / dynamic rope scaling (linear
 // scaling only); those files are rejected with an error naming the feature.
 #include <algorithm>
+#include <memory>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -38,6 +39,10 @@ struct Qwen2Layer {
   // wq [n_heads*head_dim, n_embd], wk/wv [n_kv_heads*head_dim, n_embd],
   // wo [n_embd, n_heads*head_dim], w_gate/w_up [n_ff, n_embd], w_down [n_embd, n_ff]
   TensorView wq, wk, wv, wo, w_gate, w_up, w_down;
+  // The constant parts of K and V for quantized caches (AttentionSpec): V's bias, and K's
+  // bias rotated by RoPE averaged over the first 4096 positions (the slow pairs keep it,
+  // the fast ones average it away). [n_kv_heads * head_dim]
+  std::shared_ptr<const std::vector<float>> k_offset, v_offset;
 };
 
 Result<uint64_t> req_uint(const gguf::GgufFile& f, const std::string& key) {
@@ -55,7 +60,11 @@ class Qwen2 final : public Model {
   std::shared_ptr<ThreadPool> pool() const override { return ctx_.pool; }
   std::vector<LayerSpec> layer_specs() const override {
     std::vector<LayerSpec> specs(static_cast<size_t>(p_.n_layers));
-    for (auto& s : specs) s.attention = {p_.n_kv_heads, p_.head_dim, p_.head_dim, 0};
+    for (size_t il = 0; il < specs.size(); ++il) {
+      specs[il].attention = attention_spec(p_.n_kv_heads, p_.head_dim, 0);
+      specs[il].attention.key_offset = layers_[il].k_offset;
+      specs[il].attention.value_offset = layers_[il].v_offset;
+    }
     return specs;
   }
   Status forward(const Batch& batch, StateRows& state, Tensor& hidden) override;
@@ -174,6 +183,26 @@ Result<std::unique_ptr<Model>> Qwen2::create(ModelContext ctx) {
         {{&L.wq, b + "attn_q.weight", E, QD}, {&L.wk, b + "attn_k.weight", E, KD}, {&L.wv, b + "attn_v.weight", E, KD},
          {&L.wo, b + "attn_output.weight", QD, E}, {&L.w_gate, b + "ffn_gate.weight", E, p.n_ff},
          {&L.w_up, b + "ffn_up.weight", E, p.n_ff}, {&L.w_down, b + "ffn_down.weight", p.n_ff, E}}));
+    L.v_offset = std::make_shared<const std::vector<float>>(L.bv);
+    auto ko = std::make_shared<std::vector<float>>(L.bk);
+    const int64_t half = p.head_dim / 2;
+    constexpr int kSpan = 4096;
+    for (int64_t i = 0; i < half; ++i) {
+      const double theta = std::pow(static_cast<double>(p.rope_base), -2.0 * i / p.head_dim) * p.rope_freq_scale;
+      double c = 0, sn = 0;
+      for (int pos = 0; pos < kSpan; ++pos) {
+        c += std::cos(pos * theta);
+        sn += std::sin(pos * theta);
+      }
+      c /= kSpan;
+      sn /= kSpan;
+      for (int64_t g = 0; g < p.n_kv_heads; ++g) {
+        const float b1 = L.bk[g * p.head_dim + i], b2 = L.bk[g * p.head_dim + i + half];
+        (*ko)[g * p.head_dim + i] = static_cast<float>(c * b1 - sn * b2);
+        (*ko)[g * p.head_dim + i + half] = static_cast<float>(sn * b1 + c * b2);
+      }
+    }
+    L.k_offset = std::move(ko);
     m->layers_.push_back(std::move(L));
   }
   m->info_.architecture = "qwen2";

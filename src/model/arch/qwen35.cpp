@@ -50,6 +50,7 @@ struct Layer {
   // attention: wq [2*H*hd, n_embd] (per head [q | gate]), wk/wv [Hkv*hd, n_embd], wo [n_embd, H*hd]
   TensorView wq, wk, wv, wo;
   std::vector<float> q_norm, k_norm;  // [hd]
+  std::shared_ptr<const std::vector<float>> k_scale;  // quantized caches: the k_norm gain
   // linear attention: w_qkv [conv_dim, n_embd], w_z [value_dim, n_embd], w_beta/w_alpha
   // [n_v_heads, n_embd], w_out [n_embd, value_dim]
   TensorView w_qkv, w_z, w_beta, w_alpha, w_out;
@@ -79,7 +80,8 @@ class Qwen35 final : public Model {
         specs[il].kind = LayerKind::kRecurrent;
         specs[il].recurrent.rule = layers_[il].rule;
       } else {
-        specs[il].attention = {p_.n_kv_heads, p_.head_dim, p_.head_dim, 0};
+        specs[il].attention = attention_spec(p_.n_kv_heads, p_.head_dim, 0);
+        specs[il].attention.key_scale = layers_[il].k_scale;
       }
     }
     return specs;
@@ -259,6 +261,7 @@ Result<std::unique_ptr<Model>> Qwen35::create(ModelContext ctx) {
           f, kt, {{&L.q_norm, b + "attn_q_norm.weight", hd}, {&L.k_norm, b + "attn_k_norm.weight", hd}},
           {{&L.wq, b + "attn_q.weight", E, 2 * H * hd}, {&L.wk, b + "attn_k.weight", E, KD},
            {&L.wv, b + "attn_v.weight", E, KD}, {&L.wo, b + "attn_output.weight", H * hd, E}}));
+      L.k_scale = key_scale_from_norm(L.k_norm, p.n_kv_heads, p.n_rot);
     }
     m->layers_.push_back(std::move(L));
   }
