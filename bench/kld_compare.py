@@ -69,7 +69,7 @@ def llama_kld(args, model: str, k: str, v: str, base: str) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default="gemma,qwen15")
-    ap.add_argument("--types", default="q8_0,q4_0,turbo4/turbo3,turbo4,turbo3,q4_0@64",
+    ap.add_argument("--types", default="q8_0,q4_0,turbo5/turbo3,turbo4.5/turbo3,turbo4,turbo4/turbo3,q8_0/turbo3,q4_0@64",
                     help="K/V types, K/V pairs as k/v, a delay as @N")
     ap.add_argument("--ctx", type=int, default=512)
     ap.add_argument("--chunks", type=int, default=8)

@@ -2,8 +2,8 @@
 """bench/kv_capacity.py — how many long requests `specula serve` holds at once in one KV
 budget, per cache type.
 
-Starts `specula serve --parallel 8 --kv-budget B` once per cache type (default f16 and
-q8_0) and sends 8 streaming /v1/completions requests at once, each a long prompt (token
+Starts `specula serve --parallel 8 --kv-budget B` once per cache type (default f16, q8_0,
+q4_0 and turbo4.5/turbo3) and sends 8 streaming /v1/completions requests at once, each a long prompt (token
 ids, --prompt tokens) plus --n-gen tokens (ignore_eos). Admission reserves each request's
 prompt + max_tokens in state bytes and queues the rest, so the number of requests running
 together is what the budget holds. /metrics is polled every 50 ms: the table reports the
@@ -59,7 +59,8 @@ def request(port: int, prompt: list[int], n_gen: int, done: list) -> None:
 def run(args, ctype: str, budget: int, n_requests: int = 8) -> dict:
     port = free_port()
     cmd = [args.specula, "serve", "-m", args.model, "--port", str(port), "--parallel", "8", "--ctx",
-           str(args.prompt + args.n_gen + 64), "--kv-budget", str(budget), "-ctk", ctype, "-ctv", ctype,
+           str(args.prompt + args.n_gen + 64), "--kv-budget", str(budget), "-ctk", ctype.split("/")[0],
+           "-ctv", ctype.split("/")[-1],
            "--threads", str(args.threads), "--alias", "bench", "--queue", "16"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
@@ -93,7 +94,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     models = os.environ.get("SPECULA_MODELS", os.path.expanduser("~/.cache/specula/models"))
     ap.add_argument("--model", default=os.path.join(models, "gemma-3-270m-q4_k_m.gguf"))
-    ap.add_argument("--types", default="f16,q8_0,q4_0")
+    ap.add_argument("--types", default="f16,q8_0,q4_0,turbo4.5/turbo3", help="cache types, k/v for a pair")
     ap.add_argument("--prompt", type=int, default=2000)
     ap.add_argument("--n-gen", type=int, default=32)
     ap.add_argument("--budget-requests", type=float, default=3.0)

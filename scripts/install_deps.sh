@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # scripts/install_deps.sh — installs the Debian 12 packages needed to build and
 # test specula (compiler, CMake, Ninja, ccache, GoogleTest/GoogleMock, Google
-# Benchmark, nlohmann-json, CLI11, PCRE2 (BPE pre-tokenizer regexes), cpp-httplib
+# Benchmark, nlohmann-json, CLI11, PCRE2 (BPE pre-tokenizer regexes), cpp-httplib, zlib (prompt cache checksums)
 # (the HTTP server), Python 3 with pip).
 # Idempotent: a fast no-op (one dpkg-query) when everything is present; runs
 # `apt-get update` at most once, and only when something is missing.
@@ -11,7 +11,7 @@ set -euo pipefail
 
 packages=(build-essential cmake ninja-build ccache git python3
           libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev libcli11-dev
-          pkg-config libpcre2-dev libcpp-httplib-dev)
+          pkg-config libpcre2-dev libcpp-httplib-dev zlib1g-dev)
 
 # One dpkg-query for all packages; a package it does not know prints nothing.
 declare -A installed=()

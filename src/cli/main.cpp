@@ -34,6 +34,7 @@
 #include "model/model.h"
 #include "server/server.h"
 #include "state/kv_codec.h"
+#include "state/prompt_cache.h"
 #include "tokenizer/detokenizer.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/vocab.h"
@@ -73,10 +74,33 @@ Result<std::string> resolve_model(const std::string& m) {
   return p;
 }
 
+// What a prompt cache entry was computed with: the model file (its size and a hash of its
+// first 4 MiB — the GGUF header and the first tensors) and the cache layouts.
+std::string cache_fingerprint(const std::string& model_path, const Model& model, const CacheOptions& cache) {
+  uint64_t h = 1469598103934665603ULL;
+  std::ifstream in(model_path, std::ios::binary);
+  std::vector<char> buf(1 << 20);
+  for (int k = 0; k < 4 && in; ++k) {
+    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    for (std::streamsize i = 0; i < in.gcount(); ++i) {
+      h ^= static_cast<uint8_t>(buf[i]);
+      h *= 1099511628211ULL;
+    }
+  }
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(model_path, ec);
+  auto st = new_state(model, cache, 16);
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(h));
+  return "specula-1 model " + std::string(hex) + " " + std::to_string(size) + " bytes; layouts " +
+         (st ? st->describe() : std::string("?"));
+}
+
 struct Loaded {
   std::unique_ptr<Model> model;
   std::unique_ptr<tokenizer::Tokenizer> tok;  // owns its Vocab
   double load_seconds = 0;
+  std::string path;
 };
 
 Result<Loaded> load(const std::string& model_arg, int threads) {
@@ -95,6 +119,7 @@ Result<Loaded> load(const std::string& model_arg, int threads) {
   l.model = std::move(model).value();
   l.tok = std::move(tok).value();
   l.load_seconds = now_seconds() - t0;
+  l.path = *path;
   return l;
 }
 
@@ -139,6 +164,7 @@ struct GenerateArgs {
   int spec_depth = 4;
   std::string spec_accept = "exact";
   CacheArgs cache;
+  std::string prompt_cache;  // llama.cpp's --prompt-cache FILE
 };
 
 // Prints one request's tokens as text (engine thread) and waits for its end.
@@ -219,6 +245,19 @@ int run_generate(const GenerateArgs& a) {
   auto draft = make_draft(a.draft_model, a.spec, model, n_ctx);
   if (!draft) return fail(draft.message());
   eo.draft = std::move(draft).value();
+  if (!a.prompt_cache.empty()) {
+    PromptCacheOptions po;
+    po.ram_bytes = int64_t{1} << 40;  // one request: keep what it computes
+    po.fingerprint = cache_fingerprint(l->path, model, eo.cache);
+    auto pc = PromptCache::create(po);
+    if (!pc) return fail(pc.message());
+    std::error_code ec;
+    if (std::filesystem::exists(a.prompt_cache, ec)) {
+      if (Status st = (*pc)->import_file(a.prompt_cache); !st.is_ok())
+        std::fprintf(stderr, "[specula] not using %s: %s\n", a.prompt_cache.c_str(), st.message().c_str());
+    }
+    eo.prompt_cache = std::shared_ptr<PromptCache>(std::move(pc).value());
+  }
   auto engine = Engine::create(model, eo);
   if (!engine) return fail(engine.message());
   EngineRequest req;
@@ -233,10 +272,20 @@ int run_generate(const GenerateArgs& a) {
   auto sink = std::make_shared<PrintSink>(*l->tok);
   std::fputs(a.prompt.c_str(), stdout);
   std::fflush(stdout);
+  const std::vector<int32_t> prompt_ids = req.prompt;
   Submission sub = (*engine)->submit(std::move(req), sink);
   if (sub.error != SubmitError::kNone) return fail(sub.message);
   const RequestSummary res = sink->wait();
   if (res.outcome == Outcome::kFailed) return fail(res.error);
+  if (eo.prompt_cache) {
+    // Save the state that serves the longest prefix of this prompt (the prompt's
+    // checkpoint, or the whole request for layouts that serve any prefix).
+    // (The engine stored the request's state before reporting its end.)
+    if (Status st = eo.prompt_cache->export_file(prompt_ids, a.prompt_cache); !st.is_ok())
+      std::fprintf(stderr, "[specula] could not save %s: %s\n", a.prompt_cache.c_str(), st.message().c_str());
+    std::fprintf(stderr, "[specula] prompt cache: %lld of %lld prompt tokens were cached, state saved to %s\n",
+                 static_cast<long long>(res.cached_tokens), static_cast<long long>(res.n_prompt), a.prompt_cache.c_str());
+  }
   if (res.outcome == Outcome::kLength && res.n_generated < a.n_predict)
     std::fprintf(stderr, "[specula] stopped: the context of %lld tokens is full (raise --ctx)\n",
                  static_cast<long long>(n_ctx));
@@ -489,6 +538,10 @@ struct ServeArgs {
   int64_t ctx = 0, step_tokens = 512;  // ctx 0: 4096 per parallel request
   size_t max_body = 1 << 20;
   CacheArgs cache;
+  int64_t cache_ram_mib = -1;  // -1: default
+  int64_t cache_disk_mib = 0;
+  std::string cache_dir;
+  int64_t cache_checkpoint = 1024;
 };
 
 server::Server* g_server = nullptr;
@@ -534,6 +587,24 @@ int run_serve(const ServeArgs& a) {
   auto draft = make_draft(a.draft_model, a.spec, **model, so.engine.n_ctx);
   if (!draft) return fail(draft.message());
   so.engine.draft = std::move(draft).value();
+  // Prompt cache: RAM tier (default: a quarter of the machine's memory, at most 8 GiB, as
+  // llama-server's 8 GiB --cache-ram) and an optional disk tier.
+  int64_t ram = a.cache_ram_mib;
+  if (ram < 0) {
+    const int64_t phys = static_cast<int64_t>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGE_SIZE);
+    ram = std::min<int64_t>(8192, phys / 4 / (1 << 20));
+  }
+  if (ram > 0 || !a.cache_dir.empty()) {
+    PromptCacheOptions po;
+    po.ram_bytes = ram << 20;
+    po.dir = a.cache_dir;
+    po.disk_bytes = a.cache_disk_mib << 20;
+    po.fingerprint = cache_fingerprint(*path, **model, so.engine.cache);
+    auto pc = PromptCache::create(po);
+    if (!pc) return fail(pc.message());
+    so.engine.prompt_cache = std::shared_ptr<PromptCache>(std::move(pc).value());
+    so.engine.cache_checkpoint_every = a.cache_checkpoint;
+  }
   auto srv = server::Server::create(std::move(model).value(), so);
   if (!srv) return fail(srv.message());
   if (Status st = (*srv)->bind(); !st.is_ok()) return fail(st.message());
@@ -630,6 +701,8 @@ int main(int argc, char** argv) {
   gen->add_option("--spec", g.spec, "Draft source: ngram (prompt lookup), draft (needs --draft-model), none");
   gen->add_option("--spec-depth", g.spec_depth, "Most drafted tokens per verify step; each request adapts below it (default 4)")->check(CLI::Range(1, 32));
   add_cache_options(gen, g.cache, false);
+  gen->add_option("--prompt-cache", g.prompt_cache,
+                  "File to load the prompt's computed state from (when it fits) and save it to (llama.cpp's --prompt-cache)");
   gen->add_option("--spec-accept", g.spec_accept, "Acceptance at temperature > 0 with --draft-model: exact (same seed, same text as without) or rejection (rejection sampling with the draft distribution: more drafts accepted, same distribution)")
       ->check(CLI::IsMember({"exact", "rejection"}));
 
@@ -662,6 +735,15 @@ int main(int argc, char** argv) {
   serve->add_option("--parallel", sv.parallel, "Requests decoded together (cache rows, default 4)")->check(CLI::Range(1, 256));
   serve->add_option("-c,--ctx", sv.ctx, "Total context in tokens shared by all requests, as llama-server's -c; one request may use all of it (default 4096 x --parallel)")->check(CLI::Range(int64_t{16}, int64_t{1} << 26));
   add_cache_options(serve, sv.cache, true);
+  serve->add_option("--cache-ram", sv.cache_ram_mib,
+                    "Prompt cache in RAM, MiB (default: a quarter of RAM, at most 8192; 0 = off)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
+  serve->add_option("--cache-dir", sv.cache_dir, "Prompt cache on disk in this folder (survives restarts)");
+  serve->add_option("--cache-disk", sv.cache_disk_mib, "Prompt cache on disk, MiB (default: 4 x --cache-ram, at least 1024)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
+  serve->add_option("--cache-checkpoint", sv.cache_checkpoint,
+                    "For sliding-window and recurrent layers: also store the state every N prompt tokens (default 1024; 0 = only at the prompt's end)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
   serve->add_option("--api-key", sv.api_key, "Require 'Authorization: Bearer KEY' on every route but /health");
   serve->add_option("--alias", sv.alias, "Model id clients send as \"model\" (default: the file name without .gguf)");
   serve->add_option("--chat-template-file", sv.chat_template_file, "Jinja chat template to use instead of the model's");

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstring>
 #include <exception>
+#include <vector>
 
 namespace specula {
 
@@ -59,6 +60,7 @@ Engine::Engine(Model& model, EngineOptions options, StateRows state)
     : model_(&model), options_(std::move(options)), state_(std::move(state)),
       wakeup_(std::make_shared<EngineWakeup>()) {
   layouts_ = state_.describe();
+  checkpoints_ = !state_.any_prefix_reusable();
   if (options_.total_ctx <= 0) options_.total_ctx = options_.n_rows * options_.n_ctx;
   if (options_.kv_budget == 0)
     options_.kv_budget = options_.n_rows * bytes_for((options_.total_ctx + options_.n_rows - 1) / options_.n_rows);
@@ -253,6 +255,16 @@ void Engine::admit(std::vector<Pending>& admitted) {
     // request was validated at submit, so building its sampler cannot fail).
     auto row = state_.new_row();
     Status st = row ? state_.reserve(1) : row.status();
+    int64_t cached = 0;
+    const auto& prompt = p.request.prompt;
+    if (st.is_ok() && options_.prompt_cache && prompt.size() > 1) {
+      // The longest cached prefix, leaving at least the last prompt token to compute.
+      auto hit = options_.prompt_cache->lookup(prompt, static_cast<int64_t>(prompt.size()) - 1, state_);
+      if (hit) {
+        cached = hit->length;
+        row = std::move(hit->state);
+      }
+    }
     if (!st.is_ok()) {
       RequestSummary sum;
       sum.outcome = Outcome::kFailed;
@@ -273,6 +285,8 @@ void Engine::admit(std::vector<Pending>& admitted) {
     a.context = a.p.request.prompt;
     a.plan = plan_for(a.p.request);
     a.reserved = bytes_for(static_cast<int64_t>(a.p.request.prompt.size()) + a.p.request.max_tokens);
+    a.cached = cached;
+    a.prefilled = cached;
     // Commit: the row joins the group (cannot fail after reserve()).
     state_.insert(std::move(row).value());
     reserved_ += a.reserved;
@@ -287,18 +301,32 @@ void Engine::admit(std::vector<Pending>& admitted) {
 void Engine::retire(std::vector<std::pair<size_t, Outcome>> ended, const std::string& error) {
   if (ended.empty()) return;
   std::sort(ended.begin(), ended.end());
-  std::vector<int32_t> keep;
+  std::vector<int32_t> keep, gone_rows;
   std::vector<Active> stay, gone;
   std::vector<Outcome> outcomes;
   size_t e = 0;
   for (size_t i = 0; i < running_.size(); ++i) {
     if (e < ended.size() && ended[e].first == i) {
       outcomes.push_back(ended[e].second);
+      gone_rows.push_back(static_cast<int32_t>(i));
       gone.push_back(std::move(running_[i]));
       while (e < ended.size() && ended[e].first == i) ++e;  // a row listed twice ends once
     } else {
       keep.push_back(static_cast<int32_t>(i));
       stay.push_back(std::move(running_[i]));
+    }
+  }
+  // Finished and cancelled requests leave their state to the prompt cache (a failed one's
+  // state is not trusted).
+  if (options_.prompt_cache) {
+    for (size_t g = 0; g < gone.size(); ++g) {
+      const Active& a = gone[g];
+      RowState st = state_.take(gone_rows[g]);
+      if (outcomes[g] == Outcome::kFailed || st.layers.empty() || st.length <= a.cached ||
+          st.length > static_cast<int64_t>(a.context.size()))
+        continue;
+      std::vector<int32_t> tokens(a.context.begin(), a.context.begin() + st.length);
+      options_.prompt_cache->insert(std::move(tokens), std::move(st));
     }
   }
   state_.filter(keep);
@@ -313,6 +341,7 @@ void Engine::retire(std::vector<std::pair<size_t, Outcome>> ended, const std::st
     sum.plan = a.plan;
     if (outcomes[k] == Outcome::kFailed) sum.error = error.empty() ? "[engine] the request's consumer failed" : error;
     sum.n_prompt = static_cast<int64_t>(a.p.request.prompt.size());
+    sum.cached_tokens = a.cached;
     sum.n_generated = a.n_generated;
     sum.queue_seconds = a.admitted - a.p.submitted;
     sum.prefill_seconds = a.first_token > 0 ? a.first_token - a.admitted : now - a.admitted;

@@ -39,6 +39,7 @@
 
 #include "method/draft.h"
 #include "method/round.h"
+#include "state/prompt_cache.h"
 #include "method/sampler.h"
 #include "model/model.h"
 #include "specula/status.h"
@@ -76,6 +77,7 @@ struct RequestSummary {
   ExecutionPlan plan;
   std::string error;          // kFailed: why
   int64_t n_prompt = 0;       // prompt tokens
+  int64_t cached_tokens = 0;  // prompt tokens served from the prompt cache (not prefilled)
   int64_t n_generated = 0;    // sampled tokens, including an end-of-generation token
   double queue_seconds = 0;   // submit -> admitted
   double prefill_seconds = 0; // admitted -> first token
@@ -142,6 +144,14 @@ struct EngineOptions {
   // speculative_disable_by_batch_size). On a CPU a larger batch is already compute-bound,
   // so extra verify positions cost about what they could save.
   int32_t spec_max_batch = 0;
+  // Prompt cache (state/prompt_cache.h): a request starts from the longest cached prefix
+  // of its prompt; a finished (or cancelled) request's state — prompt and generated tokens
+  // — is stored. For layouts that cannot serve every prefix of a stored state (rings,
+  // recurrent state), the state is also stored at the end of each prompt minus its last
+  // token and every `cache_checkpoint_every` prompt tokens (0 = only the prompt end).
+  // A draft model's own state is not cached: it catches up with the context by itself.
+  std::shared_ptr<PromptCache> prompt_cache;
+  int64_t cache_checkpoint_every = 0;
   // Acceptance at temperature > 0 for sources that sample their drafts (a draft model):
   // false = exact match against the target's own draw (the same seed gives exactly the
   // text of plain decoding); true = rejection sampling with the draft's distribution
@@ -220,6 +230,7 @@ class Engine {
     Sampler sampler;
     ExecutionPlan plan;
     int64_t reserved = 0;    // state bytes reserved at admission
+    int64_t cached = 0;      // prompt tokens served by the prompt cache
     int64_t prefilled = 0;   // prompt tokens already in the state
     int32_t next = -1;       // decoding: the token to feed next
     int64_t n_generated = 0;
@@ -239,6 +250,9 @@ class Engine {
   bool step();
   // The step's rows: decoding rows (with their draft depth) and prompt chunks.
   void plan_step(std::vector<RoundRow>& rows, std::vector<size_t>& members);
+  // The next prompt position after `prefilled` at which a checkpoint is stored (or the
+  // prompt length when none is due).
+  int64_t next_checkpoint(const Active& a) const;
   // Delivers one row's walk to its sink; returns the outcome if the request ends.
   bool deliver(Active& a, const RoundResult& res, Outcome& outcome);
   // Ends the requests at running_ indices `ended` (with outcomes), releasing their rows.
@@ -249,6 +263,7 @@ class Engine {
   EngineOptions options_;
   StateRows state_;
   std::string layouts_;
+  bool checkpoints_ = false;  // the layouts cannot serve every prefix: store prompt checkpoints
   std::unique_ptr<Round> round_;
 
   std::shared_ptr<EngineWakeup> wakeup_;  // guards queue_, stopping_, next_id_, stats_

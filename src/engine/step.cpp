@@ -55,7 +55,8 @@ void Engine::plan_step(std::vector<RoundRow>& rows, std::vector<size_t>& members
     Active& a = running_[i];
     if (a.decoding()) continue;
     const int64_t n_prompt = static_cast<int64_t>(a.p.request.prompt.size());
-    const int64_t n = std::min(n_prompt - a.prefilled, budget);
+    // Chunks end at checkpoint positions, so the state there can be stored.
+    const int64_t n = std::min(next_checkpoint(a) - a.prefilled, budget);
     budget -= n;
     RoundRow row;
     row.row = static_cast<int32_t>(i);
@@ -71,6 +72,17 @@ void Engine::plan_step(std::vector<RoundRow>& rows, std::vector<size_t>& members
     rows.push_back(row);
     members.push_back(i);
   }
+}
+
+int64_t Engine::next_checkpoint(const Active& a) const {
+  const int64_t n_prompt = static_cast<int64_t>(a.p.request.prompt.size());
+  if (!options_.prompt_cache || !checkpoints_) return n_prompt;
+  int64_t next = n_prompt - 1;  // the prompt's end, minus the token whose logits are needed
+  if (options_.cache_checkpoint_every > 0) {
+    const int64_t every = (a.prefilled / options_.cache_checkpoint_every + 1) * options_.cache_checkpoint_every;
+    next = std::min(next, every);
+  }
+  return next > a.prefilled ? next : n_prompt;
 }
 
 bool Engine::deliver(Active& a, const RoundResult& res, Outcome& outcome) {
@@ -129,7 +141,17 @@ bool Engine::step() {
   for (size_t k = 0; k < rows.size(); ++k) {
     Active& a = running_[members[k]];
     const RoundResult& res = results[k];
-    if (rows[k].chunk > 0) a.prefilled += rows[k].chunk;
+    if (rows[k].chunk > 0) {
+      const int64_t due = next_checkpoint(a);
+      a.prefilled += rows[k].chunk;
+      if (a.prefilled == due && due < static_cast<int64_t>(a.p.request.prompt.size()) && a.prefilled > a.cached) {
+        auto copy = state_.extract(static_cast<int32_t>(members[k]));
+        if (copy)
+          options_.prompt_cache->insert(
+              std::vector<int32_t>(a.p.request.prompt.begin(), a.p.request.prompt.begin() + a.prefilled),
+              std::move(copy).value());
+      }
+    }
     if (!res.sampled) continue;
     if (a.p.handle->cancelled()) {
       ended.push_back({members[k], Outcome::kCancelled});
@@ -147,13 +169,18 @@ bool Engine::step() {
       a.depth.update(static_cast<int32_t>(res.drafts.size()), res.walk.accepted, options_.spec_depth);
     }
     Outcome outcome;
+    const size_t context_before = a.context.size();
     const bool ends = deliver(a, res, outcome);
     sampled_total += static_cast<uint64_t>(a.n_generated - before);
+    // Keep the pending token and the accepted drafts that reached the context (all of them
+    // unless the request ended inside the drafts), so the row's state always matches
+    // context[0, length) — also for a request that ends here (the prompt cache keeps it).
+    const int64_t delivered = static_cast<int64_t>(a.context.size() - context_before);
+    if (rows[k].chunk == 0) keep[k] = 1 + std::min<int64_t>(res.walk.accepted, delivered);
     if (ends) {
       ended.push_back({members[k], outcome});
       continue;
     }
-    if (rows[k].chunk == 0) keep[k] = 1 + res.walk.accepted;  // pending + accepted drafts
     contexts[k] = a.context;
   }
   st = round_->commit(keep, contexts);

@@ -391,7 +391,8 @@ json reason(const std::string& r) { return r.empty() ? json(nullptr) : json(r); 
 nlohmann::json usage_json(const Usage& u) {
   json j = json{{"prompt_tokens", u.prompt_tokens},
                 {"completion_tokens", u.completion_tokens},
-                {"total_tokens", u.prompt_tokens + u.completion_tokens}};
+                {"total_tokens", u.prompt_tokens + u.completion_tokens},
+                {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
   if (u.spec_rounds > 0)
     j["speculative"] = {{"rounds", u.spec_rounds},
                         {"draft_tokens", u.drafted},

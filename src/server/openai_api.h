@@ -67,6 +67,7 @@ struct TokenLogprob {
 
 struct Usage {
   int64_t prompt_tokens = 0, completion_tokens = 0;
+  int64_t cached_tokens = 0;  // prompt tokens served by the prompt cache (usage.prompt_tokens_details)
   // Speculative decoding telemetry (specula extension, reported as usage.speculative
   // when spec_rounds > 0): verify rounds with drafts, drafted and accepted tokens.
   int64_t spec_rounds = 0, drafted = 0, accepted = 0;

@@ -38,7 +38,7 @@ void send_error(httplib::Response& res, const ApiError& e) {
 std::string sse(const json& j) { return "data: " + dump_json(j) + "\n\n"; }
 
 Usage usage_of(const RequestSummary& s) {
-  return Usage{s.n_prompt, s.n_generated, s.spec_rounds, s.drafted, s.accepted};
+  return Usage{s.n_prompt, s.n_generated, s.cached_tokens, s.spec_rounds, s.drafted, s.accepted};
 }
 }  // namespace
 
@@ -239,6 +239,34 @@ void Server::Impl::routes() {
   });
   http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
     handle_completion(req, res, Endpoint::kCompletions);
+  });
+  // The prompt cache's durability point: returns once every entry stored so far is on disk.
+  // Loopback clients only, or any client with the API key.
+  http.Post("/admin/cache/flush", [this](const httplib::Request& req, httplib::Response& res) {
+    if (!authorized(req, res)) return;
+    const bool loopback = req.remote_addr == "127.0.0.1" || req.remote_addr == "::1" ||
+                          req.remote_addr.rfind("::ffff:127.", 0) == 0;
+    if (opt.api_key.empty() && !loopback) {
+      send_error(res, ApiError{403, "cache flush is allowed from loopback or with an API key", "permission_error", "", ""});
+      count(403);
+      return;
+    }
+    const auto& cache = opt.engine.prompt_cache;
+    if (!cache) {
+      send_error(res, ApiError{400, "this server runs without a prompt cache", "invalid_request_error", "", ""});
+      count(400);
+      return;
+    }
+    const Status st = cache->flush();
+    if (!st.is_ok()) {
+      send_error(res, ApiError{500, st.message(), "server_error", "", ""});
+      count(500);
+      return;
+    }
+    const PromptCacheStats cs = cache->stats();
+    res.set_content(dump_json(json{{"flushed", true}, {"disk_entries", cs.disk_entries}, {"disk_bytes", cs.disk_bytes}}),
+                    "application/json");
+    count(200);
   });
   http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
     handle_completion(req, res, Endpoint::kChat);
@@ -495,6 +523,9 @@ std::string Server::Impl::metrics_text() {
   auto gauge = [&](const char* name, const char* help, double v) {
     o << "# HELP " << name << " " << help << "\n# TYPE " << name << " gauge\n" << name << " " << v << "\n";
   };
+  auto gauge_header = [&](const char* name, const char* help) {  // labelled samples follow
+    o << "# HELP " << name << " " << help << "\n# TYPE " << name << " gauge\n";
+  };
   auto histogram = [&](const char* name, const char* help, const Histogram& h) {
     o << "# HELP " << name << " " << help << "\n# TYPE " << name << " histogram\n";
     uint64_t cum = 0;
@@ -540,6 +571,29 @@ std::string Server::Impl::metrics_text() {
   gauge("specula_kv_reserved_bytes", "Bytes of model state reserved by running requests (prompt + max_tokens).",
         static_cast<double>(s.kv_reserved));
   gauge("specula_kv_budget_bytes", "The KV budget (--kv-budget, or from --ctx).", static_cast<double>(s.kv_budget));
+  if (opt.engine.prompt_cache) {
+    const PromptCacheStats c = opt.engine.prompt_cache->stats();
+    counter("specula_prompt_cache_lookups_total", "Admitted requests that looked up the prompt cache, by result.");
+    o << "specula_prompt_cache_lookups_total{result=\"hit\"} " << c.hits << "\n";
+    o << "specula_prompt_cache_lookups_total{result=\"miss\"} " << c.misses << "\n";
+    counter("specula_prompt_cache_hit_tokens_total", "Prompt tokens served by the prompt cache (not prefilled).");
+    o << "specula_prompt_cache_hit_tokens_total " << c.hit_tokens << "\n";
+    counter("specula_prompt_cache_evictions_total", "Entries dropped to keep a tier within its cap.");
+    o << "specula_prompt_cache_evictions_total{tier=\"ram\"} " << c.evictions << "\n";
+    o << "specula_prompt_cache_evictions_total{tier=\"disk\"} " << c.disk_evictions << "\n";
+    counter("specula_prompt_cache_disk_rejected_total", "Cache files skipped: corrupted, truncated, foreign or old version.");
+    o << "specula_prompt_cache_disk_rejected_total " << c.disk_rejected << "\n";
+    counter("specula_prompt_cache_disk_io_total", "Entries written to / read back from disk.");
+    o << "specula_prompt_cache_disk_io_total{op=\"write\"} " << c.disk_writes << "\n";
+    o << "specula_prompt_cache_disk_io_total{op=\"read\"} " << c.disk_reads << "\n";
+    gauge_header("specula_prompt_cache_bytes", "Bytes held by the prompt cache, by tier.");
+    o << "specula_prompt_cache_bytes{tier=\"ram\"} " << c.ram_bytes << "\n";
+    o << "specula_prompt_cache_bytes{tier=\"disk\"} " << c.disk_bytes << "\n";
+    gauge_header("specula_prompt_cache_entries", "Entries in the prompt cache, by tier.");
+    o << "specula_prompt_cache_entries{tier=\"ram\"} " << c.ram_entries << "\n";
+    o << "specula_prompt_cache_entries{tier=\"disk\"} " << c.disk_entries << "\n";
+    gauge("specula_prompt_cache_disk_pending", "Entries waiting to be written.", static_cast<double>(c.disk_pending));
+  }
   histogram("specula_step_seconds", "Wall time of one engine step.", s.step_seconds);
   histogram("specula_batch_rows", "Rows in one step's forward.", s.batch_rows);
   histogram("specula_batch_tokens", "Tokens in one step's forward.", s.batch_tokens);

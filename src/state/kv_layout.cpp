@@ -32,13 +32,17 @@ struct KvTierStore {
     }
   }
   int64_t bytes() const { return static_cast<int64_t>(kp.size()) * kPageTokens * static_cast<int64_t>(k_pos + v_pos); }
-  KvTierStore copy() const {
+  // A copy of the pages that hold positions of a row of `length` (pages past them — kept
+  // after a truncation — are not copied; the copy allocates them again when it grows).
+  KvTierStore copy(int64_t length) const {
     KvTierStore c;
     c.ring = ring;
     c.k_pos = k_pos;
     c.v_pos = v_pos;
     c.lo = lo;
-    for (size_t p = 0; p < kp.size(); ++p) {
+    const int64_t slots = ring > 0 ? std::min(length, ring) : length;
+    const size_t pages = std::min(kp.size(), static_cast<size_t>((slots + kPageTokens - 1) / kPageTokens));
+    for (size_t p = 0; p < pages; ++p) {
       c.kp.emplace_back(new uint8_t[kPageTokens * k_pos]);
       c.vp.emplace_back(new uint8_t[kPageTokens * v_pos]);
       std::memcpy(c.kp.back().get(), kp[p].get(), kPageTokens * k_pos);
@@ -79,8 +83,8 @@ class KvRow final : public LayerRow {
   Result<std::unique_ptr<LayerRow>> clone() const override {
     try {
       auto c = std::make_unique<KvRow>(L_);
-      c->main_ = main_.copy();
-      c->recent_ = recent_.copy();
+      c->main_ = main_.copy(length_);
+      c->recent_ = recent_.copy(length_);
       c->length_ = length_;
       c->tx_ = tx_;
       c->tx_base_ = tx_base_;
@@ -328,6 +332,7 @@ Result<std::shared_ptr<const KvLayout>> KvLayout::create(const AttentionSpec& sp
     I.fixed_bytes_per_row = pages * kPageTokens * static_cast<int64_t>(L->kr_pos_bytes_ + L->vr_pos_bytes_);
   }
   I.needs_snapshot = false;
+  I.any_prefix = spec.window == 0 && L->delay_ == 0;  // a ring or the f16 tier forgets old positions
   I.persistable = true;
   return std::shared_ptr<const KvLayout>(std::move(L));
 }

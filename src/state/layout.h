@@ -94,6 +94,7 @@ struct LayoutInfo {
   int64_t max_positions = 0;     // stored positions per row at most (ring size; 0 = unbounded)
   int64_t fixed_bytes_per_row = 0;  // independent of length (recurrent state, f16 recent tier)
   bool needs_snapshot = false;   // rollback restores a snapshot (and replays), not a trim
+  bool any_prefix = true;        // a row can always be cut back to any prefix (min_length 0)
   bool persistable = true;       // LayerRow::save/load work
 };
 

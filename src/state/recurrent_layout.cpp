@@ -122,6 +122,7 @@ Result<std::shared_ptr<const RecurrentLayout>> RecurrentLayout::create(const Rec
   L->info_.bytes_per_token = 0;
   L->info_.fixed_bytes_per_row = (r.conv_floats() + r.state_floats()) * static_cast<int64_t>(sizeof(float));
   L->info_.needs_snapshot = true;
+  L->info_.any_prefix = false;
   L->info_.persistable = true;
   return std::shared_ptr<const RecurrentLayout>(std::move(L));
 }

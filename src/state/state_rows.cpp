@@ -110,23 +110,30 @@ Status StateRows::reset(int32_t row) {
   return Status::ok();
 }
 
-Status StateRows::truncate(int32_t row, int64_t length) {
-  RowState& r = rows_[row];
-  if (length < 0 || length > r.length)
-    return Status::error("[state] cannot cut a row of " + std::to_string(r.length) + " positions to " +
-                         std::to_string(length));
-  if (length == r.length) return Status::ok();
-  for (auto& l : r.layers)
-    if (l->in_transaction() || l->min_length() > length)
-      return Status::error("[state] row of " + std::to_string(r.length) + " positions cannot be cut back to " +
-                           std::to_string(length) + " (shortest reusable prefix " + std::to_string(l->min_length()) +
-                           ")");
-  for (auto& l : r.layers) {
-    Status st = l->truncate(length);
+Status RowState::truncate(int64_t new_length) {
+  if (new_length < 0 || new_length > length)
+    return Status::error("[state] cannot cut a row of " + std::to_string(length) + " positions to " +
+                         std::to_string(new_length));
+  if (new_length == length) return Status::ok();
+  for (auto& l : layers)
+    if (l->in_transaction() || l->min_length() > new_length)
+      return Status::error("[state] row of " + std::to_string(length) + " positions cannot be cut back to " +
+                           std::to_string(new_length) + " (shortest reusable prefix " +
+                           std::to_string(l->min_length()) + ")");
+  for (auto& l : layers) {
+    Status st = l->truncate(new_length);
     SPECULA_CHECK(st.is_ok());  // checked above
   }
-  r.length = length;
+  length = new_length;
   return Status::ok();
+}
+
+Status StateRows::truncate(int32_t row, int64_t length) { return rows_[row].truncate(length); }
+
+bool StateRows::any_prefix_reusable() const {
+  for (const auto& l : layouts_)
+    if (!l->info().any_prefix) return false;
+  return true;
 }
 
 void StateRows::begin(std::span<const int32_t> rows) {

@@ -42,6 +42,9 @@ struct RowState {
   Result<RowState> clone() const;
   // The shortest prefix from which this row's state can be reused (max over layers).
   int64_t min_length() const;
+  // Cut back to `length` positions in every layer. Errors (nothing changes): length below
+  // min_length() or above length, or a layer in a transaction.
+  Status truncate(int64_t length);
 };
 
 class StateRows {
@@ -92,6 +95,12 @@ class StateRows {
   void clear() { rows_.clear(); }
   // Empty one row in place (fresh layer rows). Errors: out of memory (the row is unchanged).
   Status reset(int32_t row);
+  // Moves a row's state out (for a prompt cache), leaving the row empty-handed: the caller
+  // then drops the row with filter(). Never fails.
+  RowState take(int32_t row) { return std::move(rows_[row]); }
+  // Whether every layer can be cut back to any prefix (full K/V only: no ring, no recurrent
+  // state), so a single stored state serves every prefix of its tokens.
+  bool any_prefix_reusable() const;
 
   // Outside a transaction: cut a row back to `length` positions in every layer. Errors
   // (nothing changes): length below the row's min_length() (a wrapped ring, recurrent

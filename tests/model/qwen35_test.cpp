@@ -17,6 +17,7 @@
 #include "engine/scheduler.h"
 #include "method/draft.h"
 #include "model/model.h"
+#include "state/prompt_cache.h"
 #include "../engine/engine_test_util.h"
 #include "../test_util.h"
 
@@ -229,6 +230,51 @@ TEST_P(Qwen35Test, SpeculationEqualsPlain) {
     // The draft model's proposals are both accepted and rejected (rollback by replay runs).
     EXPECT_GT(ed->stats().accepted, 0u);
     EXPECT_LT(ed->stats().accepted, ed->stats().drafted);
+  }
+}
+
+// The prompt cache with recurrent state: a repeated prompt and a chat continuation are
+// served from checkpoints and the previous request's final state, token for token equal to
+// cold runs (greedy and sampled).
+TEST_P(Qwen35Test, PromptCacheEqualsColdRuns) {
+  auto m = load_tiny(GetParam());
+  ASSERT_NE(m, nullptr);
+  const int32_t V = static_cast<int32_t>(m->info().n_vocab);
+  std::mt19937 rng(9);
+  std::vector<int32_t> p1(90);
+  for (auto& t : p1) t = 2 + static_cast<int32_t>(rng() % (V - 2));
+  auto make = [&](std::shared_ptr<PromptCache> pc) {
+    EngineOptions o;
+    o.n_rows = 2;
+    o.n_ctx = 256;
+    o.step_tokens = 64;
+    o.prompt_cache = std::move(pc);
+    o.cache_checkpoint_every = 32;
+    return std::move(Engine::create(*m, o)).value();
+  };
+  PromptCacheOptions po;
+  po.ram_bytes = int64_t{1} << 28;
+  po.fingerprint = "tiny";
+  std::shared_ptr<PromptCache> pc(PromptCache::create(po).value());
+  auto cold = make(nullptr), warm = make(pc);
+  for (float temperature : {0.0f, 0.9f}) {
+    EngineRequest r1;
+    r1.prompt = p1;
+    r1.max_tokens = 12;
+    r1.ignore_eos = true;
+    r1.sampling.temperature = temperature;
+    r1.sampling.seed = 3;
+    std::vector<RequestSummary> s;
+    const auto c1 = run_all(*cold, {r1})[0];
+    EXPECT_EQ(run_all(*warm, {r1}, &s)[0], c1);
+    EngineRequest r2 = r1;  // the continuation: prompt + answer + 20 more tokens
+    r2.prompt.insert(r2.prompt.end(), c1.begin(), c1.end());
+    for (int i = 0; i < 20; ++i) r2.prompt.push_back(2 + static_cast<int32_t>(rng() % (V - 2)));
+    const auto c2 = run_all(*cold, {r2})[0];
+    EXPECT_EQ(run_all(*warm, {r2}, &s)[0], c2) << "T=" << temperature;
+    EXPECT_EQ(s.back().cached_tokens, 90 + 11) << "the previous request's final state";
+    EXPECT_EQ(run_all(*warm, {r1}, &s)[0], c1);
+    EXPECT_EQ(s.back().cached_tokens, 89) << "the prompt checkpoint";
   }
 }
 
