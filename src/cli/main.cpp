@@ -542,6 +542,7 @@ struct ServeArgs {
   int64_t cache_disk_mib = 0;
   std::string cache_dir;
   int64_t cache_checkpoint = 1024;
+  int64_t generation_checkpoint = 0;
 };
 
 server::Server* g_server = nullptr;
@@ -604,6 +605,9 @@ int run_serve(const ServeArgs& a) {
     if (!pc) return fail(pc.message());
     so.engine.prompt_cache = std::shared_ptr<PromptCache>(std::move(pc).value());
     so.engine.cache_checkpoint_every = a.cache_checkpoint;
+    so.engine.generation_checkpoint = a.generation_checkpoint;
+  } else if (a.generation_checkpoint > 0) {
+    return fail("[cli] --generation-checkpoint needs the prompt cache (--cache-ram or --cache-dir)");
   }
   auto srv = server::Server::create(std::move(model).value(), so);
   if (!srv) return fail(srv.message());
@@ -737,6 +741,9 @@ int main(int argc, char** argv) {
   add_cache_options(serve, sv.cache, true);
   serve->add_option("--cache-ram", sv.cache_ram_mib,
                     "Prompt cache in RAM, MiB (default: a quarter of RAM, at most 8192; 0 = off)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
+  serve->add_option("--generation-checkpoint", sv.generation_checkpoint,
+                    "Store an in-flight generation every N tokens; after a restart (with --cache-dir) an identical request continues it exactly (default 0 = off)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
   serve->add_option("--cache-dir", sv.cache_dir, "Prompt cache on disk in this folder (survives restarts)");
   serve->add_option("--cache-disk", sv.cache_disk_mib, "Prompt cache on disk, MiB (default: 4 x --cache-ram, at least 1024)")

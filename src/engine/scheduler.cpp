@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstring>
 #include <exception>
+#include <optional>
 #include <vector>
 
 namespace specula {
@@ -239,8 +240,10 @@ void Engine::loop() {
     admit(admitted);
     // Retire cancelled rows before spending a step on them.
     std::vector<std::pair<size_t, Outcome>> cancelled;
-    for (size_t i = 0; i < running_.size(); ++i)
+    for (size_t i = 0; i < running_.size(); ++i) {
       if (running_[i].p.handle->cancelled()) cancelled.push_back({i, Outcome::kCancelled});
+      else if (running_[i].stop_after_replay) cancelled.push_back({i, Outcome::kStop});
+    }
     if (!cancelled.empty()) retire(std::move(cancelled));
     if (!running_.empty()) step();
   }
@@ -257,7 +260,18 @@ void Engine::admit(std::vector<Pending>& admitted) {
     Status st = row ? state_.reserve(1) : row.status();
     int64_t cached = 0;
     const auto& prompt = p.request.prompt;
-    if (st.is_ok() && options_.prompt_cache && prompt.size() > 1) {
+    const std::string gen_key = st.is_ok() ? generation_key(p.request) : std::string();
+    bool resumed = false;
+    std::optional<Active> resuming;
+    if (!gen_key.empty()) {
+      // An interrupted identical request left a checkpoint: continue it.
+      Sampler s0(p.request.sampling);
+      resuming.emplace(std::move(p), std::move(s0));
+      resuming->gen_key = gen_key;
+      resumed = resume_generation(*resuming, *row);
+      if (!resumed) p = std::move(resuming->p);
+    }
+    if (!resumed && st.is_ok() && options_.prompt_cache && prompt.size() > 1) {
       // The longest cached prefix, leaving at least the last prompt token to compute.
       auto hit = options_.prompt_cache->lookup(prompt, static_cast<int64_t>(prompt.size()) - 1, state_);
       if (hit) {
@@ -277,6 +291,19 @@ void Engine::admit(std::vector<Pending>& admitted) {
       try { p.sink->on_finish(sum); } catch (...) {}
       continue;
     }
+    if (resumed) {
+      Active a = std::move(*resuming);
+      admitted_prompt_tokens += a.p.request.prompt.size();
+      a.admitted = now;
+      a.first_token = now;
+      a.plan = plan_for(a.p.request);
+      a.plan.reason += "; resumed from a generation checkpoint after " + std::to_string(a.n_generated) + " tokens";
+      a.reserved = bytes_for(static_cast<int64_t>(a.p.request.prompt.size()) + a.p.request.max_tokens);
+      state_.insert(std::move(row).value());
+      reserved_ += a.reserved;
+      running_.push_back(std::move(a));
+      continue;
+    }
     admitted_prompt_tokens += p.request.prompt.size();
     Sampler sampler(p.request.sampling);
     for (int32_t id : p.request.prompt) sampler.accept(id);
@@ -287,6 +314,8 @@ void Engine::admit(std::vector<Pending>& admitted) {
     a.reserved = bytes_for(static_cast<int64_t>(a.p.request.prompt.size()) + a.p.request.max_tokens);
     a.cached = cached;
     a.prefilled = cached;
+    a.gen_key = gen_key;
+    if (!gen_key.empty()) a.next_gen_checkpoint = options_.generation_checkpoint;
     // Commit: the row joins the group (cannot fail after reserve()).
     state_.insert(std::move(row).value());
     reserved_ += a.reserved;
@@ -335,6 +364,9 @@ void Engine::retire(std::vector<std::pair<size_t, Outcome>> ended, const std::st
   for (size_t k = 0; k < gone.size(); ++k) {
     Active& a = gone[k];
     if (options_.draft) options_.draft->release(a.p.handle->id());
+    // A generation that ended needs no checkpoint; a cancelled one keeps it (a retry of the
+    // same request continues it).
+    if (!a.gen_key.empty() && outcomes[k] != Outcome::kCancelled) options_.prompt_cache->drop_checkpoint(a.gen_key);
     reserved_ -= a.reserved;
     RequestSummary sum;
     sum.outcome = outcomes[k];

@@ -53,6 +53,11 @@ struct EngineRequest {
   int32_t top_logprobs = -1;    // -1: no logprobs; 0..20: the sampled token's logprob plus k alternatives
   bool ignore_eos = false;      // keep going past end-of-generation tokens
   bool speculative = true;      // use the engine's draft source (if any) for this request
+  // Non-empty: the request may resume from a generation checkpoint and writes them (with
+  // EngineOptions::generation_checkpoint and a prompt cache). The caller puts here whatever
+  // outside this struct shapes the output (e.g. stop strings); the engine adds every field
+  // above. An identical request then continues an interrupted one exactly.
+  std::string resume_key;
 };
 
 // One generated token as delivered to a sink.
@@ -152,6 +157,13 @@ struct EngineOptions {
   // A draft model's own state is not cached: it catches up with the context by itself.
   std::shared_ptr<PromptCache> prompt_cache;
   int64_t cache_checkpoint_every = 0;
+  // Every this many generated tokens (0 = never), a request with a resume_key stores a
+  // generation checkpoint in the prompt cache: its state, pending token, sampler position
+  // and emitted tokens. An identical request admitted later (e.g. after a restart with a
+  // --cache-dir) replays the emitted tokens and continues from there, producing exactly
+  // the tokens of an uninterrupted run. Not with rejection-sampled speculation (its draft
+  // stream is not saved): those requests run without checkpoints.
+  int64_t generation_checkpoint = 0;
   // Acceptance at temperature > 0 for sources that sample their drafts (a draft model):
   // false = exact match against the target's own draw (the same seed gives exactly the
   // text of plain decoding); true = rejection sampling with the draft's distribution
@@ -238,6 +250,10 @@ class Engine {
     std::vector<int32_t> context;  // prompt + emitted tokens (back() == next while decoding)
     int64_t spec_rounds = 0, drafted = 0, accepted = 0;
     AdaptiveDepth depth;     // speculation speed policy (never the tokens)
+    std::string gen_key;     // generation checkpoint key ("" = none)
+    int64_t next_gen_checkpoint = 0;  // n_generated at which the next checkpoint is due
+    std::vector<TokenEvent> events;   // emitted tokens as delivered (for a checkpoint record)
+    bool stop_after_replay = false;   // its consumer stopped while a checkpoint was replayed
     bool decoding() const { return prefilled >= static_cast<int64_t>(p.request.prompt.size()); }
   };
 
@@ -253,6 +269,13 @@ class Engine {
   // The next prompt position after `prefilled` at which a checkpoint is stored (or the
   // prompt length when none is due).
   int64_t next_checkpoint(const Active& a) const;
+  // Generation checkpoints: the key of a request (empty when it does not checkpoint), and
+  // storing / restoring one.
+  std::string generation_key(const EngineRequest& r) const;
+  void store_generation_checkpoint(size_t index);
+  // Restores a's generation from its checkpoint into `row` (true), replaying the emitted
+  // tokens to the sink; false when there is none (or it does not fit the request).
+  bool resume_generation(Active& a, RowState& row);
   // Delivers one row's walk to its sink; returns the outcome if the request ends.
   bool deliver(Active& a, const RoundResult& res, Outcome& outcome);
   // Ends the requests at running_ indices `ended` (with outcomes), releasing their rows.

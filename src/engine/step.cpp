@@ -102,6 +102,7 @@ bool Engine::deliver(Active& a, const RoundResult& res, Outcome& outcome) {
       failed = true;
     }
     a.context.push_back(t.id);
+    if (!a.gen_key.empty()) a.events.push_back(std::move(ev));
     if (failed || !keep) break;
   }
   a.n_generated += (failed || !keep) ? delivered : w.sampled;
@@ -210,6 +211,15 @@ bool Engine::step() {
     for (size_t k = 0; k < rows.size(); ++k)
       if (!contexts[k].empty() && state_.length(static_cast<int32_t>(members[k])) + 1 > state_.max_length())
         ended.push_back({members[k], Outcome::kLength});
+    // Generation checkpoints of the rows that go on.
+    for (size_t k = 0; k < rows.size(); ++k) {
+      Active& a = running_[members[k]];
+      if (contexts[k].empty() || a.gen_key.empty() || a.n_generated < a.next_gen_checkpoint) continue;
+      if (std::find_if(ended.begin(), ended.end(), [&](const auto& e) { return e.first == members[k]; }) != ended.end())
+        continue;
+      store_generation_checkpoint(members[k]);
+      a.next_gen_checkpoint = (a.n_generated / options_.generation_checkpoint + 1) * options_.generation_checkpoint;
+    }
     retire(std::move(ended));
   }
   return true;

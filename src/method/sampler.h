@@ -35,6 +35,7 @@
 // do not depend on std::sort/nth_element implementations.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <deque>
 #include <unordered_map>
@@ -77,6 +78,11 @@ class SamplerRng {
   uint64_t next_u64();
   // Uniform in [0, 1): the top 24 bits of next_u64() times 2^-24 (exact in float).
   float next_float();
+  // The generator's position, to save and restore a stream (resuming a generation).
+  std::array<uint64_t, 4> state() const { return {s_[0], s_[1], s_[2], s_[3]}; }
+  void set_state(const std::array<uint64_t, 4>& s) {
+    for (int i = 0; i < 4; ++i) s_[i] = s[i];
+  }
 
  private:
   uint64_t s_[4];
@@ -107,6 +113,10 @@ class Sampler {
   float uniform() { return rng_.next_float(); }
   // Records an emitted token in the penalty history (ids must be >= 0).
   void accept(int32_t token);
+  // The RNG stream's position (SamplerRng::state): with the same accepted tokens, a sampler
+  // restored to it continues exactly as the one it was saved from.
+  std::array<uint64_t, 4> rng_state() const { return rng_.state(); }
+  void set_rng_state(const std::array<uint64_t, 4>& s) { rng_.set_state(s); }
   // Forgets the penalty history (the RNG stream continues).
   void reset_history();
 

@@ -383,6 +383,11 @@ void Server::Impl::handle_completion(const httplib::Request& req, httplib::Respo
   er.top_logprobs = c.logprobs;
   er.ignore_eos = c.ignore_eos;
   er.speculative = c.speculative;
+  if (opt.engine.generation_checkpoint > 0) {
+    // What shapes the text besides the engine request: the route and the stop strings.
+    er.resume_key = endpoint == Endpoint::kChat ? "chat" : "completion";
+    for (const std::string& st : c.stop) er.resume_key += "\x1f" + st;
+  }
   auto stream = std::make_shared<CompletionStream>(*tok, c.stop, c.logprobs >= 0);
   Submission sub = engine->submit(std::move(er), stream);
   if (sub.error != SubmitError::kNone) {

@@ -75,26 +75,35 @@ Status write_atomic(const std::string& path, const std::string& bytes) {
   return Status::ok();
 }
 
-// Header of an entry file, as parsed.
+// Header of an entry file, as parsed. A checkpoint file also carries its key and record.
 struct FileHeader {
   std::string fingerprint;
+  std::string key, record;  // generation checkpoints only
   std::vector<int32_t> tokens;
   int64_t min_length = 0;
   uint64_t n_layers = 0;
 };
 
+bool get_string(std::string_view& in, std::string& out, uint64_t max) {
+  uint64_t n;
+  if (!get_u64(in, n) || n > max || in.size() < n) return false;
+  out.assign(in.data(), n);
+  in.remove_prefix(n);
+  return true;
+}
+
 // Parses magic, version, fingerprint, min_length, tokens, layer count from the front of
 // `in` (advancing it). Errors say which part is bad.
 Status parse_header(std::string_view& in, FileHeader& h) {
   char magic[8];
-  uint64_t version, flen, n, minl;
+  uint64_t version, n, minl;
   if (!get_bytes(in, magic, 8) || std::memcmp(magic, kMagic, 8) != 0) return Status::error("not a specula cache file");
   if (!get_u64(in, version)) return Status::error("truncated header");
   if (version != kVersion)
     return Status::error("format version " + std::to_string(version) + " (this build reads " + std::to_string(kVersion) + ")");
-  if (!get_u64(in, flen) || flen > (1u << 20) || in.size() < flen) return Status::error("truncated header");
-  h.fingerprint.assign(in.data(), flen);
-  in.remove_prefix(flen);
+  if (!get_string(in, h.fingerprint, 1u << 20) || !get_string(in, h.key, 1u << 20) ||
+      !get_string(in, h.record, uint64_t{1} << 30))
+    return Status::error("truncated header");
   if (!get_u64(in, minl) || !get_u64(in, n) || n > (uint64_t{1} << 30) || in.size() < n * 4)
     return Status::error("truncated header");
   h.min_length = static_cast<int64_t>(minl);
@@ -116,6 +125,7 @@ struct PromptCache::Entry {
   std::string file;        // disk copy ("" when none)
   int64_t file_bytes = 0;
   bool pending = false;    // queued for the writer
+  std::string key, record;  // a generation checkpoint (not in the tree)
 };
 
 Result<std::unique_ptr<PromptCache>> PromptCache::create(PromptCacheOptions options) {
@@ -404,16 +414,17 @@ void PromptCache::insert(std::vector<int32_t> tokens, RowState state) {
   evict_ram_locked();
 }
 
-std::string PromptCache::serialize(const std::string& fingerprint, const std::vector<int32_t>& tokens,
-                                   int64_t min_length, const RowState& state) {
+std::string PromptCache::serialize(const std::string& fingerprint, const Entry& e, const RowState& state) {
   std::string out;
   put_bytes(out, kMagic, 8);
   put_u64(out, kVersion);
-  put_u64(out, fingerprint.size());
-  put_bytes(out, fingerprint.data(), fingerprint.size());
-  put_u64(out, static_cast<uint64_t>(min_length));
-  put_u64(out, tokens.size());
-  put_bytes(out, tokens.data(), tokens.size() * 4);
+  for (const std::string* str : {&fingerprint, &e.key, &e.record}) {
+    put_u64(out, str->size());
+    put_bytes(out, str->data(), str->size());
+  }
+  put_u64(out, static_cast<uint64_t>(e.min_length));
+  put_u64(out, e.tokens.size());
+  put_bytes(out, e.tokens.data(), e.tokens.size() * 4);
   put_u64(out, state.layers.size());
   std::string blob;
   for (const auto& l : state.layers) {
@@ -445,7 +456,7 @@ Status PromptCache::export_file(std::span<const int32_t> tokens, const std::stri
     }
   }
   if (!best) return Status::error("[prompt_cache] no cached state for these tokens to save");
-  return write_atomic(path, serialize(opt_.fingerprint, best->tokens, best->min_length, *best->state));
+  return write_atomic(path, serialize(opt_.fingerprint, *best, *best->state));
 }
 
 Status PromptCache::import_file(const std::string& path) {
@@ -488,20 +499,27 @@ void PromptCache::writer_loop() {
     std::string path;
     int64_t size = 0;
     if (state) {
-      const std::string out = serialize(opt_.fingerprint, e->tokens, e->min_length, *state);
-      char name[32];
-      std::snprintf(name, sizeof(name), "%016llx-%08x.spc", static_cast<unsigned long long>(fnv1a(e->tokens)),
-                    static_cast<unsigned>(e->tokens.size()));
+      const std::string out = serialize(opt_.fingerprint, *e, *state);
+      char name[48];
+      if (e->key.empty()) {
+        std::snprintf(name, sizeof(name), "%016llx-%08x.spc", static_cast<unsigned long long>(fnv1a(e->tokens)),
+                      static_cast<unsigned>(e->tokens.size()));
+      } else {
+        const std::vector<int32_t> kb(e->key.begin(), e->key.end());
+        std::snprintf(name, sizeof(name), "gen-%016llx.spg", static_cast<unsigned long long>(fnv1a(kb)));
+      }
       path = (std::filesystem::path(opt_.dir) / name).string();
       size = static_cast<int64_t>(out.size());
       st = write_atomic(path, out);
     }
     std::lock_guard<std::mutex> lock(mu_);
     e->pending = false;
+    const bool current = e->key.empty() ? nodes_[e->node].entry == e
+                                        : (checkpoints_.count(e->key) != 0 && checkpoints_[e->key] == e);
     if (!st.is_ok()) {
       write_error_ = st.message();
       std::fprintf(stderr, "%s\n", st.message().c_str());
-    } else if (state && nodes_[e->node].entry == e) {
+    } else if (state && current) {
       e->file = path;
       e->file_bytes = size;
       stats_.disk_bytes += size;
@@ -512,12 +530,12 @@ void PromptCache::writer_loop() {
       std::error_code ec;  // the entry was replaced meanwhile
       std::filesystem::remove(path, ec);
     }
-    if (opt_.ram_bytes == 0 && e->state && nodes_[e->node].entry == e) {  // disk only
+    if (opt_.ram_bytes == 0 && e->state && current) {  // disk only
       e->state.reset();
       stats_.ram_bytes -= e->bytes;
-      --stats_.ram_entries;
+      if (e->key.empty()) --stats_.ram_entries;
     }
-    if (nodes_[e->node].entry == e && !e->state && e->file.empty()) remove_entry(e->node);
+    if (e->key.empty() && current && !e->state && e->file.empty()) remove_entry(e->node);
     ++written_;
     flushed_cv_.notify_all();
   }
@@ -545,7 +563,8 @@ Status PromptCache::index_disk() {
       std::filesystem::remove(de.path(), ec);
       continue;
     }
-    if (de.path().extension() == ".spc") files.push_back({de.last_write_time(ec), de.path()});
+    if (de.path().extension() == ".spc" || de.path().extension() == ".spg")
+      files.push_back({de.last_write_time(ec), de.path()});
   }
   if (ec) return Status::error("[prompt_cache] cannot list " + opt_.dir + ": " + ec.message());
   std::sort(files.begin(), files.end());  // oldest first: LRU order
@@ -577,6 +596,15 @@ Status PromptCache::index_disk() {
     e->min_length = h.min_length;
     e->file = path.string();
     e->file_bytes = static_cast<int64_t>(std::filesystem::file_size(path, ec));
+    if (!h.key.empty()) {  // a generation checkpoint
+      e->key = std::move(h.key);
+      e->record = std::move(h.record);
+      checkpoints_[e->key] = e;
+      stats_.disk_bytes += e->file_bytes;
+      ++stats_.disk_entries;
+      stats_.checkpoints = static_cast<int64_t>(checkpoints_.size());
+      continue;
+    }
     const size_t node = node_for(e->tokens);
     e->node = node;
     e->last_use = ++clock_;
@@ -625,6 +653,81 @@ std::optional<RowState> PromptCache::read_file(const std::string& path, std::spa
   for (const auto& l : row->layers)
     if (l->length() != row->length) return reject("a layer's length differs from the tokens");
   return std::move(row).value();
+}
+
+void PromptCache::put_checkpoint(const std::string& key, std::vector<int32_t> tokens, RowState state,
+                                 std::string record) {
+  if (key.empty() || static_cast<int64_t>(tokens.size()) != state.length) return;
+  auto e = std::make_shared<Entry>();
+  e->bytes = state.bytes();
+  e->min_length = state.length;
+  e->tokens = std::move(tokens);
+  e->key = key;
+  e->record = std::move(record);
+  e->state = std::make_shared<const RowState>(std::move(state));
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& slot = checkpoints_[key];
+  if (slot) {
+    if (slot->state) stats_.ram_bytes -= slot->bytes;
+    if (!slot->file.empty()) {  // the new file replaces it (same name) once written
+      stats_.disk_bytes -= slot->file_bytes;
+      --stats_.disk_entries;
+    }
+  }
+  slot = e;
+  e->last_use = ++clock_;
+  stats_.ram_bytes += e->bytes;
+  stats_.checkpoints = static_cast<int64_t>(checkpoints_.size());
+  if (!opt_.dir.empty()) {
+    e->pending = true;
+    write_queue_.push_back({e, e->state});
+    ++queued_;
+    stats_.disk_pending = static_cast<int64_t>(write_queue_.size());
+    write_cv_.notify_all();
+  }
+}
+
+std::optional<PromptCache::Checkpoint> PromptCache::find_checkpoint(const std::string& key, const StateRows& group) {
+  std::shared_ptr<Entry> e;
+  std::shared_ptr<const RowState> src;
+  std::string file;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = checkpoints_.find(key);
+    if (it == checkpoints_.end()) return std::nullopt;
+    e = it->second;
+    src = e->state;
+    file = e->file;
+  }
+  std::optional<RowState> copy;
+  if (src) {
+    auto c = src->clone();
+    if (c) copy = std::move(c).value();
+  } else if (!file.empty()) {
+    copy = read_file(file, e->tokens, group, true);
+    if (copy) {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++stats_.disk_reads;
+    }
+  }
+  if (!copy) return std::nullopt;
+  return Checkpoint{e->tokens, std::move(*copy), e->record};
+}
+
+void PromptCache::drop_checkpoint(const std::string& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = checkpoints_.find(key);
+  if (it == checkpoints_.end()) return;
+  const auto& e = it->second;
+  if (e->state) stats_.ram_bytes -= e->bytes;
+  if (!e->file.empty()) {
+    std::error_code ec;
+    std::filesystem::remove(e->file, ec);
+    stats_.disk_bytes -= e->file_bytes;
+    --stats_.disk_entries;
+  }
+  checkpoints_.erase(it);
+  stats_.checkpoints = static_cast<int64_t>(checkpoints_.size());
 }
 
 PromptCacheStats PromptCache::stats() const {

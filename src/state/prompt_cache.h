@@ -60,6 +60,7 @@ struct PromptCacheStats {
   int64_t disk_bytes = 0, disk_entries = 0;
   uint64_t disk_writes = 0, disk_reads = 0, disk_evictions = 0;
   uint64_t disk_rejected = 0;                  // files skipped: corrupt, truncated, foreign, old version
+  int64_t checkpoints = 0;                     // generation checkpoints held
   int64_t disk_pending = 0;                    // entries queued for writing
 };
 
@@ -92,6 +93,24 @@ class PromptCache {
   // moved or deleted). Errors: unreadable file, another fingerprint or version.
   Status import_file(const std::string& path);
 
+  // Generation checkpoints, to resume an interrupted generation after a restart: the state
+  // of an in-flight request under `key` (the engine derives it from everything that
+  // determines the request's output). `tokens` are the positions in `state` (prompt and
+  // emitted tokens but the pending one); `record` is the engine's own description (pending
+  // token, sampler position, emitted tokens' logprobs, ...), stored as is. A newer
+  // checkpoint for the key replaces the older one; the disk tier writes it in the
+  // background like entries (and indexes it at start).
+  void put_checkpoint(const std::string& key, std::vector<int32_t> tokens, RowState state, std::string record);
+  struct Checkpoint {
+    std::vector<int32_t> tokens;
+    RowState state;
+    std::string record;
+  };
+  // A copy of the key's checkpoint, read back from disk when needed (checked like entries).
+  std::optional<Checkpoint> find_checkpoint(const std::string& key, const StateRows& group);
+  // The generation finished: forget its checkpoint (and delete its file).
+  void drop_checkpoint(const std::string& key);
+
   // Waits until every entry inserted so far is on disk (fsync'ed), or the writer failed.
   // Errors: a write failed (named).
   Status flush();
@@ -118,8 +137,8 @@ class PromptCache {
   Status index_disk();
   std::optional<RowState> read_file(const std::string& path, std::span<const int32_t> tokens, const StateRows& group,
                                     bool owned);
-  static std::string serialize(const std::string& fingerprint, const std::vector<int32_t>& tokens, int64_t min_length,
-                               const RowState& state);
+  static std::string serialize(const std::string& fingerprint, const Entry& e, const RowState& state);
+  std::map<std::string, std::shared_ptr<Entry>> checkpoints_;  // generation checkpoints by key
   std::set<std::string> foreign_;  // imported files: never deleted by this cache
 
   PromptCacheOptions opt_;

@@ -158,5 +158,78 @@ TEST_F(PromptCacheEngineTest, WithSpeculationAndAfterARestart) {
   EXPECT_EQ(pc->stats().disk_rejected, 0u);
 }
 
+// A sink that stops listening (and cancels its request) after n tokens: the client of an
+// interrupted generation.
+class InterruptSink : public CollectSink {
+ public:
+  explicit InterruptSink(size_t n) : n_(n) {}
+  bool on_tokens(std::span<const TokenEvent> events) override {
+    for (const TokenEvent& e : events) {
+      tokens.push_back(e.id);
+      logprobs.push_back(e.logprob);
+    }
+    if (tokens.size() >= n_ && handle) handle->cancel();
+    return true;
+  }
+  std::shared_ptr<RequestHandle> handle;
+
+ private:
+  size_t n_;
+};
+
+TEST_F(PromptCacheEngineTest, ResumesAnInterruptedGenerationExactly) {
+  const std::string dir = (std::filesystem::temp_directory_path() / "specula_pc_resume").string();
+  for (float temperature : {0.0f, 0.8f}) {
+    std::filesystem::remove_all(dir);
+    auto prompt = words(200, 31);
+    prompt.insert(prompt.begin(), 2);
+    EngineRequest r = req(prompt, 40, temperature, 77);
+    r.top_logprobs = 1;
+    r.resume_key = "test";
+    auto plain_e = engine(*model_, {}, nullptr);
+    std::vector<RequestSummary> sums;
+    auto sink0 = std::make_shared<CollectSink>();
+    ASSERT_TRUE(plain_e->submit(r, sink0).handle);
+    ASSERT_TRUE(sink0->wait());
+    {
+      auto pc = cache(dir);
+      EngineOptions o;
+      o.n_rows = 2;
+      o.n_ctx = 2048;
+      o.prompt_cache = pc;
+      o.generation_checkpoint = 8;
+      auto e = std::move(Engine::create(*model_, o)).value();
+      auto sink = std::make_shared<InterruptSink>(21);
+      auto sub = e->submit(r, sink);
+      ASSERT_TRUE(sub.handle);
+      sink->handle = sub.handle;
+      ASSERT_TRUE(sink->wait());
+      EXPECT_EQ(sink->summary.outcome, Outcome::kCancelled);
+      EXPECT_GE(sink->tokens.size(), 21u);
+      EXPECT_LT(sink->tokens.size(), 40u);
+      EXPECT_EQ(pc->stats().checkpoints, 1);
+      ASSERT_TRUE(pc->flush().is_ok());
+    }
+    // "After a restart": a new cache on the same folder, a new engine, the same request.
+    auto pc = cache(dir);
+    EXPECT_EQ(pc->stats().checkpoints, 1);
+    EngineOptions o;
+    o.n_rows = 2;
+    o.n_ctx = 2048;
+    o.prompt_cache = pc;
+    o.generation_checkpoint = 8;
+    auto e = std::move(Engine::create(*model_, o)).value();
+    auto sink = std::make_shared<CollectSink>();
+    ASSERT_TRUE(e->submit(r, sink).handle);
+    ASSERT_TRUE(sink->wait());
+    EXPECT_EQ(sink->tokens, sink0->tokens) << "T=" << temperature;
+    EXPECT_EQ(sink->logprobs, sink0->logprobs) << "T=" << temperature;
+    EXPECT_EQ(sink->summary.n_generated, 40);
+    EXPECT_EQ(sink->summary.cached_tokens, static_cast<int64_t>(prompt.size())) << "resumed, not recomputed";
+    EXPECT_NE(sink->summary.plan.reason.find("resumed"), std::string::npos) << sink->summary.plan.reason;
+    EXPECT_EQ(pc->stats().checkpoints, 0) << "a finished generation drops its checkpoint";
+  }
+}
+
 }  // namespace
 }  // namespace specula
