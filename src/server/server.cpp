@@ -598,6 +598,8 @@ std::string Server::Impl::metrics_text() {
     o << "specula_prompt_cache_entries{tier=\"ram\"} " << c.ram_entries << "\n";
     o << "specula_prompt_cache_entries{tier=\"disk\"} " << c.disk_entries << "\n";
     gauge("specula_prompt_cache_disk_pending", "Entries waiting to be written.", static_cast<double>(c.disk_pending));
+    gauge("specula_prompt_cache_generation_checkpoints", "In-flight generations with a checkpoint (--generation-checkpoint).",
+          static_cast<double>(c.checkpoints));
   }
   histogram("specula_step_seconds", "Wall time of one engine step.", s.step_seconds);
   histogram("specula_batch_rows", "Rows in one step's forward.", s.batch_rows);

@@ -9,6 +9,8 @@
     --cache-dir the prompt is served from disk with the same text;
   * SIGKILL while entries are being written, then a restart: the server starts, no damaged
     entry is ever loaded, answers stay exact;
+  * --generation-checkpoint: a sampled generation killed (SIGKILL) midway continues after a
+    restart to exactly the text of an uninterrupted run;
   * a flipped byte in an entry file is caught by its checksum (counted, not loaded);
   * the disk tier keeps to --cache-disk.
 Exits 77 (skip) without the model.
@@ -114,6 +116,35 @@ def main():
                 tc, _ = complete(cold, p, n=6)
                 tw, _ = complete(warm, p, n=6)
                 check(tw == tc, "an answer after the SIGKILL restart differs from a cold one")
+        # ---- resume after SIGKILL (--generation-checkpoint) ----
+        gen_dir = os.path.join(tmp, "gen")
+        pr = words(200, 40)
+        body = {"prompt": pr, "max_tokens": 64, "temperature": 0.7, "seed": 5, "ignore_eos": True}
+        with ss.Server("--parallel", "2", "--ctx", "4096") as cold:
+            status, _, want = cold.post_json("/v1/completions", body, timeout=300)
+            check(status == 200, f"cold run: {status}")
+        srv = ss.Server("--parallel", "2", "--ctx", "4096", "--cache-dir", gen_dir,
+                        "--generation-checkpoint", "8").start()
+        th = threading.Thread(target=lambda: srv.post("/v1/completions", body, timeout=300))
+        th.start()
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            m = srv.metrics()
+            if m.get("specula_prompt_cache_generation_checkpoints", 0) >= 1 and \
+                    m.get("specula_prompt_cache_disk_pending", 1) == 0 and \
+                    m.get('specula_prompt_cache_disk_io_total{op="write"}', 0) >= 2:
+                break
+            time.sleep(0.05)
+        srv.proc.send_signal(signal.SIGKILL)
+        srv.proc.wait()
+        th.join(60)
+        with ss.Server("--parallel", "2", "--ctx", "4096", "--cache-dir", gen_dir, "--generation-checkpoint", "8") as srv2:
+            status, _, got = srv2.post_json("/v1/completions", body, timeout=300)
+            check(status == 200, f"resumed run: {status}")
+            check(got["choices"][0]["text"] == want["choices"][0]["text"],
+                  "the resumed generation differs from an uninterrupted one")
+            check(got["usage"]["completion_tokens"] == 64, f"usage after resume: {got['usage']}")
+            check(got["usage"]["prompt_tokens_details"]["cached_tokens"] == 200, f"not resumed: {got['usage']}")
         # ---- a flipped byte ----
         files = sorted(f for f in os.listdir(cache_dir) if f.endswith(".spc"))
         check(files, "no cache files")
@@ -143,7 +174,7 @@ def main():
             check(m.get('specula_prompt_cache_evictions_total{tier="disk"}', 0) >= 1, "no disk eviction counted")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return "RAM hit, continuation, restart, SIGKILL, checksum, disk cap"
+    return "RAM hit, continuation, restart, SIGKILL, resume, checksum, disk cap"
 
 
 if __name__ == "__main__":
