@@ -5,6 +5,9 @@
 #include <CLI/CLI.hpp>
 
 #include <unistd.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 #include <algorithm>
 #include <cerrno>
@@ -551,6 +554,14 @@ void on_signal(int) {
 }
 
 int run_serve(const ServeArgs& a) {
+#if defined(__GLIBC__)
+  // glibc raises its mmap threshold to the size of each large block freed (up to 32 MiB),
+  // after which such blocks come from per-thread arenas that keep their pages: a server
+  // whose request threads each once parsed a huge body or tokenized a huge word would
+  // keep that peak per arena. A fixed threshold (which also stops the adjustment) sends
+  // every block of 1 MiB or more to mmap, returned to the system when freed.
+  mallopt(M_MMAP_THRESHOLD, 1 << 20);
+#endif
   auto path = resolve_model(a.model);
   if (!path) return fail(path.message());
   ModelOptions mo;

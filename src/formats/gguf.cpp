@@ -197,6 +197,9 @@ Status Parser::read_value(const std::string& ctx, ValueType t, int depth, Value*
     default: {
       const size_t n = value_type_size(t);
       if (!has(n)) return truncated(ctx, std::string(value_type_name(t)) + " value");
+      if (t == ValueType::BOOL && p_[pos_] > 1)  // the spec's bool is one byte, 0 or 1
+        return Status::error("[gguf] " + ctx + ": bool value " + std::to_string(p_[pos_]) + " at byte " +
+                             str_u64(pos_) + " is neither 0 nor 1");
       Value s = scalar_from_raw(t, p_ + pos_);
       v->u = s.u;
       v->i = s.i;
@@ -252,6 +255,11 @@ Status Parser::read_array(const std::string& ctx, int depth, Value* v) {
     }
   } else {
     const size_t bytes = n * scalar;
+    if (elem == ValueType::BOOL)
+      for (size_t k = 0; k < bytes; ++k)
+        if (p_[pos_ + k] > 1)
+          return Status::error("[gguf] " + ctx + " [" + std::to_string(k) + "]: bool value " +
+                               std::to_string(p_[pos_ + k]) + " is neither 0 nor 1");
     v->raw.assign(p_ + pos_, p_ + pos_ + bytes);
     pos_ += bytes;
   }

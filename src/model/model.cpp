@@ -2,6 +2,7 @@
 #include "model/model.h"
 
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <mutex>
 
@@ -82,6 +83,62 @@ Status plan_batch(const Batch& batch, const StateRows& state, int64_t n_vocab, c
       layout.token_row[i] = b;
       layout.pos[i] = static_cast<int32_t>(state.length(batch.rows[b]) + (i - layout.offset[b]));
     }
+  return Status::ok();
+}
+
+Result<int64_t> hparam_int(const gguf::GgufFile& f, const std::string& key, int64_t lo, int64_t hi, const char* who,
+                           std::optional<int64_t> fallback) {
+  std::string range = "[";  // (built in steps: GCC 12's -Wrestrict misfires on "[" + to_string)
+  range += std::to_string(lo);
+  range += ", ";
+  range += std::to_string(hi);
+  range += "]";
+  if (f.find(key) == nullptr) {
+    if (fallback) return *fallback;
+    return Status::error(std::string(who) + " missing metadata key '" + key + "' (an integer in " + range + ")");
+  }
+  auto v = f.get_int(key);
+  if (!v) return Status::error(std::string(who) + " metadata key '" + key + "': " + v.message());
+  if (*v < lo || *v > hi)
+    return Status::error(std::string(who) + " metadata key '" + key + "' = " + std::to_string(*v) +
+                         " is out of range " + range);
+  return *v;
+}
+
+Result<double> hparam_float(const gguf::GgufFile& f, const std::string& key, double lo, double hi, const char* who,
+                            std::optional<double> fallback, bool lo_open) {
+  const auto num = [](double x) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%g", x);
+    return std::string(b);
+  };
+  std::string range = lo_open ? "(" : "[";
+  range += num(lo);
+  range += ", ";
+  range += num(hi);
+  range += "]";
+  if (f.find(key) == nullptr) {
+    if (fallback) return *fallback;
+    return Status::error(std::string(who) + " missing metadata key '" + key + "' (a number in " + range + ")");
+  }
+  auto v = f.get_float(key);
+  if (!v) return Status::error(std::string(who) + " metadata key '" + key + "': " + v.message());
+  if (!std::isfinite(*v) || (lo_open ? !(*v > lo) : !(*v >= lo)) || !(*v <= hi))
+    return Status::error(std::string(who) + " metadata key '" + key + "' = " + num(*v) + " is out of range " + range);
+  return *v;
+}
+
+Status check_block_tensors(const gguf::GgufFile& f, int64_t block_count, const std::string& key, const char* who) {
+  for (const gguf::TensorInfo& t : f.tensors()) {
+    if (t.name.rfind("blk.", 0) != 0) continue;
+    int64_t n = 0;
+    size_t i = 4;
+    for (; i < t.name.size() && i < 14 && t.name[i] >= '0' && t.name[i] <= '9'; ++i) n = n * 10 + (t.name[i] - '0');
+    if (i == 4 || i >= t.name.size() || t.name[i] != '.') continue;
+    if (n >= block_count)
+      return Status::error(std::string(who) + " tensor '" + t.name + "' belongs to block " + std::to_string(n) +
+                           " but metadata key '" + key + "' declares " + std::to_string(block_count) + " blocks");
+  }
   return Status::ok();
 }
 

@@ -20,6 +20,7 @@
 #include <initializer_list>
 #include <vector>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "core/tensor.h"
@@ -111,6 +112,18 @@ Result<StateRows> new_state(const Model& model, const CacheOptions& options, int
 // repeated, a row that would pass max_length, an id outside [0, n_vocab).
 Status plan_batch(const Batch& batch, const StateRows& state, int64_t n_vocab, const char* who,
                   BatchLayout& layout);
+// Hyperparameters from GGUF metadata, checked at load so nonsense values fail there, naming
+// the key and the value, instead of generating garbage. `who` prefixes errors ("[qwen2]").
+// An integer key must hold an integer in [lo, hi]; a float key a finite number with
+// lo < v <= hi (lo_open) or lo <= v <= hi. `fallback`: used when the key is absent (no
+// fallback: absent is an error); a key that is present but invalid is always an error.
+Result<int64_t> hparam_int(const gguf::GgufFile& f, const std::string& key, int64_t lo, int64_t hi, const char* who,
+                           std::optional<int64_t> fallback = std::nullopt);
+Result<double> hparam_float(const gguf::GgufFile& f, const std::string& key, double lo, double hi, const char* who,
+                            std::optional<double> fallback = std::nullopt, bool lo_open = true);
+// Errors when the file holds a tensor of a block past the declared count ("blk.N." with
+// N >= block_count): a block_count smaller than the layers present.
+Status check_block_tensors(const gguf::GgufFile& f, int64_t block_count, const std::string& key, const char* who);
 // A 2-D weight [N, K] (GGUF dims [K, N]) as a view. Errors name the tensor and the
 // expected vs actual shape, or an unsupported type.
 Result<TensorView> weight_2d(const gguf::GgufFile& f, const kernels::KernelTable& kt,

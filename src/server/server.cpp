@@ -11,9 +11,12 @@
 #include <sstream>
 #include <thread>
 
+#include <unistd.h>
+
 #include "engine/generate.h"
 #include "server/completion_stream.h"
 #include "server/openai_api.h"
+#include "tokenizer/bpe.h"
 
 namespace specula::server {
 
@@ -601,6 +604,19 @@ std::string Server::Impl::metrics_text() {
     gauge("specula_prompt_cache_generation_checkpoints", "In-flight generations with a checkpoint (--generation-checkpoint).",
           static_cast<double>(c.checkpoints));
   }
+  // Process memory (Prometheus' standard names), from /proc/self/statm.
+  {
+    long pages_total = 0, pages_resident = 0;
+    if (FILE* fp = std::fopen("/proc/self/statm", "r")) {
+      if (std::fscanf(fp, "%ld %ld", &pages_total, &pages_resident) != 2) pages_total = pages_resident = 0;
+      std::fclose(fp);
+    }
+    const double page = static_cast<double>(sysconf(_SC_PAGESIZE));
+    gauge("process_resident_memory_bytes", "Resident set size of the server process.", pages_resident * page);
+    gauge("process_virtual_memory_bytes", "Virtual memory size of the server process.", pages_total * page);
+  }
+  gauge("specula_tokenizer_scratch_bytes", "Bytes held by the BPE tokenizer's per-thread merge scratch.",
+        static_cast<double>(tokenizer::bpe_scratch_bytes()));
   histogram("specula_step_seconds", "Wall time of one engine step.", s.step_seconds);
   histogram("specula_batch_rows", "Rows in one step's forward.", s.batch_rows);
   histogram("specula_batch_tokens", "Tokens in one step's forward.", s.batch_tokens);

@@ -3,6 +3,8 @@
 // (tokenizer.cpp) and does not stream (detokenizer.cpp).
 #include "tokenizer/bpe.h"
 
+#include <atomic>
+
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
@@ -208,7 +210,27 @@ struct CandidateAfter {
   }
 };
 
+std::atomic<int64_t> g_scratch_bytes{0};
+
+// One thread's encode_word scratch; keeps at most kKeep symbols' worth between words.
+struct ScratchBuffers {
+  static constexpr size_t kKeep = size_t{1} << 14;  // 192 KiB of symbols + 1.5 MiB of heap
+  std::vector<Symbol> symbols;
+  std::vector<Candidate> heap;
+  int64_t counted = 0;
+  void trim() {
+    if (symbols.capacity() > kKeep) std::vector<Symbol>().swap(symbols);
+    if (heap.capacity() > 4 * kKeep) std::vector<Candidate>().swap(heap);
+    const auto now = static_cast<int64_t>(symbols.capacity() * sizeof(Symbol) + heap.capacity() * sizeof(Candidate));
+    g_scratch_bytes.fetch_add(now - counted, std::memory_order_relaxed);
+    counted = now;
+  }
+  ~ScratchBuffers() { g_scratch_bytes.fetch_sub(counted, std::memory_order_relaxed); }
+};
+
 }  // namespace
+
+int64_t bpe_scratch_bytes() { return g_scratch_bytes.load(std::memory_order_relaxed); }
 
 struct BpeTokenizer::Regex {
   pcre2_code* code = nullptr;
@@ -367,9 +389,17 @@ void BpeTokenizer::encode_word(std::string_view word, std::vector<int32_t>* out)
     emit(byte_symbol_[static_cast<uint8_t>(word[0])]);
     return;
   }
-  // Scratch reused across words of one thread (encode stays thread-safe).
-  thread_local std::vector<Symbol> symbols;
-  thread_local std::vector<Candidate> heap;
+  // Scratch reused across words of one thread (encode stays thread-safe). A huge word
+  // (e.g. a 1 MiB run of one letter in a hostile prompt) grows it to tens of MB; that is
+  // released when the word is done, so no server thread keeps the peak of the longest
+  // word it ever saw. Held bytes are counted in bpe_scratch_bytes().
+  thread_local ScratchBuffers scratch;
+  struct Release {
+    ScratchBuffers& s;
+    ~Release() { s.trim(); }
+  } release{scratch};
+  std::vector<Symbol>& symbols = scratch.symbols;
+  std::vector<Candidate>& heap = scratch.heap;
   symbols.resize(static_cast<size_t>(n));
   heap.clear();
   for (int32_t i = 0; i < n; ++i) {

@@ -91,4 +91,8 @@ class BpeTokenizer final : public Tokenizer {
   int32_t byte_symbol_[256];            // symbol id of each byte's alphabet character
 };
 
+// Bytes held right now by all threads' BPE merge scratch (each thread keeps at most
+// ~1.7 MiB between words; a longer word's scratch is freed when it is done).
+int64_t bpe_scratch_bytes();
+
 }  // namespace specula::tokenizer

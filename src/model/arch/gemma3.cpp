@@ -41,12 +41,6 @@ struct Gemma3Layer {
   std::shared_ptr<const std::vector<float>> k_scale;
 };
 
-Result<uint64_t> req_uint(const gguf::GgufFile& f, const std::string& key) {
-  auto v = f.get_uint(key);
-  if (!v) return Status::error("[gemma3] missing or invalid metadata key '" + key + "': " + v.message());
-  return v;
-}
-
 class Gemma3 final : public Model {
  public:
   static Result<std::unique_ptr<Model>> create(ModelContext ctx);
@@ -99,49 +93,49 @@ Result<std::unique_ptr<Model>> Gemma3::create(ModelContext ctx) {
   const kernels::KernelTable& kt = *ctx.kernels;
   Gemma3Params& p = m->p_;
   const std::string a = "gemma3.";
-#define SPECULA_REQ(var, key)                 \
-  do {                                        \
-    auto r_ = req_uint(f, a + key);           \
-    if (!r_) return r_.status();              \
-    var = static_cast<int64_t>(*r_);          \
+  constexpr int64_t kMax = int64_t{1} << 20;
+#define SPECULA_HP(var, key, lo, hi, ...)                                 \
+  do {                                                                    \
+    auto r_ = hparam_int(f, a + key, lo, hi, "[gemma3]" __VA_OPT__(,) __VA_ARGS__);  \
+    if (!r_) return r_.status();                                          \
+    var = *r_;                                                            \
   } while (0)
-  SPECULA_REQ(p.n_embd, "embedding_length");
-  SPECULA_REQ(p.n_layers, "block_count");
-  SPECULA_REQ(p.n_ff, "feed_forward_length");
-  SPECULA_REQ(p.n_heads, "attention.head_count");
-  SPECULA_REQ(p.n_kv_heads, "attention.head_count_kv");
-  SPECULA_REQ(p.n_ctx_train, "context_length");
-  SPECULA_REQ(p.window, "attention.sliding_window");
-#undef SPECULA_REQ
-  if (auto kl = f.get_uint(a + "attention.key_length")) {
-    p.head_dim = static_cast<int64_t>(*kl);
-  } else {
-    p.head_dim = p.n_embd / std::max<int64_t>(1, p.n_heads);
-  }
-  if (auto vl = f.get_uint(a + "attention.value_length"); vl && static_cast<int64_t>(*vl) != p.head_dim)
-    return Status::error("[gemma3] attention.value_length " + std::to_string(*vl) +
+  SPECULA_HP(p.n_embd, "embedding_length", 1, kMax);
+  SPECULA_HP(p.n_layers, "block_count", 1, 4096);
+  SPECULA_HP(p.n_ff, "feed_forward_length", 1, kMax);
+  SPECULA_HP(p.n_heads, "attention.head_count", 1, 4096);
+  SPECULA_HP(p.n_kv_heads, "attention.head_count_kv", 1, 4096);
+  SPECULA_HP(p.n_ctx_train, "context_length", 1, int64_t{1} << 26);
+  SPECULA_HP(p.window, "attention.sliding_window", 1, int64_t{1} << 30);
+  SPECULA_HP(p.head_dim, "attention.key_length", 2, 4096, p.n_embd / p.n_heads);
+  int64_t head_dim_v = 0;
+  SPECULA_HP(head_dim_v, "attention.value_length", 2, 4096, p.head_dim);
+  SPECULA_HP(p.swa_pattern, "attention.sliding_window_pattern", 1, 4096, p.swa_pattern);
+#undef SPECULA_HP
+  SPECULA_RETURN_IF_ERROR(check_block_tensors(f, p.n_layers, a + "block_count", "[gemma3]"));
+  if (head_dim_v != p.head_dim)
+    return Status::error("[gemma3] attention.value_length " + std::to_string(head_dim_v) +
                          " != key_length " + std::to_string(p.head_dim) + " is not supported");
-  auto eps = f.get_float(a + "attention.layer_norm_rms_epsilon");
-  if (!eps) return Status::error("[gemma3] missing metadata key '" + a + "attention.layer_norm_rms_epsilon'");
+  auto eps = hparam_float(f, a + "attention.layer_norm_rms_epsilon", 0.0, 0.5, "[gemma3]");
+  if (!eps) return eps.status();
   p.eps = static_cast<float>(*eps);
-  if (auto fb = f.get_float(a + "rope.freq_base")) p.rope_base_global = static_cast<float>(*fb);
-  if (auto sp = f.get_uint(a + "attention.sliding_window_pattern")) p.swa_pattern = static_cast<int64_t>(*sp);
+  auto fb = hparam_float(f, a + "rope.freq_base", 1.0, 1e12, "[gemma3]", p.rope_base_global);
+  if (!fb) return fb.status();
+  p.rope_base_global = static_cast<float>(*fb);
   if (auto st = f.get_string(a + "rope.scaling.type"); st && *st != "none") {
     if (*st != "linear") return Status::error("[gemma3] unsupported rope.scaling.type '" + *st + "'");
-    auto fac = f.get_float(a + "rope.scaling.factor");
-    if (!fac || !(*fac > 0))
-      return Status::error("[gemma3] rope.scaling.type is linear but '" + a + "rope.scaling.factor' is missing or not positive");
+    auto fac = hparam_float(f, a + "rope.scaling.factor", 0.0, 1e6, "[gemma3]");
+    if (!fac) return fac.status();
     p.rope_freq_scale = static_cast<float>(1.0 / *fac);
   }
-  if (auto sc = f.get_float(a + "final_logit_softcapping")) p.final_softcap = static_cast<float>(*sc);
-  constexpr int64_t kMax = int64_t{1} << 20;
-  if (p.n_heads <= 0 || p.n_kv_heads <= 0 || p.n_heads % p.n_kv_heads != 0 || p.head_dim <= 0 ||
-      p.head_dim % 2 != 0 || p.n_layers <= 0 || p.n_embd <= 0 || p.swa_pattern <= 0 || p.n_ff <= 0 ||
-      p.n_heads > 4096 || p.head_dim > 4096 || p.n_embd > kMax || p.n_ff > kMax || p.n_layers > 4096 ||
-      p.window < 0 || p.window > (int64_t{1} << 30))
+  // 0 = no final soft-capping.
+  auto sc = hparam_float(f, a + "final_logit_softcapping", 0.0, 1e6, "[gemma3]", p.final_softcap, false);
+  if (!sc) return sc.status();
+  p.final_softcap = static_cast<float>(*sc);
+  if (p.n_heads % p.n_kv_heads != 0 || p.head_dim % 2 != 0)
     return Status::error("[gemma3] inconsistent hyperparameters: heads " + std::to_string(p.n_heads) +
                          ", kv heads " + std::to_string(p.n_kv_heads) + ", head_dim " +
-                         std::to_string(p.head_dim));
+                         std::to_string(p.head_dim) + " (kv heads must divide heads; head_dim must be even)");
 
   const gguf::TensorInfo* te = f.find_tensor("token_embd.weight");
   if (te == nullptr || te->shape.size() != 2) return Status::error("[gemma3] missing tensor 'token_embd.weight'");

@@ -45,12 +45,6 @@ struct Qwen2Layer {
   std::shared_ptr<const std::vector<float>> k_offset, v_offset;
 };
 
-Result<uint64_t> req_uint(const gguf::GgufFile& f, const std::string& key) {
-  auto v = f.get_uint(key);
-  if (!v) return Status::error("[qwen2] missing or invalid metadata key '" + key + "': " + v.message());
-  return v;
-}
-
 class Qwen2 final : public Model {
  public:
   static Result<std::unique_ptr<Model>> create(ModelContext ctx);
@@ -106,46 +100,45 @@ Result<std::unique_ptr<Model>> Qwen2::create(ModelContext ctx) {
   const kernels::KernelTable& kt = *ctx.kernels;
   Qwen2Params& p = m->p_;
   const std::string a = "qwen2.";
-#define SPECULA_REQ(var, key)                 \
-  do {                                        \
-    auto r_ = req_uint(f, a + key);           \
-    if (!r_) return r_.status();              \
-    var = static_cast<int64_t>(*r_);          \
+  constexpr int64_t kMax = int64_t{1} << 20;
+#define SPECULA_HP(var, key, lo, hi)                           \
+  do {                                                         \
+    auto r_ = hparam_int(f, a + key, lo, hi, "[qwen2]");       \
+    if (!r_) return r_.status();                               \
+    var = *r_;                                                 \
   } while (0)
-  SPECULA_REQ(p.n_embd, "embedding_length");
-  SPECULA_REQ(p.n_layers, "block_count");
-  SPECULA_REQ(p.n_ff, "feed_forward_length");
-  SPECULA_REQ(p.n_heads, "attention.head_count");
-  SPECULA_REQ(p.n_kv_heads, "attention.head_count_kv");
-  SPECULA_REQ(p.n_ctx_train, "context_length");
-#undef SPECULA_REQ
-  auto eps = f.get_float(a + "attention.layer_norm_rms_epsilon");
-  if (!eps) return Status::error("[qwen2] missing metadata key '" + a + "attention.layer_norm_rms_epsilon'");
+  SPECULA_HP(p.n_embd, "embedding_length", 1, kMax);
+  SPECULA_HP(p.n_layers, "block_count", 1, 4096);
+  SPECULA_HP(p.n_ff, "feed_forward_length", 1, kMax);
+  SPECULA_HP(p.n_heads, "attention.head_count", 1, 4096);
+  SPECULA_HP(p.n_kv_heads, "attention.head_count_kv", 1, 4096);
+  SPECULA_HP(p.n_ctx_train, "context_length", 1, int64_t{1} << 26);
+#undef SPECULA_HP
+  SPECULA_RETURN_IF_ERROR(check_block_tensors(f, p.n_layers, a + "block_count", "[qwen2]"));
+  auto eps = hparam_float(f, a + "attention.layer_norm_rms_epsilon", 0.0, 0.5, "[qwen2]");
+  if (!eps) return eps.status();
   p.eps = static_cast<float>(*eps);
-  if (!(p.eps > 0.0f) || !(p.eps < 1.0f))
-    return Status::error("[qwen2] attention.layer_norm_rms_epsilon " + std::to_string(*eps) + " is not in (0, 1)");
-  if (auto fb = f.get_float(a + "rope.freq_base")) p.rope_base = static_cast<float>(*fb);
-  if (!(p.rope_base > 1.0f) || !std::isfinite(p.rope_base))
-    return Status::error("[qwen2] rope.freq_base " + std::to_string(p.rope_base) + " is not usable");
+  auto fb = hparam_float(f, a + "rope.freq_base", 1.0, 1e12, "[qwen2]", p.rope_base);
+  if (!fb) return fb.status();
+  p.rope_base = static_cast<float>(*fb);
   if (auto st = f.get_string(a + "rope.scaling.type"); st && *st != "none") {
     if (*st != "linear") return Status::error("[qwen2] unsupported rope.scaling.type '" + *st + "' (supported: none, linear)");
-    auto fac = f.get_float(a + "rope.scaling.factor");
-    if (!fac || !(*fac > 0))
-      return Status::error("[qwen2] rope.scaling.type is linear but '" + a + "rope.scaling.factor' is missing or not positive");
+    auto fac = hparam_float(f, a + "rope.scaling.factor", 0.0, 1e6, "[qwen2]");
+    if (!fac) return fac.status();
     p.rope_freq_scale = static_cast<float>(1.0 / *fac);
   }
-  constexpr int64_t kMax = int64_t{1} << 20;
-  if (p.n_heads <= 0 || p.n_kv_heads <= 0 || p.n_heads > 4096 || p.n_heads % p.n_kv_heads != 0 ||
-      p.n_embd <= 0 || p.n_embd > kMax || p.n_embd % p.n_heads != 0 || p.n_layers <= 0 ||
-      p.n_layers > 4096 || p.n_ff <= 0 || p.n_ff > kMax)
+  if (p.n_heads % p.n_kv_heads != 0 || p.n_embd % p.n_heads != 0)
     return Status::error("[qwen2] inconsistent hyperparameters: n_embd " + std::to_string(p.n_embd) + ", heads " +
-                         std::to_string(p.n_heads) + ", kv heads " + std::to_string(p.n_kv_heads) + ", layers " +
-                         std::to_string(p.n_layers) + ", n_ff " + std::to_string(p.n_ff));
+                         std::to_string(p.n_heads) + ", kv heads " + std::to_string(p.n_kv_heads) +
+                         " (heads must divide n_embd, kv heads must divide heads)");
   p.head_dim = p.n_embd / p.n_heads;
-  for (const char* key : {"attention.key_length", "attention.value_length"})
-    if (auto kl = f.get_uint(a + key); kl && static_cast<int64_t>(*kl) != p.head_dim)
+  for (const char* key : {"attention.key_length", "attention.value_length"}) {
+    auto kl = hparam_int(f, a + key, 1, 4096, "[qwen2]", p.head_dim);
+    if (!kl) return kl.status();
+    if (*kl != p.head_dim)
       return Status::error("[qwen2] " + std::string(key) + " " + std::to_string(*kl) + " != n_embd / head_count " +
                            std::to_string(p.head_dim) + " is not supported");
+  }
   if (p.head_dim % 2 != 0 || p.head_dim > 4096)
     return Status::error("[qwen2] head_dim " + std::to_string(p.head_dim) + " must be even and at most 4096");
   if (f.find_tensor("blk.0.attn_qkv.weight") != nullptr)

@@ -58,14 +58,6 @@ struct Layer {
   std::shared_ptr<const GatedDeltaNetRule> rule;
 };
 
-Result<int64_t> req(const gguf::GgufFile& f, const std::string& key) {
-  auto v = f.get_uint(key);
-  if (!v) return Status::error("[qwen35] missing or invalid metadata key '" + key + "': " + v.message());
-  if (*v == 0 || *v > (uint64_t{1} << 30))
-    return Status::error("[qwen35] metadata key '" + key + "' = " + std::to_string(*v) + " is out of range");
-  return static_cast<int64_t>(*v);
-}
-
 class Qwen35 final : public Model {
  public:
   static Result<std::unique_ptr<Model>> create(ModelContext ctx);
@@ -136,50 +128,47 @@ Result<std::unique_ptr<Model>> Qwen35::create(ModelContext ctx) {
   const kernels::KernelTable& kt = *ctx.kernels;
   Params& p = m->p_;
   const std::string a = "qwen35.";
-#define SPECULA_REQ(var, key)               \
-  do {                                      \
-    auto r_ = req(f, a + key);              \
-    if (!r_) return r_.status();            \
-    var = *r_;                              \
+  constexpr int64_t kMax = int64_t{1} << 20;
+#define SPECULA_HP(var, key, lo, hi, ...)                                 \
+  do {                                                                    \
+    auto r_ = hparam_int(f, a + key, lo, hi, "[qwen35]" __VA_OPT__(,) __VA_ARGS__);  \
+    if (!r_) return r_.status();                                          \
+    var = *r_;                                                            \
   } while (0)
   int64_t block_count = 0, d_inner = 0;
-  SPECULA_REQ(p.n_embd, "embedding_length");
-  SPECULA_REQ(block_count, "block_count");
-  SPECULA_REQ(p.n_ff, "feed_forward_length");
-  SPECULA_REQ(p.n_heads, "attention.head_count");
-  SPECULA_REQ(p.n_ctx_train, "context_length");
-  SPECULA_REQ(p.gdn.conv_kernel, "ssm.conv_kernel");
-  SPECULA_REQ(d_inner, "ssm.inner_size");
-  SPECULA_REQ(p.gdn.d_state, "ssm.state_size");
-  SPECULA_REQ(p.gdn.n_v_heads, "ssm.time_step_rank");
-  SPECULA_REQ(p.gdn.n_k_heads, "ssm.group_count");
-#undef SPECULA_REQ
-  p.n_kv_heads = p.n_heads;
-  if (auto v = f.get_uint(a + "attention.head_count_kv")) p.n_kv_heads = static_cast<int64_t>(*v);
-  p.head_dim = p.n_embd / p.n_heads;
-  if (auto v = f.get_uint(a + "attention.key_length")) p.head_dim = static_cast<int64_t>(*v);
-  if (auto v = f.get_uint(a + "attention.value_length"); v && static_cast<int64_t>(*v) != p.head_dim)
-    return Status::error("[qwen35] attention.value_length " + std::to_string(*v) + " != key_length " +
+  SPECULA_HP(p.n_embd, "embedding_length", 1, kMax);
+  SPECULA_HP(block_count, "block_count", 1, 4096);
+  SPECULA_HP(p.n_ff, "feed_forward_length", 1, kMax);
+  SPECULA_HP(p.n_heads, "attention.head_count", 1, 4096);
+  SPECULA_HP(p.n_ctx_train, "context_length", 1, int64_t{1} << 26);
+  SPECULA_HP(p.gdn.conv_kernel, "ssm.conv_kernel", 1, 64);
+  SPECULA_HP(d_inner, "ssm.inner_size", 1, kMax);
+  SPECULA_HP(p.gdn.d_state, "ssm.state_size", 1, 1024);
+  SPECULA_HP(p.gdn.n_v_heads, "ssm.time_step_rank", 1, 4096);
+  SPECULA_HP(p.gdn.n_k_heads, "ssm.group_count", 1, 4096);
+  SPECULA_HP(p.n_kv_heads, "attention.head_count_kv", 1, 4096, p.n_heads);
+  SPECULA_HP(p.head_dim, "attention.key_length", 2, 4096, p.n_embd / p.n_heads);
+  int64_t head_dim_v = 0, nextn = 0;
+  SPECULA_HP(head_dim_v, "attention.value_length", 2, 4096, p.head_dim);
+  SPECULA_HP(p.n_rot, "rope.dimension_count", 2, 4096, p.head_dim);
+  SPECULA_HP(nextn, "nextn_predict_layers", 0, block_count - 1, 0);
+#undef SPECULA_HP
+  SPECULA_RETURN_IF_ERROR(check_block_tensors(f, block_count, a + "block_count", "[qwen35]"));
+  if (head_dim_v != p.head_dim)
+    return Status::error("[qwen35] attention.value_length " + std::to_string(head_dim_v) + " != key_length " +
                          std::to_string(p.head_dim));
-  p.n_rot = p.head_dim;
-  if (auto v = f.get_uint(a + "rope.dimension_count")) p.n_rot = static_cast<int64_t>(*v);
-  int64_t nextn = 0;
-  if (auto v = f.get_uint(a + "nextn_predict_layers")) nextn = static_cast<int64_t>(*v);
   p.n_layers = block_count - nextn;
-  auto eps = f.get_float(a + "attention.layer_norm_rms_epsilon");
-  if (!eps) return Status::error("[qwen35] missing metadata key '" + a + "attention.layer_norm_rms_epsilon'");
+  auto eps = hparam_float(f, a + "attention.layer_norm_rms_epsilon", 0.0, 0.5, "[qwen35]");
+  if (!eps) return eps.status();
   p.eps = static_cast<float>(*eps);
-  if (!(p.eps > 0.0f) || !(p.eps < 1.0f))
-    return Status::error("[qwen35] attention.layer_norm_rms_epsilon " + std::to_string(*eps) + " is not in (0, 1)");
   p.gdn.eps = p.eps;
-  if (auto fb = f.get_float(a + "rope.freq_base")) p.rope_base = static_cast<float>(*fb);
-  if (!(p.rope_base > 1.0f) || !std::isfinite(p.rope_base))
-    return Status::error("[qwen35] rope.freq_base " + std::to_string(p.rope_base) + " is not usable");
+  auto fb = hparam_float(f, a + "rope.freq_base", 1.0, 1e12, "[qwen35]", p.rope_base);
+  if (!fb) return fb.status();
+  p.rope_base = static_cast<float>(*fb);
   if (auto st = f.get_string(a + "rope.scaling.type"); st && *st != "none") {
     if (*st != "linear") return Status::error("[qwen35] unsupported rope.scaling.type '" + *st + "' (supported: none, linear)");
-    auto fac = f.get_float(a + "rope.scaling.factor");
-    if (!fac || !(*fac > 0))
-      return Status::error("[qwen35] rope.scaling.type is linear but '" + a + "rope.scaling.factor' is missing or not positive");
+    auto fac = hparam_float(f, a + "rope.scaling.factor", 0.0, 1e6, "[qwen35]");
+    if (!fac) return fac.status();
     p.rope_freq_scale = static_cast<float>(1.0 / *fac);
   }
   auto sec = f.get_i32_array(a + "rope.dimension_sections");
@@ -191,7 +180,6 @@ Result<std::unique_ptr<Model>> Qwen35::create(ModelContext ctx) {
     p.sections[i] = (*sec)[i];
     sect_dims += (*sec)[i];
   }
-  constexpr int64_t kMax = int64_t{1} << 20;
   if (p.n_layers <= 0 || p.n_layers > 4096 || p.n_heads > 4096 || p.n_kv_heads <= 0 || p.n_heads % p.n_kv_heads != 0 ||
       p.head_dim <= 0 || p.head_dim > 4096 || p.n_embd > kMax || p.n_ff > kMax || p.n_rot <= 0 || p.n_rot % 2 != 0 ||
       p.n_rot > p.head_dim || sect_dims <= 0 || sect_dims > p.head_dim)
@@ -213,9 +201,9 @@ Result<std::unique_ptr<Model>> Qwen35::create(ModelContext ctx) {
                            std::to_string(p.n_layers) + " layers");
     for (int64_t il = 0; il < p.n_layers; ++il) p.recurrent[il] = (*rl)[il] != 0;
   } else {
-    int64_t interval = 4;
-    if (auto v = f.get_uint(a + "full_attention_interval")) interval = static_cast<int64_t>(*v);
-    if (interval <= 0) return Status::error("[qwen35] full_attention_interval must be positive");
+    auto interval_r = hparam_int(f, a + "full_attention_interval", 1, 4096, "[qwen35]", 4);
+    if (!interval_r) return interval_r.status();
+    const int64_t interval = *interval_r;
     for (int64_t il = 0; il < p.n_layers; ++il) p.recurrent[il] = (il + 1) % interval != 0;
   }
   if (f.find_tensor("blk.0.attn_qkv.weight") != nullptr && !p.recurrent[0])
