@@ -629,7 +629,7 @@ int run_serve(const ServeArgs& a) {
   const std::string spec_note =
       so.engine.draft ? ", speculative " + so.engine.draft->name() + " depth " + std::to_string(a.spec_depth) : "";
   std::fprintf(stderr,
-               "specula: serving %s as '%s' on http://%s:%d (parallel %d, ctx %lld per request, KV budget %lld MiB: "
+               "specula: serving %s as '%s' on http://%s:%d (parallel %d, a request up to %lld tokens, KV budget %lld MiB: "
                "%s%s%s)\n",
                path->c_str(), so.model_id.c_str(), a.host.c_str(), (*srv)->port(), a.parallel,
                static_cast<long long>(so.engine.n_ctx), static_cast<long long>((*srv)->engine().options().kv_budget >> 20),

@@ -259,7 +259,8 @@ Status Parser::read_array(const std::string& ctx, int depth, Value* v) {
       for (size_t k = 0; k < bytes; ++k)
         if (p_[pos_ + k] > 1)
           return Status::error("[gguf] " + ctx + " [" + std::to_string(k) + "]: bool value " +
-                               std::to_string(p_[pos_ + k]) + " is neither 0 nor 1");
+                               std::to_string(p_[pos_ + k]) + " at byte " + str_u64(pos_ + k) +
+                               " is neither 0 nor 1");
     v->raw.assign(p_ + pos_, p_ + pos_ + bytes);
     pos_ += bytes;
   }

@@ -1,6 +1,7 @@
 // model/model.cpp — architecture registry, load_model, and weight lookup helpers.
 #include "model/model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -94,8 +95,12 @@ Result<int64_t> hparam_int(const gguf::GgufFile& f, const std::string& key, int6
   range += std::to_string(hi);
   range += "]";
   if (f.find(key) == nullptr) {
-    if (fallback) return *fallback;
-    return Status::error(std::string(who) + " missing metadata key '" + key + "' (an integer in " + range + ")");
+    if (!fallback)
+      return Status::error(std::string(who) + " missing metadata key '" + key + "' (an integer in " + range + ")");
+    if (*fallback < lo || *fallback > hi)  // a default derived from other keys
+      return Status::error(std::string(who) + " metadata key '" + key + "' is absent and its default " +
+                           std::to_string(*fallback) + " is out of range " + range);
+    return *fallback;
   }
   auto v = f.get_int(key);
   if (!v) return Status::error(std::string(who) + " metadata key '" + key + "': " + v.message());
@@ -117,13 +122,18 @@ Result<double> hparam_float(const gguf::GgufFile& f, const std::string& key, dou
   range += ", ";
   range += num(hi);
   range += "]";
+  const auto in_range = [&](double v) { return std::isfinite(v) && (lo_open ? v > lo : v >= lo) && v <= hi; };
   if (f.find(key) == nullptr) {
-    if (fallback) return *fallback;
-    return Status::error(std::string(who) + " missing metadata key '" + key + "' (a number in " + range + ")");
+    if (!fallback)
+      return Status::error(std::string(who) + " missing metadata key '" + key + "' (a number in " + range + ")");
+    if (!in_range(*fallback))
+      return Status::error(std::string(who) + " metadata key '" + key + "' is absent and its default " +
+                           num(*fallback) + " is out of range " + range);
+    return *fallback;
   }
   auto v = f.get_float(key);
   if (!v) return Status::error(std::string(who) + " metadata key '" + key + "': " + v.message());
-  if (!std::isfinite(*v) || (lo_open ? !(*v > lo) : !(*v >= lo)) || !(*v <= hi))
+  if (!in_range(*v))
     return Status::error(std::string(who) + " metadata key '" + key + "' = " + num(*v) + " is out of range " + range);
   return *v;
 }
@@ -131,9 +141,10 @@ Result<double> hparam_float(const gguf::GgufFile& f, const std::string& key, dou
 Status check_block_tensors(const gguf::GgufFile& f, int64_t block_count, const std::string& key, const char* who) {
   for (const gguf::TensorInfo& t : f.tensors()) {
     if (t.name.rfind("blk.", 0) != 0) continue;
-    int64_t n = 0;
+    int64_t n = 0;  // saturates: any block number past 2^40 is past block_count anyway
     size_t i = 4;
-    for (; i < t.name.size() && i < 14 && t.name[i] >= '0' && t.name[i] <= '9'; ++i) n = n * 10 + (t.name[i] - '0');
+    for (; i < t.name.size() && t.name[i] >= '0' && t.name[i] <= '9'; ++i)
+      n = std::min<int64_t>(n * 10 + (t.name[i] - '0'), int64_t{1} << 40);
     if (i == 4 || i >= t.name.size() || t.name[i] != '.') continue;
     if (n >= block_count)
       return Status::error(std::string(who) + " tensor '" + t.name + "' belongs to block " + std::to_string(n) +

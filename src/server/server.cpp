@@ -6,6 +6,8 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
+#include <map>
 #include <mutex>
 #include <random>
 #include <sstream>
@@ -16,6 +18,7 @@
 #include "engine/generate.h"
 #include "server/completion_stream.h"
 #include "server/openai_api.h"
+#include "server/peer.h"
 #include "tokenizer/bpe.h"
 
 namespace specula::server {
@@ -74,6 +77,13 @@ struct Server::Impl {
   // API key check (true: go on); answers 401 itself otherwise.
   bool authorized(const httplib::Request& req, httplib::Response& res);
   void handle_completion(const httplib::Request& req, httplib::Response& res, Endpoint endpoint);
+  // POST routes, also kept by path for requests without a body (see routes()).
+  using Handler = std::function<void(const httplib::Request&, httplib::Response&)>;
+  std::map<std::string, Handler> post_routes;
+  void post(const std::string& path, Handler h) {
+    post_routes[path] = h;
+    http.Post(path, std::move(h));
+  }
   std::string metrics_text();
   // Prompt ids for a parsed request, or an error.
   std::optional<ApiError> build_prompt(const CompletionParams& c, std::vector<int32_t>* ids);
@@ -177,11 +187,31 @@ void Server::Impl::routes() {
   // that has one there would leave its body unread on a keep-alive connection, to be
   // parsed as the next request (a bogus 400). Requests with a body are checked in their
   // handler instead, once the body is consumed.
+  //
+  // A POST without Content-Length or Transfer-Encoding has an empty body (RFC 9112 §6.3),
+  // but cpp-httplib 0.11 reads such a body until the client closes or the read timeout
+  // (30 s) ends — `curl -X POST .../admin/cache/flush` hung that long, then got a 400.
+  // Those requests are routed here, with their empty body, before httplib waits.
   http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (req.has_header("Content-Length") || req.has_header("Transfer-Encoding"))
       return httplib::Server::HandlerResponse::Unhandled;
-    return authorized(req, res) ? httplib::Server::HandlerResponse::Unhandled
-                                : httplib::Server::HandlerResponse::Handled;
+    if (!authorized(req, res)) return httplib::Server::HandlerResponse::Handled;
+    if (req.method == "POST" || req.method == "PUT" || req.method == "PATCH") {
+      const auto it = post_routes.find(req.path);
+      if (it != post_routes.end() && req.method == "POST") {
+        it->second(req, res);
+      } else {
+        ApiError e{it != post_routes.end() ? 405 : 404,
+                   (it != post_routes.end() ? "method " + req.method + " not allowed on "
+                                            : "no route for " + req.method + " ") +
+                       req.path,
+                   it != post_routes.end() ? "invalid_request_error" : "not_found_error", "", ""};
+        send_error(res, e);
+        count(e.status);
+      }
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    return httplib::Server::HandlerResponse::Unhandled;
   });
   http.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
@@ -240,12 +270,12 @@ void Server::Impl::routes() {
     res.set_content(metrics_text(), "text/plain; version=0.0.4");
     count(200);
   });
-  http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+  post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
     handle_completion(req, res, Endpoint::kCompletions);
   });
   // The prompt cache's durability point: returns once every entry stored so far is on disk.
   // Loopback clients only, or any client with the API key.
-  http.Post("/admin/cache/flush", [this](const httplib::Request& req, httplib::Response& res) {
+  post("/admin/cache/flush", [this](const httplib::Request& req, httplib::Response& res) {
     if (!authorized(req, res)) return;
     const bool loopback = req.remote_addr == "127.0.0.1" || req.remote_addr == "::1" ||
                           req.remote_addr.rfind("::ffff:127.", 0) == 0;
@@ -271,14 +301,14 @@ void Server::Impl::routes() {
                     "application/json");
     count(200);
   });
-  http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+  post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
     handle_completion(req, res, Endpoint::kChat);
   });
   // llama-server aliases
-  http.Post("/completion", [this](const httplib::Request& req, httplib::Response& res) {
+  post("/completion", [this](const httplib::Request& req, httplib::Response& res) {
     handle_completion(req, res, Endpoint::kCompletions);
   });
-  http.Post("/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+  post("/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
     handle_completion(req, res, Endpoint::kChat);
   });
 }
@@ -418,12 +448,16 @@ void Server::Impl::handle_completion(const httplib::Request& req, httplib::Respo
     std::string text;
     std::vector<TokenLogprob> lps;
     CompletionStream::Update u;
+    // A client that goes away while its answer is computed frees its row within a step:
+    // its socket is probed each time the request makes progress (and every 100 ms).
+    const int peer_fd = find_connection_socket(req.local_port, req.remote_addr, req.remote_port);
     for (;;) {
       if (stop_requested.load()) sub.handle->cancel();  // shutting down: don't hold it up
-      u = stream->wait(std::chrono::milliseconds(500));
+      u = stream->wait(std::chrono::milliseconds(100));
       text += u.text;
       for (auto& l : u.logprobs) lps.push_back(std::move(l));
       if (u.finished) break;
+      if (peer_fd >= 0 && !sub.handle->cancelled() && peer_closed(peer_fd)) sub.handle->cancel();
     }
     if (u.summary.outcome == Outcome::kFailed || u.summary.outcome == Outcome::kCancelled) {
       send_error(res, ApiError{u.summary.outcome == Outcome::kFailed ? 500 : 503,

@@ -4,6 +4,9 @@
 #include <algorithm>
 #include <map>
 #include <new>
+#include <utility>
+
+#include "state/kv_codec.h"
 
 namespace specula {
 
@@ -35,6 +38,15 @@ Result<StateRows> StateRows::create(const std::vector<LayerSpec>& specs, const C
   if (specs.empty()) return Status::error("[state] a model with no layers");
   if (max_length <= 0 || max_length > (int64_t{1} << 30))
     return Status::error("[state] context of " + std::to_string(max_length) + " tokens out of range");
+  // An unknown type name is wrong for every layer: say so once, without a layer number.
+  const std::vector<std::string> names = kv_codec_names();
+  for (const auto& [flag, t] : {std::pair<const char*, const std::string*>{"--cache-type-k", &options.type_k},
+                                std::pair<const char*, const std::string*>{"--cache-type-v", &options.type_v}}) {
+    if (std::find(names.begin(), names.end(), *t) != names.end()) continue;
+    std::string list;
+    for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
+    return Status::error("[state] unknown cache type '" + *t + "' (valid: " + list + ") for " + flag);
+  }
   StateRows s;
   s.max_length_ = max_length;
   for (size_t il = 0; il < specs.size(); ++il) {

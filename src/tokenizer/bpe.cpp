@@ -222,6 +222,7 @@ struct ScratchBuffers {
     if (symbols.capacity() > kKeep) std::vector<Symbol>().swap(symbols);
     if (heap.capacity() > 4 * kKeep) std::vector<Candidate>().swap(heap);
     const auto now = static_cast<int64_t>(symbols.capacity() * sizeof(Symbol) + heap.capacity() * sizeof(Candidate));
+    if (now == counted) return;  // the common case: no shared write
     g_scratch_bytes.fetch_add(now - counted, std::memory_order_relaxed);
     counted = now;
   }

@@ -349,6 +349,31 @@ TEST(Gguf, GetterErrorsNameTheKey) {
   EXPECT_FALSE(f.get_f32_array("n.u16").is_ok());
 }
 
+TEST(Gguf, BoolsAreZeroOrOne) {
+  // The spec's bool is one byte, 0 or 1: any other byte is a damaged file, named.
+  for (uint8_t b : {uint8_t{2}, uint8_t{255}}) {
+    GgufWriter w;
+    w.scalar<uint8_t>("flag", ValueType::BOOL, b);
+    auto r = parse(w.build());
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_NE(r.message().find("metadata key 'flag': bool value " + std::to_string(b)), std::string::npos)
+        << r.message();
+    GgufWriter wa;
+    wa.scalar_array<uint8_t>("flags", ValueType::BOOL, {1, 0, b});
+    auto ra = parse(wa.build());
+    ASSERT_FALSE(ra.is_ok());
+    EXPECT_NE(ra.message().find("metadata key 'flags' [2]: bool value " + std::to_string(b)), std::string::npos)
+        << ra.message();
+  }
+  GgufWriter ok;
+  ok.scalar<uint8_t>("flag", ValueType::BOOL, 1).scalar_array<uint8_t>("flags", ValueType::BOOL, {0, 1});
+  auto r = parse(ok.build());
+  ASSERT_TRUE(r.is_ok()) << r.message();
+  auto flag = r->get_bool("flag");
+  ASSERT_TRUE(flag.is_ok());
+  EXPECT_TRUE(flag.value());
+}
+
 TEST(Gguf, F64ArrayNarrowsToFloat) {
   GgufWriter w;
   w.scalar_array<double>("d", ValueType::F64, {1e300, -1e300, 0.1});

@@ -249,6 +249,33 @@ def test_shutdown(stats):
     stats["shutdown"] = f"stop at start {t_quick:.1f}s, with 2 long requests {t_stop:.1f}s"
 
 
+def test_post_without_length(srv, stats):
+    """A POST with neither Content-Length nor Transfer-Encoding has an empty body (RFC 9112
+    6.3): it is answered at once (cpp-httplib alone would wait 30 s for the client to close),
+    and the connection stays usable for the next request."""
+    import socket
+    s = socket.create_connection((srv.host, srv.port), timeout=5)
+    try:
+        for path, want, status in (("/admin/cache/flush", b'"flushed":true', b"200"),
+                                   ("/v1/completions", b"not valid JSON", b"400"),
+                                   ("/nope", b"no route for POST /nope", b"404")):
+            t0 = time.time()
+            s.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+            data = b""
+            while b"\r\n\r\n" not in data:
+                data += s.recv(4096)
+            head, _, body = data.partition(b"\r\n\r\n")
+            n = int([ln.split(b":")[1] for ln in head.split(b"\r\n") if ln.lower().startswith(b"content-length")][0])
+            while len(body) < n:
+                body += s.recv(4096)
+            dt = time.time() - t0
+            check(dt < 2 and want in body, f"POST {path} without a body: {dt:.1f} s, {data[:300]!r}")
+            check(head.startswith(b"HTTP/1.1 " + status), f"POST {path} without a body: {head[:40]!r}")
+    finally:
+        s.close()
+    stats["errors"] += 3
+
+
 def main():
     ss.require_model()
     stats = {"errors": 0, "streams": 0}
@@ -256,6 +283,7 @@ def main():
     with ss.Server("--parallel", "1", "--queue", "0", "--ctx", str(CTX), "--max-body", str(MAX_BODY),
                    "--chat-template-file", ss.gemma_template()) as srv:
         test_errors(srv, stats)
+        test_post_without_length(srv, stats)
         t_err = time.time() - t0
         test_sse(srv, stats)
         test_queue_full(srv, stats)

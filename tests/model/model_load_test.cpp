@@ -2,6 +2,7 @@
 // missing hyperparameter key (named in the error), a missing tensor, a wrong shape.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -22,6 +23,25 @@ class TinyGguf {
   void u32(const std::string& k, uint32_t v) { kv_.push_back({k, 4, pack(v)}); }
   void f32(const std::string& k, float v) { kv_.push_back({k, 6, pack(v)}); }
   void str(const std::string& k, const std::string& v) { kv_.push_back({k, 8, pack_str(v)}); }
+  void bools(const std::string& k, const std::vector<uint8_t>& v) {  // ARRAY of BOOL
+    std::string b = pack(uint32_t{7}) + pack(uint64_t{v.size()});
+    for (uint8_t x : v) b += static_cast<char>(x);
+    kv_.push_back({k, 9, b});
+  }
+  // Replaces (or adds) a key's value; `type` 4 = U32, 6 = F32.
+  template <class V>
+  void set(const std::string& k, uint32_t type, V v) {
+    for (auto& e : kv_)
+      if (e.key == k) {
+        e.type = type;
+        e.bytes = pack(v);
+        return;
+      }
+    kv_.push_back({k, type, pack(v)});
+  }
+  void erase(const std::string& k) {
+    std::erase_if(kv_, [&](const Kv& e) { return e.key == k; });
+  }
   void tensor(const std::string& name, std::vector<uint64_t> shape) { tensors_.push_back({name, std::move(shape)}); }
   std::string write(const std::string& file) {
     std::string b = "GGUF";
@@ -117,6 +137,78 @@ TEST(ModelLoad, TinyGemma3LoadsAndRuns) {
   const int32_t ids[3] = {1, 2, 3}, rows[1] = {0};
   ASSERT_TRUE((*m)->forward(Batch{1, 3, ids, rows}, *cache, hidden).is_ok());
   EXPECT_EQ(hidden.dim(0), 3);
+}
+
+// Nonsense hyperparameters fail the load naming the key and the value; the same file
+// with sane values loads (tiny_gemma3 above).
+TEST(ModelLoad, HyperparametersAreRangeChecked) {
+  struct Case {
+    const char* key;
+    uint32_t type;  // 4 U32, 6 F32
+    double value;
+    const char* expect;
+  };
+  const double nan = std::nan("");
+  const Case cases[] = {
+      {"gemma3.attention.layer_norm_rms_epsilon", 6, nan, "= nan is out of range (0, 0.5]"},
+      {"gemma3.attention.layer_norm_rms_epsilon", 6, 0.0, "= 0 is out of range"},
+      {"gemma3.attention.layer_norm_rms_epsilon", 6, -1.0, "= -1 is out of range"},
+      {"gemma3.rope.freq_base", 6, INFINITY, "= inf is out of range (1, 1e+12]"},
+      {"gemma3.rope.freq_base", 6, 0.5, "= 0.5 is out of range"},
+      {"gemma3.attention.sliding_window", 4, 0, "= 0 is out of range [1, 1073741824]"},
+      {"gemma3.context_length", 4, 0, "= 0 is out of range"},
+      {"gemma3.context_length", 4, 4294967295.0, "= 4294967295 is out of range"},
+      {"gemma3.block_count", 4, 0, "= 0 is out of range"},
+      {"gemma3.attention.head_count", 4, 2147483648.0, "= 2147483648 is out of range"},
+      {"gemma3.attention.sliding_window_pattern", 4, 0, "= 0 is out of range"},
+  };
+  for (const Case& c : cases) {
+    TinyGguf g = tiny_gemma3();
+    if (c.type == 6) g.set(c.key, 6, static_cast<float>(c.value));
+    else g.set(c.key, 4, static_cast<uint32_t>(c.value));
+    auto m = load_model(g.write("specula_tiny_hparam.gguf"));
+    ASSERT_FALSE(m.is_ok()) << c.key << " = " << c.value;
+    EXPECT_NE(m.message().find(std::string("metadata key '") + c.key + "'"), std::string::npos) << m.message();
+    EXPECT_NE(m.message().find(c.expect), std::string::npos) << m.message();
+  }
+}
+
+TEST(ModelLoad, DerivedDefaultsAreRangeChecked) {
+  // No key_length: head_dim = n_embd / head_count = 64 / 64 = 1, below the minimum of 2.
+  TinyGguf g = tiny_gemma3();
+  g.erase("gemma3.attention.key_length");
+  g.set("gemma3.attention.head_count", 4, uint32_t{64});
+  g.set("gemma3.attention.head_count_kv", 4, uint32_t{64});
+  auto m = load_model(g.write("specula_tiny_default.gguf"));
+  ASSERT_FALSE(m.is_ok());
+  EXPECT_NE(m.message().find("'gemma3.attention.key_length' is absent and its default 1 is out of range"),
+            std::string::npos)
+      << m.message();
+}
+
+TEST(ModelLoad, BlocksPastBlockCountAreRefused) {
+  TinyGguf g = tiny_gemma3();
+  g.tensor("blk.1.attn_norm.weight", {64});  // block_count says 1 block
+  auto m = load_model(g.write("specula_tiny_blocks.gguf"));
+  ASSERT_FALSE(m.is_ok());
+  EXPECT_NE(m.message().find("tensor 'blk.1.attn_norm.weight' belongs to block 1 but metadata key "
+                             "'gemma3.block_count' declares 1 blocks"),
+            std::string::npos)
+      << m.message();
+}
+
+TEST(ModelLoad, SlidingWindowPatternArray) {
+  // gguf-py's per-layer form (true = sliding window): periodic is read as its period...
+  TinyGguf g = tiny_gemma3();
+  g.bools("gemma3.attention.sliding_window_pattern", {0});  // 1 layer, global: period 1
+  auto m = load_model(g.write("specula_tiny_swa_ok.gguf"));
+  ASSERT_TRUE(m.is_ok()) << m.message();
+  // ... an array without a global layer is refused, naming the key.
+  TinyGguf h = tiny_gemma3();
+  h.bools("gemma3.attention.sliding_window_pattern", {1});
+  auto n = load_model(h.write("specula_tiny_swa_bad.gguf"));
+  ASSERT_FALSE(n.is_ok());
+  EXPECT_NE(n.message().find("gemma3.attention.sliding_window_pattern"), std::string::npos) << n.message();
 }
 
 TEST(ModelLoad, UnsupportedArchitectureIsNamed) {

@@ -144,8 +144,10 @@ TEST(StateRows, LayoutErrorsNameTheLayer) {
   o.type_v = "q5_9";
   auto st = StateRows::create(specs(), o, kernels::active(), 100);
   ASSERT_FALSE(st.is_ok());
-  EXPECT_NE(st.message().find("layer 0"), std::string::npos) << st.message();
+  // An unknown name is wrong for every layer: named once, with the flag, without a layer.
+  EXPECT_NE(st.message().find("unknown cache type 'q5_9'"), std::string::npos) << st.message();
   EXPECT_NE(st.message().find("--cache-type-v"), std::string::npos) << st.message();
+  EXPECT_EQ(st.message().find("layer"), std::string::npos) << st.message();
   std::vector<LayerSpec> odd = specs();
   odd[2].attention.head_dim_k = odd[2].attention.head_dim_v = 48;
   o.type_v = "turbo4";

@@ -358,3 +358,23 @@ TEST(BpeQwen2Test, EncodeSpeed) {
 
 }  // namespace
 }  // namespace specula::tokenizer
+
+namespace specula::tokenizer {
+namespace {
+
+// A huge single word (1 MiB of one letter, a hostile prompt) grows the merge scratch to
+// tens of MB; it is freed when the word is done, so no thread keeps that peak.
+TEST(BpeTest, HugeWordScratchIsReleased) {
+  auto t = tiny();
+  std::vector<int32_t> ids;
+  ids = t->encode("abcab", false, false);
+  const int64_t small = bpe_scratch_bytes();
+  EXPECT_GT(small, 0);
+  const std::string word(size_t{1} << 20, 'a');
+  ids = t->encode(word, false, false);
+  EXPECT_EQ(ids.size(), size_t{1} << 19);  // "aa" merges pairwise
+  EXPECT_LE(bpe_scratch_bytes(), int64_t{2} << 20) << "scratch kept after a 1 MiB word";
+}
+
+}  // namespace
+}  // namespace specula::tokenizer

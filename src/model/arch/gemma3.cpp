@@ -94,11 +94,11 @@ Result<std::unique_ptr<Model>> Gemma3::create(ModelContext ctx) {
   Gemma3Params& p = m->p_;
   const std::string a = "gemma3.";
   constexpr int64_t kMax = int64_t{1} << 20;
-#define SPECULA_HP(var, key, lo, hi, ...)                                 \
-  do {                                                                    \
-    auto r_ = hparam_int(f, a + key, lo, hi, "[gemma3]" __VA_OPT__(,) __VA_ARGS__);  \
-    if (!r_) return r_.status();                                          \
-    var = *r_;                                                            \
+#define SPECULA_HP(var, key, lo, hi, ...)                                          \
+  do {                                                                             \
+    auto r_ = hparam_int(f, a + key, lo, hi, "[gemma3]" __VA_OPT__(, ) __VA_ARGS__); \
+    if (!r_) return r_.status();                                                   \
+    var = *r_;                                                                     \
   } while (0)
   SPECULA_HP(p.n_embd, "embedding_length", 1, kMax);
   SPECULA_HP(p.n_layers, "block_count", 1, 4096);
@@ -110,7 +110,24 @@ Result<std::unique_ptr<Model>> Gemma3::create(ModelContext ctx) {
   SPECULA_HP(p.head_dim, "attention.key_length", 2, 4096, p.n_embd / p.n_heads);
   int64_t head_dim_v = 0;
   SPECULA_HP(head_dim_v, "attention.value_length", 2, 4096, p.head_dim);
-  SPECULA_HP(p.swa_pattern, "attention.sliding_window_pattern", 1, 4096, p.swa_pattern);
+  // An integer period (every swa_pattern-th layer is global), or the per-layer bool array
+  // gguf-py can also write (true = sliding window), accepted when it has such a period.
+  if (const gguf::Value* v = f.find(a + "attention.sliding_window_pattern"); v && v->type == gguf::ValueType::ARRAY) {
+    auto arr = f.get_i32_array(a + "attention.sliding_window_pattern");
+    if (!arr) return Status::error("[gemma3] " + arr.message());
+    int64_t period = 0;
+    for (size_t il = 0; il < arr->size() && period == 0; ++il)
+      if ((*arr)[il] == 0) period = static_cast<int64_t>(il) + 1;
+    bool periodic = period > 0 && static_cast<int64_t>(arr->size()) >= p.n_layers;
+    for (int64_t il = 0; periodic && il < p.n_layers; ++il) periodic = ((*arr)[il] == 0) == ((il + 1) % period == 0);
+    if (!periodic)
+      return Status::error("[gemma3] metadata key '" + a +
+                           "attention.sliding_window_pattern': a per-layer array without a period (every N-th "
+                           "layer global) is not supported");
+    p.swa_pattern = period;
+  } else {
+    SPECULA_HP(p.swa_pattern, "attention.sliding_window_pattern", 1, 4096, p.swa_pattern);
+  }
 #undef SPECULA_HP
   SPECULA_RETURN_IF_ERROR(check_block_tensors(f, p.n_layers, a + "block_count", "[gemma3]"));
   if (head_dim_v != p.head_dim)

@@ -101,11 +101,11 @@ Result<std::unique_ptr<Model>> Qwen2::create(ModelContext ctx) {
   Qwen2Params& p = m->p_;
   const std::string a = "qwen2.";
   constexpr int64_t kMax = int64_t{1} << 20;
-#define SPECULA_HP(var, key, lo, hi)                           \
-  do {                                                         \
-    auto r_ = hparam_int(f, a + key, lo, hi, "[qwen2]");       \
-    if (!r_) return r_.status();                               \
-    var = *r_;                                                 \
+#define SPECULA_HP(var, key, lo, hi, ...)                                          \
+  do {                                                                             \
+    auto r_ = hparam_int(f, a + key, lo, hi, "[qwen2]" __VA_OPT__(, ) __VA_ARGS__); \
+    if (!r_) return r_.status();                                                   \
+    var = *r_;                                                                     \
   } while (0)
   SPECULA_HP(p.n_embd, "embedding_length", 1, kMax);
   SPECULA_HP(p.n_layers, "block_count", 1, 4096);
@@ -133,7 +133,7 @@ Result<std::unique_ptr<Model>> Qwen2::create(ModelContext ctx) {
                          " (heads must divide n_embd, kv heads must divide heads)");
   p.head_dim = p.n_embd / p.n_heads;
   for (const char* key : {"attention.key_length", "attention.value_length"}) {
-    auto kl = hparam_int(f, a + key, 1, 4096, "[qwen2]", p.head_dim);
+    auto kl = hparam_int(f, a + key, 2, 4096, "[qwen2]", p.head_dim);
     if (!kl) return kl.status();
     if (*kl != p.head_dim)
       return Status::error("[qwen2] " + std::string(key) + " " + std::to_string(*kl) + " != n_embd / head_count " +

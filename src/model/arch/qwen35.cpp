@@ -129,11 +129,11 @@ Result<std::unique_ptr<Model>> Qwen35::create(ModelContext ctx) {
   Params& p = m->p_;
   const std::string a = "qwen35.";
   constexpr int64_t kMax = int64_t{1} << 20;
-#define SPECULA_HP(var, key, lo, hi, ...)                                 \
-  do {                                                                    \
-    auto r_ = hparam_int(f, a + key, lo, hi, "[qwen35]" __VA_OPT__(,) __VA_ARGS__);  \
-    if (!r_) return r_.status();                                          \
-    var = *r_;                                                            \
+#define SPECULA_HP(var, key, lo, hi, ...)                                          \
+  do {                                                                             \
+    auto r_ = hparam_int(f, a + key, lo, hi, "[qwen35]" __VA_OPT__(, ) __VA_ARGS__); \
+    if (!r_) return r_.status();                                                   \
+    var = *r_;                                                                     \
   } while (0)
   int64_t block_count = 0, d_inner = 0;
   SPECULA_HP(p.n_embd, "embedding_length", 1, kMax);
