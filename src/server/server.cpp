@@ -192,7 +192,26 @@ void Server::Impl::routes() {
   // but cpp-httplib 0.11 reads such a body until the client closes or the read timeout
   // (30 s) ends — `curl -X POST .../admin/cache/flush` hung that long, then got a 400.
   // Those requests are routed here, with their empty body, before httplib waits.
+  //
+  // A Content-Length over --max-body (or not a number) is refused here, before the body is
+  // read (cpp-httplib would read up to its 30 s timeout first), and the connection is
+  // closed: the unread body must not be parsed as a next request.
   http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (req.has_header("Content-Length")) {
+      const std::string v = req.get_header_value("Content-Length");
+      const bool digits = !v.empty() && v.size() <= 19 && v.find_first_not_of("0123456789") == std::string::npos;
+      if (!digits || std::stoull(v) > opt.max_body_bytes) {
+        ApiError e{digits ? 413 : 400,
+                   digits ? "request body of " + v + " bytes is larger than the limit of " +
+                                std::to_string(opt.max_body_bytes) + " bytes"
+                          : "Content-Length '" + v.substr(0, 40) + "' is not a byte count",
+                   "invalid_request_error", "", digits ? "body_too_large" : ""};
+        res.set_header("Connection", "close");
+        send_error(res, e);
+        count(e.status);
+        return httplib::Server::HandlerResponse::Handled;
+      }
+    }
     if (req.has_header("Content-Length") || req.has_header("Transfer-Encoding"))
       return httplib::Server::HandlerResponse::Unhandled;
     if (!authorized(req, res)) return httplib::Server::HandlerResponse::Handled;
@@ -495,9 +514,7 @@ void Server::Impl::handle_completion(const httplib::Request& req, httplib::Respo
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
   count(200);
-  res.set_chunked_content_provider(
-      "text/event-stream",
-      [this, st, endpoint](size_t, httplib::DataSink& sink) {
+  auto provider = [this, st, endpoint](size_t, httplib::DataSink& sink) {
         if (st->done) {
           sink.done();
           return true;
@@ -549,11 +566,18 @@ void Server::Impl::handle_completion(const httplib::Request& req, httplib::Respo
         }
         if (st->done) sink.done();
         return true;
-      },
-      [st](bool success) {
-        // Called when the response ends; a failed send means the client went away.
-        if (!success || !st->done) st->handle->cancel();
-      });
+  };
+  auto release = [st](bool success) {
+    // Called when the response ends; a failed send means the client went away.
+    if (!success || !st->done) st->handle->cancel();
+  };
+  if (req.version == "HTTP/1.0") {
+    // HTTP/1.0 has no chunked encoding: the stream is delimited by closing the connection.
+    res.set_header("Connection", "close");
+    res.set_content_provider("text/event-stream", std::move(provider), std::move(release));
+  } else {
+    res.set_chunked_content_provider("text/event-stream", std::move(provider), std::move(release));
+  }
 }
 
 std::string Server::Impl::metrics_text() {

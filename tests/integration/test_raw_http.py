@@ -276,6 +276,67 @@ def test_post_without_length(srv, stats):
     stats["errors"] += 3
 
 
+def read_response(s):
+    """Reads one response with a Content-Length body from a raw socket: (head, body)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        d = s.recv(4096)
+        if not d:
+            break
+        data += d
+    head, _, body = data.partition(b"\r\n\r\n")
+    n = int([ln.split(b":")[1] for ln in head.split(b"\r\n") if ln.lower().startswith(b"content-length")][0])
+    while len(body) < n:
+        body += s.recv(4096)
+    return head, body
+
+
+def test_length_refused_early(srv, stats):
+    """A Content-Length over --max-body, negative, huge or not a number is refused before the
+    body is read (the client sends only a few bytes of it), within a second."""
+    import socket
+    for cl, status, want in ((str(MAX_BODY + 1), b"413", b"larger than the limit"), ("2000000", b"413", b"larger"),
+                             ("-1", b"400", b"not a byte count"), ("18446744073709551615", b"400", b"not a byte count"),
+                             ("abc", b"400", b"not a byte count")):
+        s = socket.create_connection((srv.host, srv.port), timeout=5)
+        try:
+            t0 = time.time()
+            s.sendall(f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: {cl}\r\n\r\n{{\"pr".encode())
+            head, body = read_response(s)
+            dt = time.time() - t0
+            check(dt < 1 and head.startswith(b"HTTP/1.1 " + status) and want in body,
+                  f"Content-Length {cl}: {dt:.2f} s, {head[:40]!r} {body[:120]!r}")
+            check(b"connection: close" in head.lower(), f"Content-Length {cl}: the connection must close")
+        finally:
+            s.close()
+        stats["errors"] += 1
+
+
+def test_http10_stream(srv, stats):
+    """HTTP/1.0 has no chunked encoding: a stream to an HTTP/1.0 client is delimited by the
+    connection's close, and its SSE events read as usual."""
+    import socket
+    body = json.dumps({"prompt": "Hello", "max_tokens": 4, "stream": True, "temperature": 0}).encode()
+    s = socket.create_connection((srv.host, srv.port), timeout=30)
+    try:
+        s.sendall(b"POST /v1/completions HTTP/1.0\r\nContent-Type: application/json\r\nContent-Length: " +
+                  str(len(body)).encode() + b"\r\n\r\n" + body)
+        data = b""
+        while True:
+            d = s.recv(65536)
+            if not d:
+                break
+            data += d
+    finally:
+        s.close()
+    head, _, payload = data.partition(b"\r\n\r\n")
+    check(b" 200 " in head.split(b"\r\n")[0], f"HTTP/1.0 stream: {head[:60]!r}")
+    check(b"chunked" not in head.lower(), f"HTTP/1.0 stream answered chunked: {head!r}")
+    events = ss.parse_sse(payload)
+    check(events[-1] == "[DONE]" and len(events) >= 2, f"HTTP/1.0 stream events: {events}")
+    stats["streams"] += 1
+
+
 def main():
     ss.require_model()
     stats = {"errors": 0, "streams": 0}
@@ -284,8 +345,10 @@ def main():
                    "--chat-template-file", ss.gemma_template()) as srv:
         test_errors(srv, stats)
         test_post_without_length(srv, stats)
+        test_length_refused_early(srv, stats)
         t_err = time.time() - t0
         test_sse(srv, stats)
+        test_http10_stream(srv, stats)
         test_queue_full(srv, stats)
         check(srv.alive(), "server died")
         st, _, _ = srv.request("GET", "/health")
