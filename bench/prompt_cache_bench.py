@@ -35,7 +35,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
-from serve_bench import free_port, wait_ready  # noqa: E402
+from serve_bench import free_port, sse_events, wait_ready  # noqa: E402
 
 MODELS = os.environ.get("SPECULA_MODELS", os.path.expanduser("~/.cache/specula/models"))
 
@@ -88,21 +88,11 @@ def ttft(port: int, prompt: list[int], n_gen: int) -> tuple[float, list[int], fl
     r = c.getresponse()
     first = None
     text = ""
-    buf = b""
-    while True:
-        chunk = r.read1(65536) if hasattr(r, "read1") else r.read(1)
-        if not chunk:
-            break
-        buf += chunk
-        while b"\n\n" in buf:
-            ev, buf = buf.split(b"\n\n", 1)
-            if not ev.startswith(b"data: ") or ev == b"data: [DONE]":
-                continue
-            j = json.loads(ev[6:])
-            t = j.get("choices", [{}])[0].get("text", "") if j.get("choices") else ""
-            if t and first is None:
-                first = time.time() - t0
-            text += t
+    for j in sse_events(r):
+        t = j["choices"][0].get("text", "") if j.get("choices") else ""
+        if t and first is None:
+            first = time.time() - t0
+        text += t
     return first if first is not None else time.time() - t0, text, time.time() - t0
 
 

@@ -80,6 +80,20 @@ def start(engine: str, args, C: int) -> tuple[subprocess.Popen, int]:
     return proc, port
 
 
+def sse_events(r):
+    """Yields the parsed JSON of each `data:` event of a streaming HTTP response (not [DONE])."""
+    buf = b""
+    while True:
+        chunk = r.read1(65536) if hasattr(r, "read1") else r.read(1)
+        if not chunk:
+            return
+        buf += chunk
+        while b"\n\n" in buf:
+            ev, buf = buf.split(b"\n\n", 1)
+            if ev.startswith(b"data: ") and ev != b"data: [DONE]":
+                yield json.loads(ev[6:])
+
+
 def stream_one(port: int, prompt: str, n_gen: int, out: dict) -> None:
     body = json.dumps({"model": "bench", "prompt": prompt, "max_tokens": n_gen, "temperature": 0,
                        "ignore_eos": True, "stream": True})
@@ -91,24 +105,11 @@ def stream_one(port: int, prompt: str, n_gen: int, out: dict) -> None:
         raise RuntimeError(f"HTTP {r.status}: {r.read()[:200]!r}")
     n = 0
     first = None
-    buf = b""
-    while True:
-        chunk = r.read1(65536) if hasattr(r, "read1") else r.read(1)
-        if not chunk:
-            break
-        buf += chunk
-        while b"\n\n" in buf:
-            ev, buf = buf.split(b"\n\n", 1)
-            if not ev.startswith(b"data: "):
-                continue
-            data = ev[6:]
-            if data == b"[DONE]":
-                continue
-            obj = json.loads(data)
-            if obj.get("choices") and obj["choices"][0].get("text"):
-                n += 1  # one token per chunk on both servers (no speculation)
-                if first is None:
-                    first = time.perf_counter()
+    for obj in sse_events(r):
+        if obj.get("choices") and obj["choices"][0].get("text"):
+            n += 1  # one token per chunk on both servers (no speculation)
+            if first is None:
+                first = time.perf_counter()
     out["end"] = time.perf_counter()
     out["first"] = first if first is not None else out["end"]
     out["tokens"] = n

@@ -138,6 +138,20 @@ Result<double> hparam_float(const gguf::GgufFile& f, const std::string& key, dou
   return *v;
 }
 
+Result<TransformerHparams> read_transformer_hparams(const gguf::GgufFile& f, const std::string& arch,
+                                                    const char* who) {
+  constexpr int64_t kMax = int64_t{1} << 20;
+  const std::string a = arch + ".";
+  TransformerHparams h;
+  SPECULA_HPARAM_INT(h.n_embd, f, a + "embedding_length", 1, kMax, who);
+  SPECULA_HPARAM_INT(h.n_layers, f, a + "block_count", 1, 4096, who);
+  SPECULA_HPARAM_INT(h.n_ff, f, a + "feed_forward_length", 1, kMax, who);
+  SPECULA_HPARAM_INT(h.n_heads, f, a + "attention.head_count", 1, 4096, who);
+  SPECULA_HPARAM_INT(h.n_kv_heads, f, a + "attention.head_count_kv", 1, 4096, who, h.n_heads);
+  SPECULA_HPARAM_INT(h.n_ctx_train, f, a + "context_length", 1, int64_t{1} << 26, who);
+  return h;
+}
+
 Status check_block_tensors(const gguf::GgufFile& f, int64_t block_count, const std::string& key, const char* who) {
   for (const gguf::TensorInfo& t : f.tensors()) {
     if (t.name.rfind("blk.", 0) != 0) continue;

@@ -121,6 +121,22 @@ Result<int64_t> hparam_int(const gguf::GgufFile& f, const std::string& key, int6
                            std::optional<int64_t> fallback = std::nullopt);
 Result<double> hparam_float(const gguf::GgufFile& f, const std::string& key, double lo, double hi, const char* who,
                             std::optional<double> fallback = std::nullopt, bool lo_open = true);
+// hparam_int into `var`, or returns its error from the enclosing function (which returns
+// a Status or Result). Extra arguments: the fallback.
+#define SPECULA_HPARAM_INT(var, file, key, lo, hi, who, ...)                               \
+  do {                                                                                      \
+    auto specula_r_ = ::specula::hparam_int(file, key, lo, hi, who __VA_OPT__(, ) __VA_ARGS__); \
+    if (!specula_r_) return specula_r_.status();                                            \
+    var = *specula_r_;                                                                      \
+  } while (0)
+// The hyperparameters every transformer architecture reads, `<arch>.` keys, range-checked:
+// embedding_length, block_count, feed_forward_length, attention.head_count (1..4096),
+// attention.head_count_kv (default head_count, as llama.cpp), context_length (1..2^26).
+struct TransformerHparams {
+  int64_t n_embd = 0, n_layers = 0, n_ff = 0, n_heads = 0, n_kv_heads = 0, n_ctx_train = 0;
+};
+Result<TransformerHparams> read_transformer_hparams(const gguf::GgufFile& f, const std::string& arch,
+                                                    const char* who);
 // Errors when the file holds a tensor of a block past the declared count ("blk.N." with
 // N >= block_count): a block_count smaller than the layers present.
 Status check_block_tensors(const gguf::GgufFile& f, int64_t block_count, const std::string& key, const char* who);

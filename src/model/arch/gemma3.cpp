@@ -93,19 +93,12 @@ Result<std::unique_ptr<Model>> Gemma3::create(ModelContext ctx) {
   const kernels::KernelTable& kt = *ctx.kernels;
   Gemma3Params& p = m->p_;
   const std::string a = "gemma3.";
-  constexpr int64_t kMax = int64_t{1} << 20;
-#define SPECULA_HP(var, key, lo, hi, ...)                                          \
-  do {                                                                             \
-    auto r_ = hparam_int(f, a + key, lo, hi, "[gemma3]" __VA_OPT__(, ) __VA_ARGS__); \
-    if (!r_) return r_.status();                                                   \
-    var = *r_;                                                                     \
-  } while (0)
-  SPECULA_HP(p.n_embd, "embedding_length", 1, kMax);
-  SPECULA_HP(p.n_layers, "block_count", 1, 4096);
-  SPECULA_HP(p.n_ff, "feed_forward_length", 1, kMax);
-  SPECULA_HP(p.n_heads, "attention.head_count", 1, 4096);
-  SPECULA_HP(p.n_kv_heads, "attention.head_count_kv", 1, 4096);
-  SPECULA_HP(p.n_ctx_train, "context_length", 1, int64_t{1} << 26);
+#define SPECULA_HP(var, key, lo, hi, ...) \
+  SPECULA_HPARAM_INT(var, f, a + key, lo, hi, "[gemma3]" __VA_OPT__(, ) __VA_ARGS__)
+  auto hp = read_transformer_hparams(f, "gemma3", "[gemma3]");
+  if (!hp) return hp.status();
+  p.n_embd = hp->n_embd, p.n_layers = hp->n_layers, p.n_ff = hp->n_ff, p.n_heads = hp->n_heads;
+  p.n_kv_heads = hp->n_kv_heads, p.n_ctx_train = hp->n_ctx_train;
   SPECULA_HP(p.window, "attention.sliding_window", 1, int64_t{1} << 30);
   SPECULA_HP(p.head_dim, "attention.key_length", 2, 4096, p.n_embd / p.n_heads);
   int64_t head_dim_v = 0;

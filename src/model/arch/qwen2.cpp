@@ -100,20 +100,10 @@ Result<std::unique_ptr<Model>> Qwen2::create(ModelContext ctx) {
   const kernels::KernelTable& kt = *ctx.kernels;
   Qwen2Params& p = m->p_;
   const std::string a = "qwen2.";
-  constexpr int64_t kMax = int64_t{1} << 20;
-#define SPECULA_HP(var, key, lo, hi, ...)                                          \
-  do {                                                                             \
-    auto r_ = hparam_int(f, a + key, lo, hi, "[qwen2]" __VA_OPT__(, ) __VA_ARGS__); \
-    if (!r_) return r_.status();                                                   \
-    var = *r_;                                                                     \
-  } while (0)
-  SPECULA_HP(p.n_embd, "embedding_length", 1, kMax);
-  SPECULA_HP(p.n_layers, "block_count", 1, 4096);
-  SPECULA_HP(p.n_ff, "feed_forward_length", 1, kMax);
-  SPECULA_HP(p.n_heads, "attention.head_count", 1, 4096);
-  SPECULA_HP(p.n_kv_heads, "attention.head_count_kv", 1, 4096);
-  SPECULA_HP(p.n_ctx_train, "context_length", 1, int64_t{1} << 26);
-#undef SPECULA_HP
+  auto hp = read_transformer_hparams(f, "qwen2", "[qwen2]");
+  if (!hp) return hp.status();
+  p.n_embd = hp->n_embd, p.n_layers = hp->n_layers, p.n_ff = hp->n_ff, p.n_heads = hp->n_heads;
+  p.n_kv_heads = hp->n_kv_heads, p.n_ctx_train = hp->n_ctx_train;
   SPECULA_RETURN_IF_ERROR(check_block_tensors(f, p.n_layers, a + "block_count", "[qwen2]"));
   auto eps = hparam_float(f, a + "attention.layer_norm_rms_epsilon", 0.0, 0.5, "[qwen2]");
   if (!eps) return eps.status();

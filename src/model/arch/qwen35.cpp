@@ -129,24 +129,19 @@ Result<std::unique_ptr<Model>> Qwen35::create(ModelContext ctx) {
   Params& p = m->p_;
   const std::string a = "qwen35.";
   constexpr int64_t kMax = int64_t{1} << 20;
-#define SPECULA_HP(var, key, lo, hi, ...)                                          \
-  do {                                                                             \
-    auto r_ = hparam_int(f, a + key, lo, hi, "[qwen35]" __VA_OPT__(, ) __VA_ARGS__); \
-    if (!r_) return r_.status();                                                   \
-    var = *r_;                                                                     \
-  } while (0)
-  int64_t block_count = 0, d_inner = 0;
-  SPECULA_HP(p.n_embd, "embedding_length", 1, kMax);
-  SPECULA_HP(block_count, "block_count", 1, 4096);
-  SPECULA_HP(p.n_ff, "feed_forward_length", 1, kMax);
-  SPECULA_HP(p.n_heads, "attention.head_count", 1, 4096);
-  SPECULA_HP(p.n_ctx_train, "context_length", 1, int64_t{1} << 26);
+#define SPECULA_HP(var, key, lo, hi, ...) \
+  SPECULA_HPARAM_INT(var, f, a + key, lo, hi, "[qwen35]" __VA_OPT__(, ) __VA_ARGS__)
+  auto hp = read_transformer_hparams(f, "qwen35", "[qwen35]");
+  if (!hp) return hp.status();
+  const int64_t block_count = hp->n_layers;  // includes the nextn (MTP) blocks
+  p.n_embd = hp->n_embd, p.n_ff = hp->n_ff, p.n_heads = hp->n_heads, p.n_kv_heads = hp->n_kv_heads;
+  p.n_ctx_train = hp->n_ctx_train;
+  int64_t d_inner = 0;
   SPECULA_HP(p.gdn.conv_kernel, "ssm.conv_kernel", 1, 64);
   SPECULA_HP(d_inner, "ssm.inner_size", 1, kMax);
   SPECULA_HP(p.gdn.d_state, "ssm.state_size", 1, 1024);
   SPECULA_HP(p.gdn.n_v_heads, "ssm.time_step_rank", 1, 4096);
   SPECULA_HP(p.gdn.n_k_heads, "ssm.group_count", 1, 4096);
-  SPECULA_HP(p.n_kv_heads, "attention.head_count_kv", 1, 4096, p.n_heads);
   SPECULA_HP(p.head_dim, "attention.key_length", 2, 4096, p.n_embd / p.n_heads);
   int64_t head_dim_v = 0, nextn = 0;
   SPECULA_HP(head_dim_v, "attention.value_length", 2, 4096, p.head_dim);
