@@ -195,7 +195,10 @@ void Server::Impl::routes() {
   //
   // A Content-Length over --max-body (or not a number) is refused here, before the body is
   // read (cpp-httplib would read up to its 30 s timeout first), and the connection is
-  // closed: the unread body must not be parsed as a next request.
+  // closed: the unread body must never be parsed as a next request (request smuggling).
+  // cpp-httplib 0.11 decides keep-alive from the request alone, so a response header does
+  // not close it; a content provider that reports failure after writing the whole error
+  // body does.
   http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (req.has_header("Content-Length")) {
       const std::string v = req.get_header_value("Content-Length");
@@ -206,8 +209,15 @@ void Server::Impl::routes() {
                                 std::to_string(opt.max_body_bytes) + " bytes"
                           : "Content-Length '" + v.substr(0, 40) + "' is not a byte count",
                    "invalid_request_error", "", digits ? "body_too_large" : ""};
+        res.status = e.status;
         res.set_header("Connection", "close");
-        send_error(res, e);
+        const auto body = std::make_shared<const std::string>(dump_json(error_body(e)));
+        res.set_content_provider(
+            body->size(), "application/json",
+            [body](size_t offset, size_t length, httplib::DataSink& sink) {
+              sink.write(body->data() + offset, std::min(length, body->size() - offset));
+              return false;  // all written; "failed" makes httplib drop the connection
+            });
         count(e.status);
         return httplib::Server::HandlerResponse::Handled;
       }
@@ -233,7 +243,7 @@ void Server::Impl::routes() {
     return httplib::Server::HandlerResponse::Unhandled;
   });
   http.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return;
+    if (!res.body.empty() || res.content_provider_) return;  // already answered (pre-routing)
     ApiError e;
     e.status = res.status;
     if (res.status == 404) {
@@ -370,6 +380,7 @@ std::optional<ApiError> Server::Impl::build_prompt(const CompletionParams& c, st
 namespace {
 // State shared by a streaming response's content provider calls.
 struct StreamState {
+  bool close_delimited = false;  // HTTP/1.0: no chunked encoding, the close ends the stream
   std::shared_ptr<CompletionStream> stream;
   std::shared_ptr<RequestHandle> handle;
   CompletionParams params;
@@ -564,14 +575,20 @@ void Server::Impl::handle_completion(const httplib::Request& req, httplib::Respo
           st->handle->cancel();
           return false;
         }
-        if (st->done) sink.done();
+        if (st->done) {
+          // HTTP/1.0: the stream ends with the connection, even if the client asked for
+          // keep-alive; "failed" makes httplib close it now.
+          if (st->close_delimited) return false;
+          sink.done();
+        }
         return true;
   };
-  auto release = [st](bool success) {
-    // Called when the response ends; a failed send means the client went away.
-    if (!success || !st->done) st->handle->cancel();
+  auto release = [st](bool) {
+    // Called when the response ends; before the end, the client went away.
+    if (!st->done) st->handle->cancel();
   };
-  if (req.version == "HTTP/1.0") {
+  st->close_delimited = req.version == "HTTP/1.0";
+  if (st->close_delimited) {
     // HTTP/1.0 has no chunked encoding: the stream is delimited by closing the connection.
     res.set_header("Connection", "close");
     res.set_content_provider("text/event-stream", std::move(provider), std::move(release));

@@ -2,8 +2,8 @@
 
 Four non-streaming `/v1/completions` requests (max_tokens 2000, ignore_eos) are sent on
 raw sockets; once all four run, the clients close their sockets. Their rows must be
-freed within a few engine steps: /metrics `specula_running_rows` back to 0, at most 3
-steps counted after the closes (`specula_steps_total`), and four more
+freed within a few engine steps: /metrics `specula_running_rows` back to 0, at most 8
+steps counted after the closes (typically 1-2) (`specula_steps_total`), and four more
 `specula_requests_total{outcome="cancelled"}`. A request on a connection that stays open
 is not affected (it finishes with its full length), and the server answers normally
 afterwards. The same for a streaming request whose client leaves (already covered by the
@@ -58,7 +58,10 @@ def abandon(srv, n, stream):
     steps = m["specula_steps_total"] - steps0
     cancelled = m[CANCELLED] - before[CANCELLED]
     check(cancelled == n, f"{cancelled:.0f} requests counted cancelled, expected {n}")
-    check(steps <= 3, f"{steps:.0f} engine steps ran after the clients left (expected at most 3)")
+    # Each handler notices at its next token; on a loaded 2-core machine a thread may be
+    # scheduled a few steps late, so the bound is loose (without the probe: 2000 steps).
+    check(steps <= 8 and dt < 5, f"{steps:.0f} engine steps ({dt:.2f} s) ran after the clients left "
+                                 f"(expected at most 8)")
     return dt, steps
 
 

@@ -262,12 +262,7 @@ def test_post_without_length(srv, stats):
             t0 = time.time()
             s.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
             data = b""
-            while b"\r\n\r\n" not in data:
-                data += s.recv(4096)
-            head, _, body = data.partition(b"\r\n\r\n")
-            n = int([ln.split(b":")[1] for ln in head.split(b"\r\n") if ln.lower().startswith(b"content-length")][0])
-            while len(body) < n:
-                body += s.recv(4096)
+            head, body = read_response(s)
             dt = time.time() - t0
             check(dt < 2 and want in body, f"POST {path} without a body: {dt:.1f} s, {data[:300]!r}")
             check(head.startswith(b"HTTP/1.1 " + status), f"POST {path} without a body: {head[:40]!r}")
@@ -281,13 +276,14 @@ def read_response(s):
     data = b""
     while b"\r\n\r\n" not in data:
         d = s.recv(4096)
-        if not d:
-            break
+        check(d, f"the server closed the connection before a whole response: {data[:200]!r}")
         data += d
     head, _, body = data.partition(b"\r\n\r\n")
     n = int([ln.split(b":")[1] for ln in head.split(b"\r\n") if ln.lower().startswith(b"content-length")][0])
     while len(body) < n:
-        body += s.recv(4096)
+        d = s.recv(4096)
+        check(d, f"the server closed the connection inside a response body: {head[:200]!r}")
+        body += d
     return head, body
 
 
@@ -307,6 +303,23 @@ def test_length_refused_early(srv, stats):
             check(dt < 1 and head.startswith(b"HTTP/1.1 " + status) and want in body,
                   f"Content-Length {cl}: {dt:.2f} s, {head[:40]!r} {body[:120]!r}")
             check(b"connection: close" in head.lower(), f"Content-Length {cl}: the connection must close")
+            # The unread body must never be read as a next request (request smuggling): what
+            # follows on this connection gets no answer, and the server closes it.
+            try:
+                s.sendall(b'ompt": "x"}GET /health HTTP/1.1\r\nHost: x\r\n\r\n')
+            except OSError:
+                pass  # already closed: fine
+            s.settimeout(3)
+            rest = b""
+            try:
+                while True:
+                    d = s.recv(4096)
+                    if not d:
+                        break
+                    rest += d
+            except (socket.timeout, ConnectionResetError):
+                pass
+            check(b"HTTP/1.1" not in rest, f"Content-Length {cl}: the body was parsed as a request: {rest[:200]!r}")
         finally:
             s.close()
         stats["errors"] += 1
@@ -314,27 +327,32 @@ def test_length_refused_early(srv, stats):
 
 def test_http10_stream(srv, stats):
     """HTTP/1.0 has no chunked encoding: a stream to an HTTP/1.0 client is delimited by the
-    connection's close, and its SSE events read as usual."""
+    connection's close (at once after [DONE], also when it asked for keep-alive), and its
+    SSE events read as usual."""
     import socket
     body = json.dumps({"prompt": "Hello", "max_tokens": 4, "stream": True, "temperature": 0}).encode()
-    s = socket.create_connection((srv.host, srv.port), timeout=30)
-    try:
-        s.sendall(b"POST /v1/completions HTTP/1.0\r\nContent-Type: application/json\r\nContent-Length: " +
-                  str(len(body)).encode() + b"\r\n\r\n" + body)
-        data = b""
-        while True:
-            d = s.recv(65536)
-            if not d:
-                break
-            data += d
-    finally:
-        s.close()
-    head, _, payload = data.partition(b"\r\n\r\n")
-    check(b" 200 " in head.split(b"\r\n")[0], f"HTTP/1.0 stream: {head[:60]!r}")
-    check(b"chunked" not in head.lower(), f"HTTP/1.0 stream answered chunked: {head!r}")
-    events = ss.parse_sse(payload)
-    check(events[-1] == "[DONE]" and len(events) >= 2, f"HTTP/1.0 stream events: {events}")
-    stats["streams"] += 1
+    for extra in (b"", b"Connection: Keep-Alive\r\n"):
+        s = socket.create_connection((srv.host, srv.port), timeout=30)
+        try:
+            t0 = time.time()
+            s.sendall(b"POST /v1/completions HTTP/1.0\r\nContent-Type: application/json\r\n" + extra +
+                      b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+            data = b""
+            while True:
+                d = s.recv(65536)
+                if not d:
+                    break
+                data += d
+            dt = time.time() - t0
+        finally:
+            s.close()
+        head, _, payload = data.partition(b"\r\n\r\n")
+        check(b" 200 " in head.split(b"\r\n")[0], f"HTTP/1.0 stream: {head[:60]!r}")
+        check(b"chunked" not in head.lower(), f"HTTP/1.0 stream answered chunked: {head!r}")
+        events = ss.parse_sse(payload)
+        check(events[-1] == "[DONE]" and len(events) >= 2, f"HTTP/1.0 stream events: {events}")
+        check(dt < 4, f"HTTP/1.0 stream {extra!r}: the connection closed {dt:.1f} s after the request")
+        stats["streams"] += 1
 
 
 def main():
