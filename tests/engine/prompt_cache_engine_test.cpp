@@ -187,18 +187,21 @@ TEST_F(PromptCacheEngineTest, ResumesAnInterruptedGenerationExactly) {
     r.top_logprobs = 1;
     r.resume_key = "test";
     auto plain_e = engine(*model_, {}, nullptr);
-    std::vector<RequestSummary> sums;
+    // An engine that checkpoints its generations into `pc` every 8 tokens.
+    const auto resuming_engine = [&](std::shared_ptr<PromptCache> pc) {
+      EngineOptions o;
+      o.n_rows = 2;
+      o.n_ctx = 2048;
+      o.prompt_cache = std::move(pc);
+      o.generation_checkpoint = 8;
+      return std::move(Engine::create(*model_, o)).value();
+    };
     auto sink0 = std::make_shared<CollectSink>();
     ASSERT_TRUE(plain_e->submit(r, sink0).handle);
     ASSERT_TRUE(sink0->wait());
     {
       auto pc = cache(dir);
-      EngineOptions o;
-      o.n_rows = 2;
-      o.n_ctx = 2048;
-      o.prompt_cache = pc;
-      o.generation_checkpoint = 8;
-      auto e = std::move(Engine::create(*model_, o)).value();
+      auto e = resuming_engine(pc);
       auto sink = std::make_shared<InterruptSink>(21);
       auto sub = e->submit(r, sink);
       ASSERT_TRUE(sub.handle);
@@ -213,12 +216,7 @@ TEST_F(PromptCacheEngineTest, ResumesAnInterruptedGenerationExactly) {
     // "After a restart": a new cache on the same folder, a new engine, the same request.
     auto pc = cache(dir);
     EXPECT_EQ(pc->stats().checkpoints, 1);
-    EngineOptions o;
-    o.n_rows = 2;
-    o.n_ctx = 2048;
-    o.prompt_cache = pc;
-    o.generation_checkpoint = 8;
-    auto e = std::move(Engine::create(*model_, o)).value();
+    auto e = resuming_engine(pc);
     auto sink = std::make_shared<CollectSink>();
     ASSERT_TRUE(e->submit(r, sink).handle);
     ASSERT_TRUE(sink->wait());
