@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # scripts/install_deps.sh — installs the Debian 12 packages needed to build and
 # test specula (compiler, CMake, Ninja, ccache, GoogleTest/GoogleMock, Google
-# Benchmark, nlohmann-json, CLI11, PCRE2 (BPE pre-tokenizer regexes), cpp-httplib, zlib (prompt cache checksums)
-# (the HTTP server), Python 3 with pip).
+# Benchmark, nlohmann-json, CLI11, PCRE2 (BPE pre-tokenizer regexes), Boost 1.74 headers (Beast/Asio:
+# the HTTP server), cpp-httplib (the unit tests' HTTP client), zlib (prompt cache
+# checksums), Python 3 with pip).
 # Idempotent: a fast no-op (one dpkg-query) when everything is present; runs
 # `apt-get update` at most once, and only when something is missing.
 # Does NOT install Python packages (see tools/install_reference.sh) or models
@@ -11,7 +12,7 @@ set -euo pipefail
 
 packages=(build-essential cmake ninja-build ccache git python3
           libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev libcli11-dev
-          pkg-config libpcre2-dev libcpp-httplib-dev zlib1g-dev)
+          pkg-config libpcre2-dev libboost1.74-dev libcpp-httplib-dev zlib1g-dev)
 
 # One dpkg-query for all packages; a package it does not know prints nothing.
 declare -A installed=()

@@ -540,6 +540,10 @@ struct ServeArgs {
   std::string spec_accept = "exact";
   int64_t ctx = 0, step_tokens = 512;  // ctx 0: 4096 per parallel request
   size_t max_body = 1 << 20;
+  int max_connections = 1024;
+  double timeout_header = 10;
+  double timeout_write = 30;
+  double timeout_body = 10;
   CacheArgs cache;
   int64_t cache_ram_mib = -1;  // -1: default
   int64_t cache_disk_mib = 0;
@@ -574,6 +578,10 @@ int run_serve(const ServeArgs& a) {
   so.api_key = a.api_key;
   so.model_id = a.alias.empty() ? std::filesystem::path(*path).stem().string() : a.alias;
   so.max_body_bytes = a.max_body;
+  so.max_connections = a.max_connections;
+  so.header_timeout_s = a.timeout_header;
+  so.write_timeout_s = a.timeout_write;
+  so.body_timeout_s = a.timeout_body;
   if (!a.chat_template_file.empty()) {
     std::ifstream in(a.chat_template_file, std::ios::binary);
     if (!in) return fail("[cli] cannot read --chat-template-file " + a.chat_template_file);
@@ -768,6 +776,18 @@ int main(int argc, char** argv) {
   serve->add_option("--queue", sv.queue, "Requests that may wait for a free row before 429 (default 64)")->check(CLI::Range(0, 100000));
   serve->add_option("--step-tokens", sv.step_tokens, "Tokens per engine step: decode rows + prompt chunks (default 512)")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   serve->add_option("--max-body", sv.max_body, "Largest request body in bytes (default 1 MiB)")->check(CLI::Range(size_t{1024}, size_t{1} << 30));
+  serve->add_option("--max-connections", sv.max_connections,
+                    "Open connections served at once; more get 503 (default 1024, lowered to fit the descriptor limit)")
+      ->check(CLI::Range(1, 1 << 20));
+  serve->add_option("--timeout-header", sv.timeout_header,
+                    "Seconds a connection has to send a request's line and headers, from its opening or its last response (default 10)")
+      ->check(CLI::Range(0.1, 3600.0));
+  serve->add_option("--timeout-body", sv.timeout_body,
+                    "Seconds a request body may take beyond its size at 64 KiB/s (default 10)")
+      ->check(CLI::Range(0.1, 3600.0));
+  serve->add_option("--timeout-write", sv.timeout_write,
+                    "Seconds one response write may take before a client that does not read is dropped (default 30)")
+      ->check(CLI::Range(0.1, 3600.0));
   serve->add_option("-t,--threads", sv.threads, "Threads (default: all cores)")->check(CLI::Range(0, 1024));
   serve->add_option("--draft-model", sv.draft_model, "Speculative decoding with this draft model (same vocabulary)");
   serve->add_option("--spec", sv.spec, "Draft source for every request: ngram, draft (needs --draft-model), none");

@@ -179,6 +179,7 @@ ExecutionPlan Engine::plan_for(const EngineRequest& r) const {
 void Engine::loop() {
   for (;;) {
     std::vector<Pending> admitted;
+    std::vector<Pending> dropped;  // cancelled while queued
     bool stopping = false;
     {
       std::unique_lock<std::mutex> lock(wakeup_->mu);
@@ -190,6 +191,17 @@ void Engine::loop() {
       };
       wakeup_->cv.wait(lock, has_work);
       stopping = stopping_;
+      // A queued request whose client left gives its place up now, wherever it waits
+      // (not when it reaches the head): abandoned requests never fill the queue.
+      for (auto it = queue_.begin(); !stopping && it != queue_.end();) {
+        if (it->handle->cancelled()) {
+          ++stats_.finished[static_cast<int>(Outcome::kCancelled)];
+          dropped.push_back(std::move(*it));
+          it = queue_.erase(it);
+        } else {
+          ++it;
+        }
+      }
       // Admission, in order, while a row and the KV budget allow; a queued request that
       // was cancelled while waiting is taken too (it ends at once below).
       int64_t reserved = reserved_;
@@ -218,6 +230,13 @@ void Engine::loop() {
         try { p.sink->on_finish(sum); } catch (...) {}
         continue;
       }
+    }
+    for (Pending& p : dropped) {
+      RequestSummary sum;
+      sum.outcome = Outcome::kCancelled;
+      sum.n_prompt = static_cast<int64_t>(p.request.prompt.size());
+      sum.queue_seconds = now_seconds() - p.submitted;
+      try { p.sink->on_finish(sum); } catch (...) {}
     }
     if (stopping) {
       std::deque<Pending> rest;

@@ -1,8 +1,6 @@
 // server/server.cpp — see server.h.
 #include "server/server.h"
 
-#include <httplib.h>
-
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -18,7 +16,7 @@
 #include "engine/generate.h"
 #include "server/completion_stream.h"
 #include "server/openai_api.h"
-#include "server/peer.h"
+#include "server/http.h"
 #include "tokenizer/bpe.h"
 
 namespace specula::server {
@@ -36,10 +34,11 @@ bool constant_time_equal(const std::string& a, const std::string& b) {
   return diff == 0;
 }
 
-void send_error(httplib::Response& res, const ApiError& e) {
-  res.status = e.status;
-  res.set_content(dump_json(error_body(e)), "application/json");
+void send_error(http::Exchange& ex, const ApiError& e) {
+  ex.respond(e.status, "application/json", dump_json(error_body(e)));
 }
+
+void send_json(http::Exchange& ex, const json& body) { ex.respond(200, "application/json", dump_json(body)); }
 
 std::string sse(const json& j) { return "data: " + dump_json(j) + "\n\n"; }
 
@@ -55,7 +54,7 @@ struct Server::Impl {
   std::optional<tokenizer::ChatTemplate> chat_template;
   std::string chat_template_origin;  // "model metadata" / "file"
   std::unique_ptr<Engine> engine;
-  httplib::Server http;
+  std::unique_ptr<http::HttpServer> http;  // declared after the engine: goes first
   std::atomic<uint64_t> next_id{1};
   std::atomic<bool> stop_requested{false};  // stop() was called (maybe before serve())
   std::mt19937_64 seed_rng{std::random_device{}()};
@@ -73,17 +72,13 @@ struct Server::Impl {
     ++responses_by_status[status];
   }
 
-  void routes();
+  // Answers one request (worker thread): API key, then the route.
+  void dispatch(const http::Request& req, http::Exchange& ex);
   // API key check (true: go on); answers 401 itself otherwise.
-  bool authorized(const httplib::Request& req, httplib::Response& res);
-  void handle_completion(const httplib::Request& req, httplib::Response& res, Endpoint endpoint);
-  // POST routes, also kept by path for requests without a body (see routes()).
-  using Handler = std::function<void(const httplib::Request&, httplib::Response&)>;
-  std::map<std::string, Handler> post_routes;
-  void post(const std::string& path, Handler h) {
-    post_routes[path] = h;
-    http.Post(path, std::move(h));
-  }
+  bool authorized(const http::Request& req, http::Exchange& ex);
+  void handle_completion(const http::Request& req, http::Exchange& ex, Endpoint endpoint);
+  void handle_cache_flush(const http::Request& req, http::Exchange& ex);
+  void handle_models(http::Exchange& ex);
   std::string metrics_text();
   // Prompt ids for a parsed request, or an error.
   std::optional<ApiError> build_prompt(const CompletionParams& c, std::vector<int32_t>* ids);
@@ -117,46 +112,49 @@ Result<std::unique_ptr<Server>> Server::create(std::unique_ptr<Model> model, Ser
   impl->opt = std::move(options);
   std::unique_ptr<Server> s(new Server());
   s->impl_ = std::move(impl);
-  s->impl_->routes();
+  Impl* im = s->impl_.get();
+  http::Options ho;
+  ho.host = im->opt.host;
+  ho.port = im->opt.port;
+  ho.max_body_bytes = im->opt.max_body_bytes;
+  ho.max_connections = im->opt.max_connections;
+  ho.header_timeout_s = im->opt.header_timeout_s;
+  ho.body_timeout_s = im->opt.body_timeout_s;
+  ho.write_timeout_s = im->opt.write_timeout_s;
+  // Every request that may hold a row or wait in the queue has a worker, and a few more
+  // answer /health and /metrics while they all wait.
+  ho.workers = im->opt.engine.n_rows + im->opt.engine.max_queue + 8;
+  ho.error_body = [](int status, const std::string& message) {
+    ApiError e{status, message, status >= 500 ? "server_error" : "invalid_request_error", "", ""};
+    if (status == 413) e.code = "body_too_large";
+    if (status == 408) e.code = "request_timeout";
+    if (status == 431) e.code = "headers_too_large";
+    if (status == 503) e.code = "too_many_connections";
+    return dump_json(error_body(e));
+  };
+  ho.on_status = [im](int status) { im->count(status); };
+  im->http = http::HttpServer::create(std::move(ho), [im](const http::Request& req, http::Exchange& ex) {
+    im->dispatch(req, ex);
+  });
   return s;
 }
 
 Server::~Server() {
   if (impl_) {
-    impl_->http.stop();
+    impl_->http.reset();    // no handler runs after this
     impl_->engine.reset();  // finishes what still runs before the model goes
   }
 }
 
 Status Server::bind() {
-  if (impl_->opt.port == 0) {
-    port_ = impl_->http.bind_to_any_port(impl_->opt.host);
-    if (port_ <= 0) return Status::error("[server] cannot bind " + impl_->opt.host + " (any port)");
-  } else {
-    if (!impl_->http.bind_to_port(impl_->opt.host, impl_->opt.port))
-      return Status::error("[server] cannot bind " + impl_->opt.host + ":" + std::to_string(impl_->opt.port) +
-                           " (in use, or not a local address?)");
-    port_ = impl_->opt.port;
-  }
+  SPECULA_RETURN_IF_ERROR(impl_->http->bind());
+  port_ = impl_->http->port();
   return Status::ok();
 }
 
-// stop() may come (from a signal handler) before listen_after_bind() has set httplib's
-// running flag, when httplib's own stop() does nothing; a watcher repeats it once the
-// loop runs, so a SIGTERM right after start is never lost.
 void Server::serve() {
-  Impl& im = *impl_;
-  if (im.stop_requested.load()) return;
-  std::atomic<bool> done{false};
-  std::thread watcher([&im, &done] {
-    while (!done.load()) {
-      if (im.stop_requested.load() && im.http.is_running()) im.http.stop();
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-  });
-  im.http.listen_after_bind();
-  done.store(true);
-  watcher.join();
+  if (impl_->stop_requested.load()) return;
+  impl_->http->run();
 }
 
 Status Server::listen() {
@@ -167,179 +165,72 @@ Status Server::listen() {
 
 const Engine& Server::engine() const { return *impl_->engine; }
 
+// Async-signal-safe: both only set flags.
 void Server::stop() {
   impl_->stop_requested.store(true);
-  impl_->http.stop();
+  impl_->http->stop();
 }
 
-void Server::Impl::routes() {
-  const size_t threads = static_cast<size_t>(2 * (opt.engine.n_rows + opt.engine.max_queue) + 8);
-  http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  http.set_payload_max_length(opt.max_body_bytes);
-  // Shutdown waits for every worker, and a worker holding an idle keep-alive connection
-  // notices only when this timeout ends (cpp-httplib 0.11): keep it short, so SIGTERM
-  // stops the server in seconds, not half a minute.
-  http.set_keep_alive_timeout(5);
-  http.set_read_timeout(30);
-  http.set_write_timeout(30);
+void Server::Impl::dispatch(const http::Request& req, http::Exchange& ex) {
+  if (req.path != "/health" && !authorized(req, ex)) return;
+  struct Route {
+    const char* method;
+    const char* path;
+    std::function<void()> run;
+  };
+  const Route routes[] = {
+      {"GET", "/health", [&] { ex.respond(200, "application/json", R"({"status":"ok"})"); }},
+      {"GET", "/v1/models", [&] { handle_models(ex); }},
+      {"GET", "/metrics", [&] { ex.respond(200, "text/plain; version=0.0.4", metrics_text()); }},
+      {"POST", "/v1/completions", [&] { handle_completion(req, ex, Endpoint::kCompletions); }},
+      {"POST", "/v1/chat/completions", [&] { handle_completion(req, ex, Endpoint::kChat); }},
+      // llama-server aliases
+      {"POST", "/completion", [&] { handle_completion(req, ex, Endpoint::kCompletions); }},
+      {"POST", "/chat/completions", [&] { handle_completion(req, ex, Endpoint::kChat); }},
+      {"POST", "/admin/cache/flush", [&] { handle_cache_flush(req, ex); }},
+  };
+  bool path_known = false;
+  for (const Route& r : routes) {
+    if (req.path != r.path) continue;
+    path_known = true;
+    if (req.method == r.method) return r.run();
+  }
+  if (path_known)
+    send_error(ex, ApiError{405, "method " + req.method + " not allowed on " + req.path, "invalid_request_error", "", ""});
+  else
+    send_error(ex, ApiError{404, "no route for " + req.method + " " + req.path, "not_found_error", "", ""});
+}
 
-  // The pre-routing handler runs before cpp-httplib reads the body: answering a request
-  // that has one there would leave its body unread on a keep-alive connection, to be
-  // parsed as the next request (a bogus 400). Requests with a body are checked in their
-  // handler instead, once the body is consumed.
-  //
-  // A POST without Content-Length or Transfer-Encoding has an empty body (RFC 9112 §6.3),
-  // but cpp-httplib 0.11 reads such a body until the client closes or the read timeout
-  // (30 s) ends — `curl -X POST .../admin/cache/flush` hung that long, then got a 400.
-  // Those requests are routed here, with their empty body, before httplib waits.
-  //
-  // A Content-Length over --max-body (or not a number) is refused here, before the body is
-  // read (cpp-httplib would read up to its 30 s timeout first), and the connection is
-  // closed: the unread body must never be parsed as a next request (request smuggling).
-  // cpp-httplib 0.11 decides keep-alive from the request alone, so a response header does
-  // not close it; a content provider that reports failure after writing the whole error
-  // body does.
-  http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (req.has_header("Content-Length")) {
-      const std::string v = req.get_header_value("Content-Length");
-      const bool digits = !v.empty() && v.size() <= 19 && v.find_first_not_of("0123456789") == std::string::npos;
-      if (!digits || std::stoull(v) > opt.max_body_bytes) {
-        ApiError e{digits ? 413 : 400,
-                   digits ? "request body of " + v + " bytes is larger than the limit of " +
-                                std::to_string(opt.max_body_bytes) + " bytes"
-                          : "Content-Length '" + v.substr(0, 40) + "' is not a byte count",
-                   "invalid_request_error", "", digits ? "body_too_large" : ""};
-        res.status = e.status;
-        res.set_header("Connection", "close");
-        const auto body = std::make_shared<const std::string>(dump_json(error_body(e)));
-        res.set_content_provider(
-            body->size(), "application/json",
-            [body](size_t offset, size_t length, httplib::DataSink& sink) {
-              sink.write(body->data() + offset, std::min(length, body->size() - offset));
-              return false;  // all written; "failed" makes httplib drop the connection
-            });
-        count(e.status);
-        return httplib::Server::HandlerResponse::Handled;
-      }
-    }
-    if (req.has_header("Content-Length") || req.has_header("Transfer-Encoding"))
-      return httplib::Server::HandlerResponse::Unhandled;
-    if (!authorized(req, res)) return httplib::Server::HandlerResponse::Handled;
-    if (req.method == "POST" || req.method == "PUT" || req.method == "PATCH") {
-      const auto it = post_routes.find(req.path);
-      if (it != post_routes.end() && req.method == "POST") {
-        it->second(req, res);
-      } else {
-        ApiError e{it != post_routes.end() ? 405 : 404,
-                   (it != post_routes.end() ? "method " + req.method + " not allowed on "
-                                            : "no route for " + req.method + " ") +
-                       req.path,
-                   it != post_routes.end() ? "invalid_request_error" : "not_found_error", "", ""};
-        send_error(res, e);
-        count(e.status);
-      }
-      return httplib::Server::HandlerResponse::Handled;
-    }
-    return httplib::Server::HandlerResponse::Unhandled;
-  });
-  http.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty() || res.content_provider_) return;  // already answered (pre-routing)
-    ApiError e;
-    e.status = res.status;
-    if (res.status == 404) {
-      e.message = "no route for " + req.method + " " + req.path;
-      e.type = "not_found_error";
-    } else if (res.status == 413) {
-      e.message = "request body larger than the limit of " + std::to_string(opt.max_body_bytes) + " bytes";
-      e.code = "body_too_large";
-    } else if (res.status == 405) {
-      e.message = "method " + req.method + " not allowed on " + req.path;
-    } else {
-      e.message = "bad request";
-    }
-    res.set_content(dump_json(error_body(e)), "application/json");
-    count(res.status);
-  });
-  http.set_exception_handler([this](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-    std::string what = "internal error";
-    try {
-      if (ep) std::rethrow_exception(ep);
-    } catch (const std::exception& ex) {
-      what = std::string("internal error: ") + ex.what();
-    } catch (...) {
-    }
-    send_error(res, ApiError{500, what, "server_error", "", ""});
-    count(500);
-  });
+void Server::Impl::handle_models(http::Exchange& ex) {
+  const ModelInfo& info = model->info();
+  json m = {{"id", opt.model_id},
+            {"object", "model"},
+            {"created", unix_now()},
+            {"owned_by", "specula"},
+            {"meta",
+             {{"architecture", info.architecture},
+              {"n_vocab", info.n_vocab},
+              {"n_embd", info.n_embd},
+              {"n_ctx_train", info.n_ctx_train},
+              {"n_ctx", opt.engine.n_ctx},
+              {"parallel", opt.engine.n_rows},
+              {"chat_template", chat_template ? chat_template_origin : "none"}}}};
+  send_json(ex, json{{"object", "list"}, {"data", {m}}});
+}
 
-  http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(R"({"status":"ok"})", "application/json");
-    count(200);
-  });
-  http.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
-    if (!authorized(req, res)) return;  // a GET with a body skipped the pre-routing check
-    const ModelInfo& info = model->info();
-    json m = {{"id", opt.model_id},
-              {"object", "model"},
-              {"created", unix_now()},
-              {"owned_by", "specula"},
-              {"meta",
-               {{"architecture", info.architecture},
-                {"n_vocab", info.n_vocab},
-                {"n_embd", info.n_embd},
-                {"n_ctx_train", info.n_ctx_train},
-                {"n_ctx", opt.engine.n_ctx},
-                {"parallel", opt.engine.n_rows},
-                {"chat_template", chat_template ? chat_template_origin : "none"}}}};
-    res.set_content(dump_json(json{{"object", "list"}, {"data", {m}}}), "application/json");
-    count(200);
-  });
-  http.Get("/metrics", [this](const httplib::Request& req, httplib::Response& res) {
-    if (!authorized(req, res)) return;
-    res.set_content(metrics_text(), "text/plain; version=0.0.4");
-    count(200);
-  });
-  post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    handle_completion(req, res, Endpoint::kCompletions);
-  });
-  // The prompt cache's durability point: returns once every entry stored so far is on disk.
-  // Loopback clients only, or any client with the API key.
-  post("/admin/cache/flush", [this](const httplib::Request& req, httplib::Response& res) {
-    if (!authorized(req, res)) return;
-    const bool loopback = req.remote_addr == "127.0.0.1" || req.remote_addr == "::1" ||
-                          req.remote_addr.rfind("::ffff:127.", 0) == 0;
-    if (opt.api_key.empty() && !loopback) {
-      send_error(res, ApiError{403, "cache flush is allowed from loopback or with an API key", "permission_error", "", ""});
-      count(403);
-      return;
-    }
-    const auto& cache = opt.engine.prompt_cache;
-    if (!cache) {
-      send_error(res, ApiError{400, "this server runs without a prompt cache", "invalid_request_error", "", ""});
-      count(400);
-      return;
-    }
-    const Status st = cache->flush();
-    if (!st.is_ok()) {
-      send_error(res, ApiError{500, st.message(), "server_error", "", ""});
-      count(500);
-      return;
-    }
-    const PromptCacheStats cs = cache->stats();
-    res.set_content(dump_json(json{{"flushed", true}, {"disk_entries", cs.disk_entries}, {"disk_bytes", cs.disk_bytes}}),
-                    "application/json");
-    count(200);
-  });
-  post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    handle_completion(req, res, Endpoint::kChat);
-  });
-  // llama-server aliases
-  post("/completion", [this](const httplib::Request& req, httplib::Response& res) {
-    handle_completion(req, res, Endpoint::kCompletions);
-  });
-  post("/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    handle_completion(req, res, Endpoint::kChat);
-  });
+// The prompt cache's durability point: returns once every entry stored so far is on disk.
+// Loopback clients only, or any client with the API key.
+void Server::Impl::handle_cache_flush(const http::Request& req, http::Exchange& ex) {
+  const bool loopback = req.remote_addr == "127.0.0.1" || req.remote_addr == "::1" ||
+                        req.remote_addr.rfind("::ffff:127.", 0) == 0;
+  if (opt.api_key.empty() && !loopback)
+    return send_error(ex, ApiError{403, "cache flush is allowed from loopback or with an API key", "permission_error", "", ""});
+  const auto& cache = opt.engine.prompt_cache;
+  if (!cache) return send_error(ex, ApiError{400, "this server runs without a prompt cache", "invalid_request_error", "", ""});
+  const Status st = cache->flush();
+  if (!st.is_ok()) return send_error(ex, ApiError{500, st.message(), "server_error", "", ""});
+  const PromptCacheStats cs = cache->stats();
+  send_json(ex, json{{"flushed", true}, {"disk_entries", cs.disk_entries}, {"disk_bytes", cs.disk_bytes}});
 }
 
 std::optional<ApiError> Server::Impl::build_prompt(const CompletionParams& c, std::vector<int32_t>* ids) {
@@ -378,9 +269,8 @@ std::optional<ApiError> Server::Impl::build_prompt(const CompletionParams& c, st
 }
 
 namespace {
-// State shared by a streaming response's content provider calls.
+// What a streaming response keeps between its events.
 struct StreamState {
-  bool close_delimited = false;  // HTTP/1.0: no chunked encoding, the close ends the stream
   std::shared_ptr<CompletionStream> stream;
   std::shared_ptr<RequestHandle> handle;
   CompletionParams params;
@@ -393,35 +283,30 @@ struct StreamState {
 };
 }  // namespace
 
-bool Server::Impl::authorized(const httplib::Request& req, httplib::Response& res) {
-  if (opt.api_key.empty() || req.path == "/health") return true;
-  const std::string auth = req.get_header_value("Authorization");
+bool Server::Impl::authorized(const http::Request& req, http::Exchange& ex) {
+  if (opt.api_key.empty()) return true;
+  const std::string auth = req.header("Authorization");
   if (constant_time_equal(auth, "Bearer " + opt.api_key)) return true;
-  send_error(res, ApiError{401, "invalid or missing API key (send 'Authorization: Bearer <key>')",
+  send_error(ex, ApiError{401, "invalid or missing API key (send 'Authorization: Bearer <key>')",
                            "authentication_error", "", "invalid_api_key"});
-  count(401);
   return false;
 }
 
-void Server::Impl::handle_completion(const httplib::Request& req, httplib::Response& res, Endpoint endpoint) {
-  if (!authorized(req, res)) return;
+void Server::Impl::handle_completion(const http::Request& req, http::Exchange& ex, Endpoint endpoint) {
   auto parsed = parse_completion_request(req.body, endpoint);
   if (auto* e = std::get_if<ApiError>(&parsed)) {
-    send_error(res, *e);
-    count(e->status);
+    send_error(ex, *e);
     return;
   }
   CompletionParams c = std::move(std::get<CompletionParams>(parsed));
   if (!c.model.empty() && c.model != opt.model_id) {
-    send_error(res, ApiError{400, "model '" + c.model + "' is not served here; this server serves '" + opt.model_id + "'",
+    send_error(ex, ApiError{400, "model '" + c.model + "' is not served here; this server serves '" + opt.model_id + "'",
                              "invalid_request_error", "model", "model_not_found"});
-    count(400);
     return;
   }
   std::vector<int32_t> ids;
   if (auto e = build_prompt(c, &ids)) {
-    send_error(res, *e);
-    count(e->status);
+    send_error(ex, *e);
     return;
   }
   EngineRequest er;
@@ -432,11 +317,10 @@ void Server::Impl::handle_completion(const httplib::Request& req, httplib::Respo
   } else {
     const int64_t room = opt.engine.n_ctx - n_prompt;
     if (room <= 0) {
-      send_error(res, ApiError{400, "the prompt has " + std::to_string(n_prompt) + " tokens; the context holds " +
+      send_error(ex, ApiError{400, "the prompt has " + std::to_string(n_prompt) + " tokens; the context holds " +
                                         std::to_string(opt.engine.n_ctx),
                                "invalid_request_error", endpoint == Endpoint::kChat ? "messages" : "prompt",
                                "context_length_exceeded"});
-      count(400);
       return;
     }
     er.max_tokens = static_cast<int32_t>(room);
@@ -467,8 +351,7 @@ void Server::Impl::handle_completion(const httplib::Request& req, httplib::Respo
     } else if (e.message.find("exceeds the context") != std::string::npos) {
       e.code = "context_length_exceeded";
     }
-    send_error(res, e);
-    count(e.status);
+    send_error(ex, e);
     return;
   }
   const std::string id = (endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-") + std::to_string(sub.handle->id());
@@ -479,21 +362,24 @@ void Server::Impl::handle_completion(const httplib::Request& req, httplib::Respo
     std::vector<TokenLogprob> lps;
     CompletionStream::Update u;
     // A client that goes away while its answer is computed frees its row within a step:
-    // its socket is probed each time the request makes progress (and every 100 ms).
-    const int peer_fd = find_connection_socket(req.local_port, req.remote_addr, req.remote_port);
+    // its connection is probed each time the request makes progress (and every 100 ms).
+    bool client_left = false;
     for (;;) {
       if (stop_requested.load()) sub.handle->cancel();  // shutting down: don't hold it up
       u = stream->wait(std::chrono::milliseconds(100));
       text += u.text;
       for (auto& l : u.logprobs) lps.push_back(std::move(l));
       if (u.finished) break;
-      if (peer_fd >= 0 && !sub.handle->cancelled() && peer_closed(peer_fd)) sub.handle->cancel();
+      if (!sub.handle->cancelled() && ex.client_gone()) {
+        sub.handle->cancel();
+        client_left = true;
+      }
     }
+    if (client_left && u.summary.outcome == Outcome::kCancelled) return;  // nobody to answer
     if (u.summary.outcome == Outcome::kFailed || u.summary.outcome == Outcome::kCancelled) {
-      send_error(res, ApiError{u.summary.outcome == Outcome::kFailed ? 500 : 503,
+      send_error(ex, ApiError{u.summary.outcome == Outcome::kFailed ? 500 : 503,
                                "generation " + u.finish_reason + (u.summary.error.empty() ? "" : ": " + u.summary.error),
                                "server_error", "", ""});
-      count(res.status);
       return;
     }
     Usage usage = usage_of(u.summary);
@@ -509,92 +395,64 @@ void Server::Impl::handle_completion(const httplib::Request& req, httplib::Respo
                        {"predicted_n", sm.n_generated},
                        {"predicted_ms", sm.decode_seconds * 1e3},
                        {"predicted_per_second", sm.decode_seconds > 0 ? n_dec / sm.decode_seconds : 0.0}};
-    res.set_content(dump_json(body), "application/json");
-    count(200);
+    ex.respond(200, "application/json", dump_json(body));
     return;
   }
 
-  auto st = std::make_shared<StreamState>();
-  st->stream = stream;
-  st->handle = sub.handle;
-  st->params = std::move(c);
-  st->id = id;
-  st->model = opt.model_id;
-  st->created = created;
-  st->n_prompt = n_prompt;
-  res.set_header("Cache-Control", "no-cache");
-  res.set_header("X-Accel-Buffering", "no");
-  count(200);
-  auto provider = [this, st, endpoint](size_t, httplib::DataSink& sink) {
-        if (st->done) {
-          sink.done();
-          return true;
-        }
-        if (stop_requested.load()) st->handle->cancel();  // shutting down: end the stream now
-        CompletionStream::Update u = st->stream->wait(std::chrono::milliseconds(250));
-        std::string out;
-        const bool want_lp = st->params.logprobs >= 0;
-        if (!u.text.empty() || !u.logprobs.empty() || (endpoint == Endpoint::kChat && !st->sent_role)) {
-          if (endpoint == Endpoint::kChat) {
-            const bool first = !st->sent_role;
-            st->sent_role = true;
-            out += sse(chat_chunk(st->id, st->created, st->model, &u.text, first, want_lp ? &u.logprobs : nullptr, ""));
-          } else {
-            out += sse(completion_chunk(st->id, st->created, st->model, u.text, want_lp ? &u.logprobs : nullptr,
-                                        st->text_offset, ""));
-          }
-          st->text_offset += static_cast<int64_t>(u.text.size());
-        }
-        if (u.finished) {
-          if (u.summary.outcome == Outcome::kFailed) {
-            out += sse(error_body(ApiError{500, "generation failed: " + u.summary.error, "server_error", "", ""}));
-          } else if (u.summary.outcome == Outcome::kCancelled) {
-            // Not a finish the client asked for (the server is stopping): say so, not "stop".
-            out += sse(error_body(ApiError{503, "generation cancelled: the server is shutting down", "server_error", "", ""}));
-          } else {
-            const std::string reason = u.summary.outcome == Outcome::kLength ? "length" : "stop";
-            out += endpoint == Endpoint::kChat
-                       ? sse(chat_chunk(st->id, st->created, st->model, nullptr, false, nullptr, reason))
-                       : sse(completion_chunk(st->id, st->created, st->model, "", nullptr, st->text_offset, reason));
-            if (st->params.include_usage)
-              out += sse(usage_chunk(st->id, st->created, st->model, endpoint,
-                                     usage_of(u.summary)));
-          }
-          out += "data: [DONE]\n\n";
-          st->done = true;
-        }
-        if (out.empty()) {
-          // Nothing new: probe the connection so a vanished client is noticed.
-          if (!sink.is_writable()) {
-            st->handle->cancel();
-            return false;
-          }
-          return true;
-        }
-        if (!sink.write(out.data(), out.size())) {
-          st->handle->cancel();
-          return false;
-        }
-        if (st->done) {
-          // HTTP/1.0: the stream ends with the connection, even if the client asked for
-          // keep-alive; "failed" makes httplib close it now.
-          if (st->close_delimited) return false;
-          sink.done();
-        }
-        return true;
-  };
-  auto release = [st](bool) {
-    // Called when the response ends; before the end, the client went away.
-    if (!st->done) st->handle->cancel();
-  };
-  st->close_delimited = req.version == "HTTP/1.0";
-  if (st->close_delimited) {
-    // HTTP/1.0 has no chunked encoding: the stream is delimited by closing the connection.
-    res.set_header("Connection", "close");
-    res.set_content_provider("text/event-stream", std::move(provider), std::move(release));
-  } else {
-    res.set_chunked_content_provider("text/event-stream", std::move(provider), std::move(release));
+  StreamState st;
+  st.stream = stream;
+  st.handle = sub.handle;
+  st.params = std::move(c);
+  st.id = id;
+  st.model = opt.model_id;
+  st.created = created;
+  st.n_prompt = n_prompt;
+  // The probe is an SSE comment: clients ignore it (see http::Exchange::client_gone).
+  if (!ex.begin_stream(200, "text/event-stream", {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}}, ":\n\n")) {
+    st.handle->cancel();
+    return;
   }
+  const bool want_lp = st.params.logprobs >= 0;
+  while (!st.done) {
+    if (stop_requested.load()) st.handle->cancel();  // shutting down: end the stream now
+    CompletionStream::Update u = st.stream->wait(std::chrono::milliseconds(250));
+    std::string out;
+    if (!u.text.empty() || !u.logprobs.empty() || (endpoint == Endpoint::kChat && !st.sent_role)) {
+      if (endpoint == Endpoint::kChat) {
+        const bool first = !st.sent_role;
+        st.sent_role = true;
+        out += sse(chat_chunk(st.id, st.created, st.model, &u.text, first, want_lp ? &u.logprobs : nullptr, ""));
+      } else {
+        out += sse(completion_chunk(st.id, st.created, st.model, u.text, want_lp ? &u.logprobs : nullptr,
+                                    st.text_offset, ""));
+      }
+      st.text_offset += static_cast<int64_t>(u.text.size());
+    }
+    if (u.finished) {
+      if (u.summary.outcome == Outcome::kFailed) {
+        out += sse(error_body(ApiError{500, "generation failed: " + u.summary.error, "server_error", "", ""}));
+      } else if (u.summary.outcome == Outcome::kCancelled) {
+        // Not a finish the client asked for (the server is stopping): say so, not "stop".
+        out += sse(error_body(ApiError{503, "generation cancelled: the server is shutting down", "server_error", "", ""}));
+      } else {
+        const std::string reason = u.summary.outcome == Outcome::kLength ? "length" : "stop";
+        out += endpoint == Endpoint::kChat
+                   ? sse(chat_chunk(st.id, st.created, st.model, nullptr, false, nullptr, reason))
+                   : sse(completion_chunk(st.id, st.created, st.model, "", nullptr, st.text_offset, reason));
+        if (st.params.include_usage)
+          out += sse(usage_chunk(st.id, st.created, st.model, endpoint, usage_of(u.summary)));
+      }
+      out += "data: [DONE]\n\n";
+      st.done = true;
+    }
+    // Nothing new: probe the connection so a vanished client is noticed.
+    const bool gone = out.empty() ? ex.client_gone() : !ex.write(out);
+    if (gone) {
+      st.handle->cancel();
+      return;
+    }
+  }
+  ex.end_stream();
 }
 
 std::string Server::Impl::metrics_text() {
@@ -629,6 +487,17 @@ std::string Server::Impl::metrics_text() {
     std::lock_guard<std::mutex> lock(counters_mu);
     for (const auto& [code, n] : responses_by_status)
       o << "specula_http_responses_total{code=\"" << code << "\"} " << n << "\n";
+  }
+  {
+    const http::Stats hs = http->stats();
+    gauge("specula_http_connections_open", "Open client connections.", static_cast<double>(hs.open_connections));
+    counter("specula_http_connections_total",
+            "Connections by fate: accepted, refused with 503 over --max-connections, dropped by a deadline, "
+            "refused as malformed (400/413/431).");
+    o << "specula_http_connections_total{event=\"accepted\"} " << hs.accepted_total << "\n";
+    o << "specula_http_connections_total{event=\"refused_over_cap\"} " << hs.refused_over_cap_total << "\n";
+    o << "specula_http_connections_total{event=\"timed_out\"} " << hs.timed_out_total << "\n";
+    o << "specula_http_connections_total{event=\"malformed\"} " << hs.malformed_total << "\n";
   }
   counter("specula_prompt_tokens_total", "Prompt tokens admitted.");
   o << "specula_prompt_tokens_total " << s.prompt_tokens << "\n";

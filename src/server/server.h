@@ -7,9 +7,10 @@
 // except /health needs `Authorization: Bearer KEY` (401 otherwise).
 // Every error answer is a 4xx/5xx with an OpenAI error body: 400 for invalid requests,
 // 401 auth, 404 unknown route, 413 body over the size limit, 429 queue full, 500/503.
-// A streaming client that disconnects is cancelled: its row is freed at the next step.
+// A client that disconnects (streaming or not) is cancelled: its row is freed at the next
+// step. Connections: deadlines, limits, pipelining and half-close as server/http.h says.
 // Owns: the model, tokenizer, chat template and engine of one served model; the HTTP
-// listener (cpp-httplib) and its worker threads.
+// connection layer (server/http.h) and its threads.
 // Does not: serve several models, speculate (yet), cache prompts, or do TLS.
 #pragma once
 
@@ -25,10 +26,6 @@
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
-namespace httplib {
-class Server;
-}
-
 namespace specula::server {
 
 struct ServerOptions {
@@ -38,6 +35,10 @@ struct ServerOptions {
   std::string model_id;             // the id clients send as "model"; empty: the file's stem
   std::optional<std::string> chat_template;  // source overriding the model's own (--chat-template-file)
   size_t max_body_bytes = 1 << 20;  // larger bodies get 413
+  int max_connections = 1024;       // more get 503 (--max-connections)
+  double header_timeout_s = 10;     // request line + headers deadline (--timeout-header)
+  double body_timeout_s = 10;       // body deadline beyond its size at 64 KiB/s (--timeout-body)
+  double write_timeout_s = 30;      // per response write: a client that stops reading is dropped
   EngineOptions engine;             // rows (--parallel), context, KV budget and cache types, queue
   bool log_requests = true;         // one line per finished request on stderr
 };

@@ -132,6 +132,35 @@ TEST_F(SchedulerTest, CancelAndSinkStopFreeTheRow) {
   EXPECT_EQ(next->tokens.size(), 3u);
 }
 
+// A queued request cancelled behind a running one ends at once and gives its queue slot
+// up (it does not wait to reach the head): the next request is not refused as busy.
+TEST_F(SchedulerTest, CancelledQueuedRequestLeavesTheQueueAtOnce) {
+  auto e = engine(1, 64, 1);
+  auto running = std::make_shared<CollectSink>();
+  EngineRequest r = request(5, 1, 400, 0.0f);
+  r.ignore_eos = true;
+  Submission a = e->submit(r, running);
+  ASSERT_TRUE(a.handle);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // admitted: holds the only row
+  auto queued = std::make_shared<CollectSink>();
+  Submission b = e->submit(request(5, 2, 10, 0.0f), queued);
+  ASSERT_TRUE(b.handle);
+  b.handle->cancel();
+  ASSERT_TRUE(queued->wait());
+  EXPECT_EQ(queued->summary.outcome, Outcome::kCancelled);
+  EXPECT_TRUE(queued->tokens.empty());
+  EXPECT_FALSE(running->wait(0)) << "the running request must still hold its row";
+  auto third = std::make_shared<CollectSink>();
+  Submission c = e->submit(request(5, 3, 2, 0.0f), third);
+  EXPECT_EQ(c.error, SubmitError::kNone) << c.message;
+  EXPECT_EQ(e->stats().finished[static_cast<int>(Outcome::kCancelled)], 1);
+  a.handle->cancel();
+  ASSERT_TRUE(running->wait());
+  if (c.handle) {
+    ASSERT_TRUE(third->wait());
+  }
+}
+
 TEST_F(SchedulerTest, RefusesInvalidAndBusy) {
   auto e = engine(1, 64, 1);
   auto sink = std::make_shared<CollectSink>();
