@@ -34,6 +34,18 @@ void Histogram::observe(double v) {
   ++count;
 }
 
+// Ends a request that never got a row (cancelled while queued, or at shutdown).
+void Engine::end_waiting(Pending& p, Outcome outcome) {
+  RequestSummary sum;
+  sum.outcome = outcome;
+  sum.n_prompt = static_cast<int64_t>(p.request.prompt.size());
+  sum.queue_seconds = now_seconds() - p.submitted;
+  try {
+    p.sink->on_finish(sum);
+  } catch (...) {
+  }
+}
+
 void RequestHandle::cancel() {
   cancelled_.store(true, std::memory_order_release);
   std::lock_guard<std::mutex> lock(wakeup_->mu);
@@ -223,6 +235,7 @@ void Engine::loop() {
         queue_.pop_front();
         stats_.queue_depth = static_cast<int64_t>(queue_.size());
         lock.unlock();
+        for (Pending& d : dropped) end_waiting(d, Outcome::kCancelled);
         RequestSummary sum;
         sum.outcome = Outcome::kFailed;
         sum.error = "[engine] the request does not fit the KV budget";
@@ -231,13 +244,7 @@ void Engine::loop() {
         continue;
       }
     }
-    for (Pending& p : dropped) {
-      RequestSummary sum;
-      sum.outcome = Outcome::kCancelled;
-      sum.n_prompt = static_cast<int64_t>(p.request.prompt.size());
-      sum.queue_seconds = now_seconds() - p.submitted;
-      try { p.sink->on_finish(sum); } catch (...) {}
-    }
+    for (Pending& p : dropped) end_waiting(p, Outcome::kCancelled);
     if (stopping) {
       std::deque<Pending> rest;
       {
@@ -248,12 +255,7 @@ void Engine::loop() {
       std::vector<std::pair<size_t, Outcome>> all;
       for (size_t i = 0; i < running_.size(); ++i) all.push_back({i, Outcome::kCancelled});
       retire(std::move(all));
-      for (Pending& p : rest) {
-        RequestSummary sum;
-        sum.outcome = Outcome::kCancelled;
-        sum.n_prompt = static_cast<int64_t>(p.request.prompt.size());
-        try { p.sink->on_finish(sum); } catch (...) {}
-      }
+      for (Pending& p : rest) end_waiting(p, Outcome::kCancelled);
       return;
     }
     admit(admitted);

@@ -236,6 +236,8 @@ class Engine {
     EngineRequest request;
     double submitted = 0;
   };
+  // Ends a request that never got a row (cancelled while queued, or at shutdown).
+  static void end_waiting(Pending& p, Outcome outcome);
   struct Active {
     Active(Pending pending, Sampler s) : p(std::move(pending)), sampler(std::move(s)) {}
     Pending p;

@@ -83,6 +83,7 @@ struct HttpServer::Impl {
   std::chrono::steady_clock::time_point stop_began;
 
   std::atomic<uint64_t> open{0}, accepted{0}, refused{0}, timed_out{0}, malformed{0};
+  std::atomic<int> refusing{0};  // refused connections still open
 
   std::mutex sessions_mu;
   std::unordered_map<Session*, std::weak_ptr<Session>> sessions;
@@ -136,12 +137,16 @@ struct HttpServer::Impl {
 // writes and the fd_mu-guarded probes in client_gone().
 class Session : public std::enable_shared_from_this<Session>, public Exchange {
  public:
-  Session(HttpServer::Impl* srv, tcp::socket sock) : srv_(srv), sock_(std::move(sock)), timer_(srv->ioc) {
+  // The read buffer is bounded: a header section, a chunk header or trailer that never
+  // ends fails at the limit (buffer_overflow) instead of growing.
+  Session(HttpServer::Impl* srv, tcp::socket sock)
+      : srv_(srv), sock_(std::move(sock)), timer_(srv->ioc), buf_(srv->opt.max_header_bytes + (64 << 10)) {
     fd_ = sock_.native_handle();
     ++srv_->open;
   }
   ~Session() override {
     forget();
+    if (refusing_) --srv_->refusing;
     --srv_->open;
   }
 
@@ -154,13 +159,16 @@ class Session : public std::enable_shared_from_this<Session>, public Exchange {
     sock_.set_option(tcp::no_delay(true), ec);
     read_request();
   }
-  // 503 at accept (over the connection cap).
+  // 503 at accept (over the connection cap), then a short drain. Beyond 64 refusals in
+  // flight a flood is closed without an answer (refusals must not run out descriptors).
   void refuse() {
     {
       std::lock_guard<std::mutex> lock(srv_->sessions_mu);
       srv_->sessions[this] = weak_from_this();
     }
     ++srv_->refused;
+    refusing_ = true;
+    if (++srv_->refusing > 64) return close_now();
     error_close(503, "too many connections (limit " + std::to_string(srv_->max_connections) + "); try again later");
   }
   // Loop thread, at shutdown: a connection waiting for a request is closed now.
@@ -240,11 +248,14 @@ class Session : public std::enable_shared_from_this<Session>, public Exchange {
       if (poll(&p, 1, 0) <= 0) return false;
       if (p.revents & (POLLERR | POLLHUP | POLLNVAL)) return true;
       if (!(p.revents & (POLLIN | POLLRDHUP))) return false;
-      char c;
-      const ssize_t n = recv(fd_, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-      if (n > 0) return false;  // unread bytes: a pipelined next request
-      if (n < 0) return errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
-      // End of stream: a closed client or a half-closed one; probe once.
+      if (!(p.revents & POLLRDHUP)) {
+        // Readable without a FIN: unread bytes (a pipelined next request), or an error.
+        char c;
+        const ssize_t n = recv(fd_, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+        if (n != 0) return n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
+      }
+      // The client sent FIN (maybe after more bytes): it closed, or only half-closed.
+      // Probe once; a closed client's reset shows on a later call.
       if (probed_) return false;  // probed, and no reset came back: half-closed
       probed_ = true;
     }
@@ -278,6 +289,7 @@ class Session : public std::enable_shared_from_this<Session>, public Exchange {
         op->done.set_value(!ec);
       });
     });
+    const auto t0 = std::chrono::steady_clock::now();
     while (fut.wait_for(std::chrono::milliseconds(50)) != std::future_status::ready) {
       if (srv_->hard_stop.load()) {
         broken_ = true;
@@ -285,6 +297,12 @@ class Session : public std::enable_shared_from_this<Session>, public Exchange {
       }
     }
     if (!fut.get()) broken_ = true;
+    // A client that reads slowly makes writes wait: their waiting beyond 10 ms each adds
+    // up, and past write_timeout for one response the client is dropped (a worker is
+    // never held for long by a slow reader, however the waits are spread).
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    blocked_s_ += std::max(0.0, waited - 0.010);
+    if (blocked_s_ > srv_->opt.write_timeout_s) broken_ = true;
     return !broken_;
   }
   static std::chrono::steady_clock::duration srv_seconds(double s) {
@@ -334,6 +352,11 @@ class Session : public std::enable_shared_from_this<Session>, public Exchange {
       return error_close(400, "incomplete request: the connection ended inside it");
     }
     if (ec == bhttp::error::partial_message) return error_close(400, "incomplete request: the connection ended inside it");
+    if (ec == bhttp::error::buffer_overflow) {
+      ++srv_->malformed;
+      return error_close(431, "request framing (headers, chunk headers or trailers) larger than " +
+                                  std::to_string(srv_->opt.max_header_bytes) + " bytes");
+    }
     if (ec == asio::error::operation_aborted || ec.category() != bhttp::make_error_code(bhttp::error::body_limit).category()) return close_now();
     ++srv_->malformed;
     if (ec == bhttp::error::body_limit) {
@@ -352,16 +375,23 @@ class Session : public std::enable_shared_from_this<Session>, public Exchange {
   void on_header(error_code ec) {
     if (ec) return on_read_error(ec, false);
     auto& h = parser_->get();
+    // Framing that two parties could read differently is refused, never guessed
+    // (RFC 9112 §6.1, §6.3): Transfer-Encoding other than a final "chunked", with a
+    // Content-Length, or on HTTP/1.0; and an HTTP/1.1 request needs exactly one Host.
+    const bool has_te = h.find(bhttp::field::transfer_encoding) != h.end();
+    if (has_te && (!parser_->chunked() || h.version() < 11 || h.find(bhttp::field::content_length) != h.end())) {
+      ++srv_->malformed;
+      return error_close(400, "Transfer-Encoding must be 'chunked' alone, on HTTP/1.1, without Content-Length");
+    }
+    if (h.version() >= 11 && h.count(bhttp::field::host) != 1) {
+      ++srv_->malformed;
+      return error_close(400, "an HTTP/1.1 request needs exactly one Host header");
+    }
     if (parser_->is_done()) return on_request();
-    const auto len = parser_->content_length();
-    const double bytes = static_cast<double>(len ? *len : srv_->opt.max_body_bytes);
-    auto read_body = [self = shared_from_this(), bytes] {
-      self->arm(srv_seconds(self->srv_->opt.body_timeout_s + bytes / self->srv_->opt.min_body_rate));
-      bhttp::async_read(self->sock_, self->buf_, *self->parser_, [self](error_code ec2, size_t) {
-        self->disarm();
-        if (ec2) return self->on_read_error(ec2, true);
-        self->on_request();
-      });
+    auto read_body = [self = shared_from_this()] {
+      self->body_started_ = std::chrono::steady_clock::now();
+      self->body_bytes_ = 0;
+      self->read_body_some();
     };
     if (h.version() >= 11 && iequals(str(h[bhttp::field::expect]), "100-continue")) {
       static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
@@ -374,6 +404,28 @@ class Session : public std::enable_shared_from_this<Session>, public Exchange {
       return;
     }
     read_body();
+  }
+
+  // Reads the body piece by piece: each piece must come within body_timeout, and the
+  // whole at no less than min_body_rate after the first body_timeout seconds (a client
+  // that declares a large body and trickles it is dropped, whatever it declared).
+  void read_body_some() {
+    if (srv_->stop_flag.load()) return close_now();
+    arm(srv_seconds(srv_->opt.body_timeout_s));
+    bhttp::async_read_some(sock_, buf_, *parser_, [self = shared_from_this()](error_code ec, size_t n) {
+      self->disarm();
+      if (ec) return self->on_read_error(ec, true);
+      if (self->parser_->is_done()) return self->on_request();
+      self->body_bytes_ += n;
+      const double elapsed =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - self->body_started_).count();
+      const double grace = self->srv_->opt.body_timeout_s;
+      if (elapsed > grace && static_cast<double>(self->body_bytes_) < (elapsed - grace) * self->srv_->opt.min_body_rate) {
+        ++self->srv_->timed_out;
+        return self->error_close(408, "request body arrives slower than the minimum rate");
+      }
+      self->read_body_some();
+    });
   }
 
   void on_request() {
@@ -391,6 +443,7 @@ class Session : public std::enable_shared_from_this<Session>, public Exchange {
     if (!ec) req_.remote_addr = remote.address().to_string();
     parser_.reset();
     responded_ = streaming_ = chunked_ = stream_ended_ = probed_ = gone_ = false;
+    blocked_s_ = 0;
     close_after_ = false;
     handling_ = true;
     srv_->submit([self = shared_from_this()] { self->run_handler(); });
@@ -407,8 +460,9 @@ class Session : public std::enable_shared_from_this<Session>, public Exchange {
     if (!responded_ && !gone_) respond(500, srv_->error_type(), srv_->error_body(500, "the handler gave no response"), {});
     if (!responded_) close_after_ = true;  // the client left: nobody to answer
     if (streaming_ && !stream_ended_) {
-      end_stream();
-      close_after_ = true;  // a stream cut short: the client must not reuse it
+      // Cut short (the handler failed or the client left): no last chunk, so the client
+      // sees an incomplete response (RFC 9112 §7.1), and the connection closes.
+      close_after_ = true;
     }
     asio::post(srv_->ioc, [self = shared_from_this()] {
       self->handling_ = false;
@@ -443,7 +497,7 @@ class Session : public std::enable_shared_from_this<Session>, public Exchange {
     error_code ec;
     sock_.shutdown(tcp::socket::shutdown_send, ec);
     if (ec) return close_now();
-    arm(srv_seconds(srv_->stop_flag.load() ? 0.5 : 2.0));
+    arm(srv_seconds(srv_->stop_flag.load() ? 0.5 : refusing_ ? 0.1 : 2.0));
     drain();
   }
   void drain() {
@@ -473,9 +527,12 @@ class Session : public std::enable_shared_from_this<Session>, public Exchange {
   bool timed_out_ = false;
   beast::flat_buffer buf_;
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
+  std::chrono::steady_clock::time_point body_started_;
+  size_t body_bytes_ = 0;
   std::array<char, 4096> drain_buf_{};
   size_t drained_ = 0;
   std::atomic<bool> handling_{false};
+  bool refusing_ = false;
 
   std::mutex fd_mu_;
   int fd_ = -1;
@@ -486,6 +543,7 @@ class Session : public std::enable_shared_from_this<Session>, public Exchange {
   Request req_;
   bool responded_ = false, streaming_ = false, chunked_ = false, stream_ended_ = false, probed_ = false;
   bool gone_ = false;  // client_gone() said so: the handler need not answer
+  double blocked_s_ = 0;  // this response's write waits beyond 10 ms each
   bool close_after_ = false;
   std::atomic<bool> broken_{false};
   std::string probe_;
@@ -526,6 +584,10 @@ void HttpServer::Impl::poll_stop() {
         error_code e2;
         acceptor.close(e2);
         accept_retry.cancel();
+      }
+      // Every poll: a connection that started reading a request after the last one is
+      // closed too.
+      try {
         std::vector<std::shared_ptr<Session>> live;
         {
           std::lock_guard<std::mutex> lock(sessions_mu);
@@ -533,6 +595,8 @@ void HttpServer::Impl::poll_stop() {
             if (auto s = w.lock()) live.push_back(std::move(s));
         }
         for (auto& s : live) s->on_shutdown();
+      } catch (const std::exception&) {
+        // out of memory: try again at the next poll
       }
       if (open.load() == 0) return;  // nothing left: run() returns
       if (std::chrono::steady_clock::now() - stop_began > std::chrono::seconds(8)) {

@@ -8,21 +8,26 @@
 // - Deadlines: the request line and headers must arrive within header_timeout of the
 //   connection opening (or of the previous response ending, on keep-alive) — a client
 //   trickling one byte at a time is dropped at that deadline, not kept alive by each
-//   byte; the body within body_timeout + Content-Length / min_body_rate; each response
-//   write within write_timeout (a client that stops reading its stream is dropped).
+//   byte; each piece of the body within body_timeout, and the whole body at
+//   min_body_rate or faster after the first body_timeout seconds; a response's writes
+//   may wait for the client at most write_timeout in total (a client that reads its
+//   stream slowly or not at all is dropped).
 //   A request that times out after some bytes gets 408; an idle connection just closes.
 // - A Content-Length over max_body_bytes gets 413 before any body byte is read, and a
 //   malformed one (negative, not a number, over 2^64) 400; the connection then closes
 //   without the unread body ever being parsed as a request (no request smuggling).
-//   Header section over max_header_bytes: 431. Malformed request: 400. `Expect:
-//   100-continue` is answered with 100 before the body is read.
+//   Ambiguous framing is refused (400): Transfer-Encoding other than a final chunked,
+//   or with Content-Length, or on HTTP/1.0; an HTTP/1.1 request without exactly one
+//   Host. Header section (or chunk framing) over max_header_bytes: 431. Malformed
+//   request: 400. `Expect: 100-continue` is answered with 100 before the body is read.
 // - Pipelining: requests are read and answered strictly in order on a connection; bytes
 //   of later requests wait in the connection's buffer.
 // - Half-close: a client that shuts down its sending side after a request still gets
 //   its response; the connection closes after it.
 // - HTTP/1.0: keep-alive only when asked for; streamed responses are close-delimited
 //   (no chunked encoding), HTTP/1.1 streams are chunked.
-// - Connections beyond max_connections get a 503 with `Connection: close` at once.
+// - Connections beyond max_connections get a 503 with `Connection: close` at once
+//   (beyond 64 such refusals in flight, a plain close).
 // - Closing after an error first shuts down our sending side and drains the client's
 //   unread bytes briefly, so the client reads the error instead of a reset.
 //
@@ -79,7 +84,8 @@ class Exchange {
   // Sends one piece of the stream; blocks until written or write_timeout. False: the
   // client is gone (or too slow) — stop producing.
   virtual bool write(std::string_view data) = 0;
-  // Ends the stream (last chunk; HTTP/1.0: closes the connection).
+  // Ends the stream (last chunk; HTTP/1.0: closes the connection). A handler that
+  // returns without it cuts the stream: no last chunk, the connection closes.
   virtual void end_stream() = 0;
   // True when the client has certainly gone: the connection was reset, or it was closed
   // and a probe was refused. A client that only half-closed (shutdown of its sending

@@ -255,12 +255,15 @@ std::optional<ApiError> Server::Impl::build_prompt(const CompletionParams& c, st
     const std::string bos = vocab.valid_id(vocab.bos_id()) ? vocab.text(vocab.bos_id()) : "";
     const std::string eos = vocab.valid_id(vocab.eos_id()) ? vocab.text(vocab.eos_id()) : "";
     json ctx = {{"messages", c.messages}, {"add_generation_prompt", true}, {"bos_token", bos}, {"eos_token", eos}};
-    auto text = chat_template->render(ctx);
-    if (!text) return ApiError{400, "the chat template failed on these messages: " + text.message(),
-                               "invalid_request_error", "messages", ""};
+    auto rendered = chat_template->render_marked(ctx);
+    if (!rendered) return ApiError{400, "the chat template failed on these messages: " + rendered.message(),
+                                   "invalid_request_error", "messages", ""};
     // Templates usually write the BOS text themselves; add it only when they don't.
-    const bool has_bos = !bos.empty() && text->rfind(bos, 0) == 0;
-    *ids = tok->encode(*text, /*add_special=*/!has_bos, /*parse_special=*/true);
+    const std::string& text = rendered->text;
+    const bool has_bos = !bos.empty() && text.rfind(bos, 0) == 0;
+    // Only the template's own text may yield control tokens: what the client wrote is
+    // tokenized with special-token parsing off (a forged "<|im_end|>" stays text).
+    *ids = tok->encode_segments(text, rendered->untrusted, /*add_special=*/!has_bos);
   }
   if (ids->empty())
     return ApiError{400, "the prompt is empty (it tokenizes to no tokens)", "invalid_request_error",
@@ -413,6 +416,14 @@ void Server::Impl::handle_completion(const http::Request& req, http::Exchange& e
     return;
   }
   const bool want_lp = st.params.logprobs >= 0;
+  // However this loop ends before the finish (client gone, an exception), the request
+  // stops generating.
+  struct CancelUnlessDone {
+    StreamState& st;
+    ~CancelUnlessDone() {
+      if (!st.done) st.handle->cancel();
+    }
+  } cancel_guard{st};
   while (!st.done) {
     if (stop_requested.load()) st.handle->cancel();  // shutting down: end the stream now
     CompletionStream::Update u = st.stream->wait(std::chrono::milliseconds(250));

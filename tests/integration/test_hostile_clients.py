@@ -175,6 +175,9 @@ class Hostile:
                 c["payload"] = raw_request("POST", C, {"prompt": "x" * 200, "max_tokens": 1})
             elif kind == "stall_head":
                 s.send(b"GET /heal")
+            elif kind == "trickle_body":  # declares 100 kB, sends a byte every 0.5 s
+                s.send(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n")
+                c["payload"] = b"x" * 100000
             else:
                 s.send(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"prompt\":")
             self.sel.register(s, selectors.EVENT_READ, c)
@@ -201,7 +204,7 @@ class Hostile:
             if time.time() >= next_tick:
                 next_tick += 0.5
                 for c in self.conns:
-                    if c["kind"] == "trickle" and c["closed_at"] is None and c["pos"] < len(c["payload"]):
+                    if c["kind"] in ("trickle", "trickle_body") and c["closed_at"] is None and c["pos"] < len(c["payload"]):
                         try:
                             c["sock"].send(c["payload"][c["pos"]:c["pos"] + 1])
                             c["pos"] += 1
@@ -243,7 +246,7 @@ def stream_clients(srv, n, max_tokens):
 def test_deadlines(srv, stats, header_s, body_s):
     base_tok, base_dt, errs = stream_clients(srv, 32, 24)
     check(not errs, f"baseline streams failed: {errs[:3]}")
-    h = Hostile(srv.host, srv.port, ["trickle"] * 16 + ["stall_head"] * 16 + ["stall_body"] * 16)
+    h = Hostile(srv.host, srv.port, ["trickle"] * 12 + ["stall_head"] * 12 + ["stall_body"] * 12 + ["trickle_body"] * 12)
     tok, dt, errs = stream_clients(srv, 32, 24)
     check(not errs, f"streams beside hostile connections failed: {errs[:3]}")
     deadline = time.time() + max(header_s, body_s) + 10
@@ -253,7 +256,7 @@ def test_deadlines(srv, stats, header_s, body_s):
     for c in h.conns:
         check(c["closed_at"] is not None, f"a {c['kind']} connection was never dropped")
         took = c["closed_at"] - c["t0"]
-        limit = (header_s if c["kind"] != "stall_body" else body_s + header_s) + 3
+        limit = (header_s if c["kind"] in ("trickle", "stall_head") else body_s + header_s) + 3
         check(took <= limit, f"a {c['kind']} connection was dropped after {took:.1f} s (limit {limit:.1f} s)")
         check(b" 408 " in c["data"][:20], f"a {c['kind']} connection got {c['data'][:100]!r}, not 408")
     ratio = (tok / dt) / (base_tok / base_dt)
@@ -264,6 +267,86 @@ def test_deadlines(srv, stats, header_s, body_s):
     drops = sorted(c["closed_at"] - c["t0"] for c in h.conns)
     stats["deadlines"] = (f"48 hostile connections dropped in {drops[0]:.1f}-{drops[-1]:.1f} s; 32 streams "
                           f"{tok / dt:.0f} tok/s beside them vs {base_tok / base_dt:.0f} alone ({ratio:.2f}x)")
+
+
+def expect_refused(srv, data, status, want, what):
+    s = socket.create_connection((srv.host, srv.port), timeout=10)
+    try:
+        t0 = time.time()
+        s.sendall(data)
+        st, headers, body = Reader(s).response()
+        dt = time.time() - t0
+        check(st == status and want in body, f"{what}: {st} {body[:200]!r}")
+        check(headers.get("connection") == "close", f"{what}: the connection must close ({headers})")
+        check(dt < 2, f"{what}: answered after {dt:.1f} s")
+        s.settimeout(3)
+        rest = b""
+        try:
+            while True:
+                d = s.recv(65536)
+                if not d:
+                    break
+                rest += d
+        except (socket.timeout, ConnectionResetError):
+            pass
+        check(b"HTTP/1.1" not in rest, f"{what}: what followed was parsed as a request: {rest[:200]!r}")
+    finally:
+        s.close()
+
+
+def test_framing(srv, stats):
+    """Ambiguous framing is refused and the connection closed (no request smuggling); chunk
+    framing that never ends hits the buffer limit instead of growing memory."""
+    smuggled = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+    body = json.dumps({"prompt": "hi", "max_tokens": 1}).encode()
+    cl = b"Content-Length: " + str(len(body)).encode() + b"\r\n"
+    cases = [
+        (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: identity\r\n\r\n" + smuggled,
+         400, b"Transfer-Encoding", "Transfer-Encoding: identity"),
+        (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n" + cl + b"\r\n" + body + smuggled,
+         400, b"Transfer-Encoding", "Transfer-Encoding: gzip with Content-Length"),
+        (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n" + cl + b"\r\n" + body + smuggled,
+         400, b'"error"', "chunked with Content-Length"),
+        (b"POST /v1/completions HTTP/1.0\r\nTransfer-Encoding: chunked\r\nConnection: keep-alive\r\n\r\n0\r\n\r\n"
+         + smuggled, 400, b"Transfer-Encoding", "HTTP/1.0 chunked"),
+        (b"GET /health HTTP/1.1\r\n\r\n" + smuggled, 400, b"Host", "no Host"),
+        (b"GET /health HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n" + smuggled, 400, b"Host", "two Hosts"),
+        (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n1;" + b"a" * 200000,
+         431, b"larger than", "endless chunk extension"),
+    ]
+    for data, status, want, what in cases:
+        expect_refused(srv, data, status, want, what)
+    # A well-formed chunked body is read.
+    s = socket.create_connection((srv.host, srv.port), timeout=30)
+    try:
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" +
+                  hex(len(body))[2:].encode() + b"\r\n" + body + b"\r\n0\r\n\r\n")
+        st, _, out = Reader(s).response()
+        check(st == 200, f"chunked request body: {st} {out[:200]!r}")
+    finally:
+        s.close()
+    stats["framing"] = len(cases) + 1
+
+
+def test_fin_after_bytes(srv, stats):
+    """A client that sends more bytes after its request and then closes is still noticed
+    (its FIN counts even with unread bytes before it): the row is freed in about a step."""
+    m0 = srv.metrics()
+    c0 = m0.get('specula_requests_total{outcome="cancelled"}', 0)
+    s = socket.create_connection((srv.host, srv.port), timeout=10)
+    s.sendall(raw_request("POST", C, {"prompt": "Story:", "max_tokens": 240, "ignore_eos": True}))
+    time.sleep(0.4)
+    s.sendall(raw_request("GET", "/health"))
+    s.close()
+    t0 = time.time()
+    while time.time() - t0 < 10:
+        m = srv.metrics()
+        if m.get('specula_requests_total{outcome="cancelled"}', 0) > c0 and m.get("specula_running_rows", 1) == 0:
+            break
+        time.sleep(0.05)
+    dt = time.time() - t0
+    check(dt < 3, f"a client gone after sending extra bytes was noticed after {dt:.1f} s")
+    stats["fin_after_bytes"] = f"freed in {dt:.2f} s"
 
 
 def raise_nofile(n):
@@ -334,6 +417,8 @@ def main():
                    "--timeout-body", str(body_s)) as srv:
         test_pipelining(srv, stats)
         test_half_close(srv, stats)
+        test_framing(srv, stats)
+        test_fin_after_bytes(srv, stats)
         test_deadlines(srv, stats, header_s, body_s)
         check(srv.alive(), "server died")
     test_idle_thousand(stats)
