@@ -30,6 +30,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -53,6 +55,16 @@ struct ChatTemplateLimits {
   int max_depth = 500;                            // nested evaluation, incl. macro recursion
 };
 
+// A rendered prompt and the byte ranges of it that came from what a client wrote
+// (message content, names, tool calls and results, tool definitions): sorted, disjoint.
+// Tokenize those with special-token parsing off (Tokenizer::encode_segments), so that
+// text like "<|im_end|>" in a message can never become a control token; only the
+// template's own text (scaffolding) may.
+struct RenderedPrompt {
+  std::string text;
+  std::vector<std::pair<size_t, size_t>> untrusted;
+};
+
 class ChatTemplate {
  public:
   // Errors: "[chat_template] LINE:COL: what" for syntax errors, unknown tags, filters
@@ -69,6 +81,14 @@ class ChatTemplate {
   // "raise_exception: <message>" raised by the template and exceeded limits.
   Result<std::string> render(const nlohmann::ordered_json& context) const;
   Result<std::string> render(const nlohmann::json& context) const;
+
+  // render(), and where the client's text landed: every string under "messages" (but a
+  // message's "role" when it is system/user/assistant/tool/developer) and under "tools"
+  // and "documents" is untrusted. The interpreter tracks untrusted text exactly through
+  // output, concatenation, strip/trim and captured blocks and macros; any other string an
+  // operation derives from untrusted input is untrusted whole (jinja_value.h Spans).
+  Result<RenderedPrompt> render_marked(const nlohmann::ordered_json& context) const;
+  Result<RenderedPrompt> render_marked(const nlohmann::json& context) const;
 
   void set_limits(const ChatTemplateLimits& limits) { limits_ = limits; }
   const std::string& source() const { return source_; }

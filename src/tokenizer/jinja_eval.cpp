@@ -250,7 +250,8 @@ class Interpreter {
     budget_.bytes = limits.max_string_bytes;
   }
 
-  std::string run(const Template& tpl, const Value& context) {
+  // `spans` (may be null) receives the output's untrusted byte ranges.
+  std::string run(const Template& tpl, const Value& context, Spans* spans) {
     struct BudgetScope {
       explicit BudgetScope(Budget* b) { set_thread_budget(b); }
       ~BudgetScope() { set_thread_budget(nullptr); }
@@ -261,6 +262,7 @@ class Interpreter {
     }
     std::string out;
     out_ = &out;
+    out_spans_ = spans;
     exec_body(tpl.body);
     return out;
   }
@@ -278,10 +280,13 @@ class Interpreter {
 
   // ---- output and scopes ----
 
-  void emit(const std::string& s) {
+  // Appends output; `from` is the value it was printed from (its untrusted ranges go to
+  // the output's), null for the template's own text.
+  void emit(const std::string& s, const Value* from = nullptr) {
     if (out_->size() + s.size() > limits_.max_output_bytes) {
       fail("output larger than " + std::to_string(limits_.max_output_bytes) + " bytes");
     }
+    if (from != nullptr && out_spans_ != nullptr) append_spans(*out_spans_, *from, s.size(), out_->size());
     *out_ += s;
   }
 
@@ -330,7 +335,11 @@ class Interpreter {
     charge_steps(1);
     switch (n.kind) {
       case NodeKind::kText: emit(n.text); return Flow::kNormal;
-      case NodeKind::kOutput: emit(to_str(eval(*n.expr))); return Flow::kNormal;
+      case NodeKind::kOutput: {
+        const Value v = eval(*n.expr);
+        emit(v.is_string() ? v.str_ref() : to_str(v), &v);
+        return Flow::kNormal;
+      }
       case NodeKind::kIf:
         for (const auto& [cond, body] : n.branches) {
           if (!cond || truthy(eval(*cond))) return exec_body(body);
@@ -353,7 +362,7 @@ class Interpreter {
         }
         return Flow::kNormal;
       }
-      case NodeKind::kSetBlock: assign(n.targets[0], Value::string(capture(n.body))); return Flow::kNormal;
+      case NodeKind::kSetBlock: assign(n.targets[0], capture(n.body)); return Flow::kNormal;
       case NodeKind::kMacro: {
         const Node* macro = &n;
         assign(n.targets[0], Value::callable(n.targets[0], [macro](Interpreter& in, List& args, KwArgs& kw) {
@@ -367,13 +376,18 @@ class Interpreter {
     return Flow::kNormal;
   }
 
-  std::string capture(const Body& body) {
+  // The output of `body` as a string value, with its untrusted ranges.
+  Value capture(const Body& body) {
     std::string buf;
+    Spans spans;
     std::string* saved = out_;
+    Spans* saved_spans = out_spans_;
     out_ = &buf;
+    out_spans_ = &spans;
     exec_body(body);
     out_ = saved;
-    return buf;
+    out_spans_ = saved_spans;
+    return Value::string_with_spans(std::move(buf), std::move(spans));
   }
 
   void unpack(const std::vector<std::string>& targets, const Value& v) {
@@ -492,10 +506,10 @@ class Interpreter {
         assign(m.params[p], Value::undefined("'" + m.params[p] + "' is undefined"));
       }
     }
-    std::string text = capture(m.body);
+    Value text = capture(m.body);
     frames_.pop_back();
     floor_ = saved_floor;
-    return Value::string(std::move(text));
+    return text;
   }
 
  private:
@@ -523,7 +537,12 @@ class Interpreter {
         return Value::make_dict(std::move(d));
       }
       case ExprKind::kGetAttr: return get_attr(eval(*e.args[0]), e.name);
-      case ExprKind::kGetItem: return get_item(eval(*e.args[0]), eval(*e.args[1]));
+      case ExprKind::kGetItem: {
+        Value obj = eval(*e.args[0]);
+        Value key = eval(*e.args[1]);
+        Value r = get_item(obj, key);
+        return obj.is_string() && holds_untrusted(obj) ? taint_fresh(std::move(r)) : r;
+      }
       case ExprKind::kSlice: {
         Value obj = eval(*e.args[0]);
         check_defined(obj);
@@ -542,7 +561,8 @@ class Interpreter {
           for (int64_t k : slice_indices(static_cast<int64_t>(chars.size()), parts[0], parts[1], parts[2])) {
             out += chars[static_cast<size_t>(k)];
           }
-          return Value::string(std::move(out));
+          Value r = Value::string(std::move(out));
+          return holds_untrusted(obj) ? taint_fresh(std::move(r)) : r;
         }
         fail("'" + obj.type_name() + "' object is not subscriptable");
       }
@@ -552,7 +572,8 @@ class Interpreter {
         List args;
         KwArgs kw;
         eval_args(e, args, kw);
-        return apply_filter(e.name, v, args, kw);
+        Value r = apply_filter(e.name, v, args, kw);
+        return any_untrusted(v, args, kw) ? taint_fresh(std::move(r)) : r;
       }
       case ExprKind::kTest: {
         Value v = eval(*e.args[0]);
@@ -604,12 +625,30 @@ class Interpreter {
     for (const auto& [name, x] : e.kwargs) kw.emplace_back(name, eval(*x));
   }
 
+  static bool any_untrusted(const Value& v, const List& args, const KwArgs& kw) {
+    if (holds_untrusted(v)) return true;
+    for (const Value& a : args)
+      if (holds_untrusted(a)) return true;
+    for (const auto& [k, a] : kw)
+      if (holds_untrusted(a)) return true;
+    return false;
+  }
+
+  // Strings made by methods and globals from untrusted inputs are untrusted; a macro's
+  // output keeps its exact ranges (it is a captured block).
   Value eval_call(const Expr& e) {
-    const Expr& callee = *e.args[0];
+    Value obj;
     List args;
     KwArgs kw;
+    Value r = eval_call_plain(e, &obj, args, kw);
+    return any_untrusted(obj, args, kw) ? taint_fresh(std::move(r)) : r;
+  }
+
+  Value eval_call_plain(const Expr& e, Value* receiver, List& args, KwArgs& kw) {
+    const Expr& callee = *e.args[0];
     if (callee.kind == ExprKind::kGetAttr) {
-      Value obj = eval(*callee.args[0]);
+      Value& obj = *receiver;
+      obj = eval(*callee.args[0]);
       eval_args(e, args, kw);
       if (obj.is_string() && contains(kStringMethods, callee.name)) return string_method(obj, callee.name, args, kw);
       if (obj.is_dict() && !obj.dict->is_namespace && contains(kDictMethods, callee.name)) {
@@ -617,9 +656,9 @@ class Interpreter {
       }
       return call(get_attr(obj, callee.name), args, kw);
     }
-    Value fn = eval(callee);
+    *receiver = eval(callee);  // a bound method holds its receiver's untrusted flag
     eval_args(e, args, kw);
-    return call(fn, args, kw);
+    return call(*receiver, args, kw);
   }
 
   Value call(const Value& fn, List& args, KwArgs& kw) {
@@ -640,9 +679,32 @@ class Interpreter {
   }
 
   Value bound_method(const Value& obj, const std::string& name, bool is_string) {
-    return Value::callable(name, [obj, name, is_string](Interpreter& in, List& args, KwArgs& kw) {
+    Value m = Value::callable(name, [obj, name, is_string](Interpreter& in, List& args, KwArgs& kw) {
       return is_string ? in.string_method(obj, name, args, kw) : in.dict_method(obj, name, args, kw);
     });
+    m.untrusted = holds_untrusted(obj);
+    return m;
+  }
+
+  // Bytes [a, a + n) of string value v, keeping its untrusted ranges.
+  static Value substr_value(const Value& v, size_t a, size_t n) {
+    std::string text = v.str_ref().substr(a, n);
+    if (!v.spans) return Value::string(std::move(text));
+    Spans out;
+    for (const auto& [b, e] : *v.spans) {
+      const size_t lo = std::max(b, a), hi = std::min(e, a + n);
+      if (lo < hi) out.emplace_back(lo - a, hi - a);
+    }
+    return Value::string_with_spans(std::move(text), std::move(out));
+  }
+  // strip/lstrip/rstrip/trim of a string value (chars: null for whitespace), keeping its
+  // untrusted ranges: the result is a substring.
+  static Value strip_value(const Value& v, const std::string* chars, bool left, bool right) {
+    const std::string& s = v.str_ref();
+    auto strip = [&](bool l, bool r) { return chars ? py_strip_chars(s, *chars, l, r) : py_strip(s, l, r); };
+    const std::string both = strip(left, right);
+    const size_t a = left ? s.size() - strip(true, false).size() : 0;
+    return substr_value(v, a, both.size());
   }
 
   Value get_item(const Value& obj, const Value& key) {
@@ -685,13 +747,31 @@ class Interpreter {
     if (static_cast<int64_t>(n) > budget_.bytes) fail("string memory limit exceeded");
   }
 
+  // Concatenation keeps each side's untrusted ranges.
+  static Value concat(const Value& a, std::string x, const Value& b, const std::string& y) {
+    Spans spans;
+    append_spans(spans, a, x.size(), 0);
+    append_spans(spans, b, y.size(), x.size());
+    x += y;
+    return Value::string_with_spans(std::move(x), std::move(spans));
+  }
+
   Value binary(const std::string& op, const Value& a, const Value& b) {
     if (op == "~") {
       std::string x = to_str(a);
       const std::string y = to_str(b);
       reserve_bytes(x.size() + y.size());
-      return Value::string(x += y);
+      return concat(a, std::move(x), b, y);
     }
+    if (op == "+" && a.is_string() && b.is_string()) {
+      reserve_bytes(a.str_ref().size() + b.str_ref().size());
+      return concat(a, a.str_ref(), b, b.str_ref());
+    }
+    Value r = binary_plain(op, a, b);
+    return holds_untrusted(a) || holds_untrusted(b) ? taint_fresh(std::move(r)) : r;
+  }
+
+  Value binary_plain(const std::string& op, const Value& a, const Value& b) {
     check_defined(a);
     check_defined(b);
     const bool ints = a.is_integral() && b.is_integral();
@@ -873,8 +953,8 @@ class Interpreter {
     };
     if (name == "strip" || name == "lstrip" || name == "rstrip") {
       const bool left = name != "rstrip", right = name != "lstrip";
-      if (a0 == nullptr || a0->is_none()) return Value::string(py_strip(s, left, right));
-      return Value::string(py_strip_chars(s, str_arg(a0, "chars"), left, right));
+      if (a0 == nullptr || a0->is_none()) return strip_value(obj, nullptr, left, right);
+      return strip_value(obj, &str_arg(a0, "chars"), left, right);
     }
     if (name == "startswith" || name == "endswith") {
       if (a0 == nullptr) fail("str." + name + " expects a prefix");
@@ -1245,8 +1325,10 @@ class Interpreter {
     const std::string s = to_str(v);
     if (name == "trim") {
       const Value* chars = arg(args, kw, 0, "chars");
+      const std::string cs = chars == nullptr || chars->is_none() ? std::string() : to_str(*chars);
+      if (v.is_string()) return strip_value(v, chars == nullptr || chars->is_none() ? nullptr : &cs, true, true);
       if (chars == nullptr || chars->is_none()) return Value::string(py_strip(s, true, true));
-      return Value::string(py_strip_chars(s, to_str(*chars), true, true));
+      return Value::string(py_strip_chars(s, cs, true, true));
     }
     if (name == "upper") return Value::string(utf8_upper(s));
     if (name == "lower") return Value::string(utf8_lower(s));
@@ -1288,13 +1370,14 @@ class Interpreter {
   std::vector<Frame> frames_;
   size_t floor_ = 0;  // frames below this (except the root) are hidden: a macro call
   std::string* out_ = nullptr;
+  Spans* out_spans_ = nullptr;  // untrusted ranges of *out_, or null (not tracked)
   int64_t iterations_ = 0;
   int depth_ = 0;
 };
 
-std::string render(const Template& tpl, const Value& context, const RenderLimits& limits) {
+std::string render(const Template& tpl, const Value& context, const RenderLimits& limits, Spans* untrusted) {
   Interpreter in(limits);
-  return in.run(tpl, context);
+  return in.run(tpl, context, untrusted);
 }
 
 }  // namespace specula::jinja

@@ -26,6 +26,9 @@ struct RenderLimits {
 };
 
 // Renders `tpl` with the variables of `context` (a dict). Throws JinjaError.
-std::string render(const Template& tpl, const Value& context, const RenderLimits& limits);
+// `untrusted` (optional) receives the byte ranges of the output that came from untrusted
+// strings of the context (jinja_value.h Spans).
+std::string render(const Template& tpl, const Value& context, const RenderLimits& limits,
+                   Spans* untrusted = nullptr);
 
 }  // namespace specula::jinja

@@ -31,6 +31,7 @@ namespace {
 void adopt_child(Value& parent, const Value& child) {
   parent.depth = std::max(parent.depth, child.depth + 1);
   parent.has_namespace = parent.has_namespace || child.has_namespace;
+  parent.untrusted = parent.untrusted || child.untrusted;
   if (parent.depth > kMaxValueDepth) {
     throw JinjaError("value nested deeper than " + std::to_string(kMaxValueDepth));
   }
@@ -89,6 +90,73 @@ Value Value::string(std::string x) {
   v.s = std::make_shared<const std::string>(std::move(x));
   return v;
 }
+Value Value::untrusted_string(std::string x) {
+  const size_t n = x.size();
+  Value v = string(std::move(x));
+  v.untrusted = n > 0;
+  v.spans = std::make_shared<const Spans>(n > 0 ? Spans{{0, n}} : Spans{});
+  return v;
+}
+Value Value::string_with_spans(std::string x, Spans spans) {
+  Value v = string(std::move(x));
+  v.untrusted = !spans.empty();
+  v.spans = std::make_shared<const Spans>(std::move(spans));
+  return v;
+}
+
+bool holds_untrusted(const Value& v) {
+  if (v.untrusted) return true;
+  if (v.kind == Value::Kind::kDict && v.has_namespace) {
+    for (const auto& kv : v.dict->items)
+      if (holds_untrusted(kv.second)) return true;
+  }
+  if (v.kind == Value::Kind::kList && v.has_namespace) {
+    for (const Value& c : *v.list)
+      if (holds_untrusted(c)) return true;
+  }
+  return false;
+}
+
+void append_spans(Spans& out, const Value& v, size_t text_size, size_t offset) {
+  if (v.kind == Value::Kind::kString && v.spans) {
+    for (const auto& [b, e] : *v.spans) {
+      if (!out.empty() && out.back().second == b + offset) {
+        out.back().second = e + offset;  // adjacent: merge
+      } else {
+        out.emplace_back(b + offset, e + offset);
+      }
+    }
+    return;
+  }
+  if (text_size > 0 && holds_untrusted(v)) {
+    if (!out.empty() && out.back().second == offset) {
+      out.back().second = offset + text_size;
+    } else {
+      out.emplace_back(offset, offset + text_size);
+    }
+  }
+}
+
+Value taint_fresh(Value v) {
+  if (v.kind == Value::Kind::kString) {
+    if (v.spans) return v;
+    const size_t n = v.s->size();
+    v.untrusted = n > 0;
+    v.spans = std::make_shared<const Spans>(n > 0 ? Spans{{0, n}} : Spans{});
+    return v;
+  }
+  if (v.kind == Value::Kind::kList) {
+    bool changes = false;
+    for (const Value& c : *v.list) changes = changes || (c.kind == Value::Kind::kString && !c.spans);
+    if (!changes) return v;
+    List out = *v.list;
+    for (Value& c : out)
+      if (c.kind == Value::Kind::kString && !c.spans) c = taint_fresh(std::move(c));
+    return Value::make_list(std::move(out), v.is_tuple);
+  }
+  return v;
+}
+
 Value Value::make_list(List x, bool is_tuple) {
   Value v;
   v.kind = Kind::kList;

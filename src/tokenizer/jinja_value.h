@@ -31,6 +31,13 @@ class JinjaError : public std::runtime_error {
 
 struct Value;
 class Interpreter;
+// Byte ranges [begin, end) of a string that came from untrusted input (chat message
+// content, tool definitions): sorted, disjoint. The ranges follow the text through the
+// operations that copy it unchanged (concatenation with ~ and +, output, strip/trim,
+// captured blocks and macros); any other string an operation makes from an input that
+// holds untrusted text is untrusted whole. The renderer returns the output's ranges so
+// that no special token can be parsed out of untrusted text (chat_template.h).
+using Spans = std::vector<std::pair<size_t, size_t>>;
 using List = std::vector<Value>;
 using KwArgs = std::vector<std::pair<std::string, Value>>;
 
@@ -75,6 +82,10 @@ struct Value {
   uint32_t depth = 0;                     // nesting depth of lists/dicts (scalars 0)
   bool has_namespace = false;             // is or contains a namespace (no cycles allowed)
   bool is_tuple = false;                  // kList made by a tuple literal or items(): prints as (a, b)
+  bool untrusted = false;                 // is or holds untrusted text (see Spans)
+  // kString: where its untrusted bytes are; null when the operation that made it does not
+  // track ranges (then the string is untrusted whole if an input was, see taint_fresh).
+  std::shared_ptr<const Spans> spans;
 
   static Value undefined(std::string name = {});
   static Value none();
@@ -82,6 +93,10 @@ struct Value {
   static Value integer(int64_t v);
   static Value number(double v);
   static Value string(std::string v);
+  // A string whose bytes are all untrusted.
+  static Value untrusted_string(std::string v);
+  // A string with known untrusted ranges (maybe none).
+  static Value string_with_spans(std::string v, Spans spans);
   static Value make_list(List v, bool is_tuple = false);
   static Value make_dict(Dict v);
   static Value callable(std::string name, std::function<Value(Interpreter&, List&, KwArgs&)> fn);
@@ -99,6 +114,16 @@ struct Value {
   // Python type name for error messages ("str", "int", "list", "dict", "NoneType", ...).
   std::string type_name() const;
 };
+
+// Whether v is or holds untrusted text (namespaces are looked into: they change).
+bool holds_untrusted(const Value& v);
+// Appends v's untrusted ranges (a string's spans; all of `text_size` bytes when v is not
+// a string with spans but holds untrusted text) shifted by `offset`.
+void append_spans(Spans& out, const Value& v, size_t text_size, size_t offset);
+// The result of an operation whose inputs held untrusted text: a string that does not
+// track ranges (spans null) becomes untrusted whole; so does each such string directly
+// in a list. Other values are returned as they are (their elements keep their own).
+Value taint_fresh(Value v);
 
 bool truthy(const Value& v);
 // Python str(v); Undefined is "".

@@ -126,15 +126,43 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, 
   out.reserve(text.size() / 3 + 4);
   if (add_special && vocab_.add_bos()) out.push_back(vocab_.bos_id());
   bool first_after_special = true;
-  for (const Fragment& f : splitter_.split(text, parse_special)) {
+  encode_piece(text, parse_special, &first_after_special, &out);
+  if (add_special && vocab_.add_eos()) out.push_back(vocab_.eos_id());
+  return out;
+}
+
+void Tokenizer::encode_piece(std::string_view part, bool parse_special, bool* first_after_special,
+                             std::vector<int32_t>* out) const {
+  for (const Fragment& f : splitter_.split(part, parse_special)) {
     if (f.token >= 0) {
-      out.push_back(f.token);
-      first_after_special = true;
+      out->push_back(f.token);
+      *first_after_special = true;
     } else {
-      encode_fragment(text.substr(f.offset, f.length), first_after_special, &out);
-      first_after_special = false;
+      encode_fragment(part.substr(f.offset, f.length), *first_after_special, out);
+      *first_after_special = false;
     }
   }
+}
+
+std::vector<int32_t> Tokenizer::encode_segments(std::string_view text,
+                                                std::span<const std::pair<size_t, size_t>> untrusted,
+                                                bool add_special) const {
+  std::vector<int32_t> out;
+  out.reserve(text.size() / 3 + 4);
+  if (add_special && vocab_.add_bos()) out.push_back(vocab_.bos_id());
+  bool first_after_special = true;
+  auto piece = [&](size_t begin, size_t end, bool parse_special) {
+    if (begin < end) encode_piece(text.substr(begin, end - begin), parse_special, &first_after_special, &out);
+  };
+  size_t pos = 0;
+  for (const auto& [b, e] : untrusted) {
+    const size_t begin = std::min(std::max(b, pos), text.size());
+    const size_t end = std::min(e, text.size());
+    piece(pos, begin, true);
+    piece(begin, end, false);
+    pos = std::max(pos, end);
+  }
+  piece(pos, text.size(), true);
   if (add_special && vocab_.add_eos()) out.push_back(vocab_.eos_id());
   return out;
 }

@@ -76,6 +76,15 @@ class Tokenizer {
   // Text (any bytes; invalid UTF-8 becomes byte tokens) to ids. Thread-safe.
   std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special) const;
 
+  // encode() of a text in consecutive pieces: the bytes in `untrusted` ranges (sorted,
+  // disjoint; a rendered chat prompt's client text, chat_template.h RenderedPrompt) are
+  // split and tokenized with special-token parsing off, the rest with it on; each piece
+  // is tokenized on its own (a token never spans a boundary), the SentencePiece space
+  // prefix as encode() places it. Equals encode(text, add_special, true) when nothing is
+  // untrusted. Thread-safe.
+  std::vector<int32_t> encode_segments(std::string_view text, std::span<const std::pair<size_t, size_t>> untrusted,
+                                       bool add_special) const;
+
   // Bytes of one token. Id must be valid (checked). Thread-safe.
   virtual std::string token_to_piece(int32_t id, bool render_special) const = 0;
 
@@ -88,6 +97,9 @@ class Tokenizer {
   virtual bool strip_leading_space() const { return false; }
 
  protected:
+  // Partitions `part` on special tokens and appends its ids (encode()'s steps 1-2).
+  void encode_piece(std::string_view part, bool parse_special, bool* first_after_special,
+                    std::vector<int32_t>* out) const;
   // Appends the ids of one raw-text fragment. `first_after_special` is true when the
   // fragment starts the input or follows a special token (SentencePiece adds its space
   // prefix only then).
