@@ -194,6 +194,11 @@ std::variant<CompletionParams, ApiError> parse_completion_request(const std::str
                       "invalid_request_error", "prompt", ""};
     }
   } else {
+    if (const json* ps = p.get("parse_special"); ps != nullptr && *ps == true)
+      return ApiError{400,
+                      "'parse_special' applies to /v1/completions; chat messages are always text (only the chat "
+                      "template makes control tokens)",
+                      "invalid_request_error", "parse_special", ""};
     const json* ms = p.get("messages");
     if (ms == nullptr || !ms->is_array() || ms->empty())
       return ApiError{400, "'messages' must be a non-empty array", "invalid_request_error", "messages", ""};
@@ -232,6 +237,7 @@ std::variant<CompletionParams, ApiError> parse_completion_request(const std::str
   p.number("repeat_penalty", 0.0, 10.0, &c.sampling.repeat_penalty);
   p.boolean("stream", &c.stream);
   p.boolean("ignore_eos", &c.ignore_eos);
+  p.boolean("parse_special", &c.parse_special);
   p.boolean("speculative", &c.speculative);
   if (p.error) return *p.error;
   if (c.sampling.top_p <= 0.0f) return ApiError{400, "'top_p' must be in (0, 1], got 0", "invalid_request_error", "top_p", ""};

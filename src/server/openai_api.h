@@ -51,6 +51,10 @@ struct CompletionParams {
   bool include_usage = false;         // stream_options.include_usage
   int32_t logprobs = -1;              // -1 none; else top alternatives per token (0..20)
   bool ignore_eos = false;            // llama-server extension
+  // /v1/completions with a text prompt: whether control-token texts in it ("<|im_end|>")
+  // become control tokens (true, llama-server's behaviour) or stay text (false). Chat
+  // messages are always text (only the template makes control tokens).
+  bool parse_special = true;
   bool speculative = true;            // specula extension: false opts this request out of speculation
 };
 

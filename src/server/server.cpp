@@ -244,7 +244,7 @@ std::optional<ApiError> Server::Impl::build_prompt(const CompletionParams& c, st
                                    std::to_string(vocab.size()) + ")",
                           "invalid_request_error", "prompt", ""};
     } else {
-      *ids = tok->encode(c.prompt_text, /*add_special=*/true, /*parse_special=*/true);
+      *ids = tok->encode(c.prompt_text, /*add_special=*/true, c.parse_special);
     }
   } else {
     if (!chat_template)
