@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 
 namespace specula::server {
@@ -130,6 +131,80 @@ bool flatten_content(const json& content, std::string* out, std::string* why) {
   return true;
 }
 
+// Nothing requested is silently dropped: a field is read, or accepted because it asks
+// nothing of the output, or refused with a 400 naming it.
+// Read: the fields parse_completion_request handles (kRead*). Ignored (they change no
+// token and no field of the answer): user, metadata, store, service_tier (OpenAI),
+// cache_prompt (llama-server; the prompt cache is always on), id_slot, slot_id,
+// timings_per_token. A field that asks for something not implemented is refused unless
+// it holds its no-op value (kNoOp); any other field is refused as unknown, as OpenAI's
+// own API does ("Unrecognized request argument").
+const char* const kReadCommon[] = {"model", "max_tokens", "max_completion_tokens", "n", "seed", "top_k",
+                                   "temperature", "top_p", "min_p", "presence_penalty", "frequency_penalty",
+                                   "repeat_penalty", "stream", "stream_options", "ignore_eos", "speculative", "stop",
+                                   "logit_bias", "logprobs", "top_logprobs", "n_predict"};
+const char* const kReadCompletions[] = {"prompt", "parse_special"};
+const char* const kReadChat[] = {"messages", "parse_special"};
+const char* const kIgnored[] = {"user", "metadata", "store", "service_tier", "cache_prompt", "id_slot", "slot_id",
+                                "timings_per_token"};
+
+bool listed(const char* const* begin, const char* const* end, const std::string& key) {
+  return std::any_of(begin, end, [&](const char* k) { return key == k; });
+}
+
+std::optional<ApiError> check_fields(const json& body, Endpoint endpoint) {
+  struct NoOp {
+    const char* field;
+    std::function<bool(const json&)> is_noop;
+    const char* why;
+  };
+  static const std::vector<NoOp> kNoOp = {
+      {"response_format", [](const json& v) { return v.is_object() && v.value("type", "") == "text"; },
+       "structured outputs (json_object / json_schema) are not implemented yet"},
+      {"tools", [](const json& v) { return v.is_array() && v.empty(); }, "tool calling is not implemented yet"},
+      {"tool_choice", [](const json& v) { return v == "none" || v == "auto"; }, "tool calling is not implemented yet"},
+      {"parallel_tool_calls", [](const json& v) { return v.is_boolean(); }, "must be a boolean"},
+      {"functions", [](const json& v) { return v.is_array() && v.empty(); }, "function calling is not implemented yet"},
+      {"function_call", [](const json& v) { return v == "none" || v == "auto"; }, "function calling is not implemented yet"},
+      {"echo", [](const json& v) { return v == false; }, "echo is not implemented yet"},
+      {"suffix", [](const json& v) { return v == "" ; }, "suffix (fill-in-the-middle) is not implemented yet"},
+      {"best_of", [](const json& v) { return v == 1; }, "best_of is not implemented"},
+      {"modalities", [](const json& v) { return v == json::array({"text"}); }, "only text output is supported"},
+      {"typical_p", [](const json& v) { return v == 1 || v == 1.0; }, "the typical-p sampler is not implemented"},
+      {"tfs_z", [](const json& v) { return v == 1 || v == 1.0; }, "tail-free sampling is not implemented"},
+      {"mirostat", [](const json& v) { return v == 0; }, "mirostat is not implemented"},
+      {"xtc_probability", [](const json& v) { return v == 0 || v == 0.0; }, "the XTC sampler is not implemented yet"},
+      {"dry_multiplier", [](const json& v) { return v == 0 || v == 0.0; }, "the DRY sampler is not implemented yet"},
+      {"n_probs", [](const json& v) { return v == 0; }, "use 'logprobs' / 'top_logprobs'"},
+  };
+  static const char* const kStructured[] = {"grammar", "json_schema", "regex", "choice", "guided_json",
+                                            "guided_regex", "guided_choice", "guided_grammar"};
+  for (auto it = body.begin(); it != body.end(); ++it) {
+    const std::string& key = it.key();
+    if (listed(std::begin(kReadCommon), std::end(kReadCommon), key) || listed(std::begin(kIgnored), std::end(kIgnored), key))
+      continue;
+    if (endpoint == Endpoint::kCompletions ? listed(std::begin(kReadCompletions), std::end(kReadCompletions), key)
+                                           : listed(std::begin(kReadChat), std::end(kReadChat), key))
+      continue;
+    if (it.value().is_null()) continue;  // null: the field's default
+    if (listed(std::begin(kStructured), std::end(kStructured), key))
+      return ApiError{400, "'" + key + "': structured outputs are not implemented yet", "invalid_request_error", key, ""};
+    bool known = false;
+    for (const NoOp& n : kNoOp) {
+      if (key != n.field) continue;
+      known = true;
+      if (!n.is_noop(it.value()))
+        return ApiError{400, "'" + key + "' " + shown(it.value()) + ": " + n.why, "invalid_request_error", key, ""};
+    }
+    if (!known)
+      return ApiError{400,
+                      "unknown field '" + key + "' for " +
+                          (endpoint == Endpoint::kCompletions ? "/v1/completions" : "/v1/chat/completions"),
+                      "invalid_request_error", key, ""};
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::string dump_json(const nlohmann::json& j) {
@@ -150,6 +225,7 @@ std::variant<CompletionParams, ApiError> parse_completion_request(const std::str
   json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return ApiError{400, "the request body is not valid JSON", "invalid_request_error", "", ""};
   if (!j.is_object()) return ApiError{400, "the request body must be a JSON object", "invalid_request_error", "", ""};
+  if (auto e = check_fields(j, endpoint)) return *e;
   Parser p{j, std::nullopt};
   CompletionParams c;
   c.endpoint = endpoint;
@@ -224,6 +300,11 @@ std::variant<CompletionParams, ApiError> parse_completion_request(const std::str
 
   std::optional<int64_t> max_tokens, max_completion, n, seed, top_k, logprobs_n, top_logprobs;
   p.integer("max_tokens", std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max(), &max_tokens);
+  if (!max_tokens) {  // llama-server's name; -1 means "until the context is full"
+    std::optional<int64_t> n_predict;
+    p.integer("n_predict", -1, std::numeric_limits<int32_t>::max(), &n_predict);
+    if (n_predict && *n_predict >= 0) max_tokens = n_predict;
+  }
   p.integer("max_completion_tokens", std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max(),
             &max_completion);
   p.integer("n", 1, std::numeric_limits<int32_t>::max(), &n);
@@ -240,7 +321,10 @@ std::variant<CompletionParams, ApiError> parse_completion_request(const std::str
   p.boolean("parse_special", &c.parse_special);
   p.boolean("speculative", &c.speculative);
   if (p.error) return *p.error;
-  if (c.sampling.top_p <= 0.0f) return ApiError{400, "'top_p' must be in (0, 1], got 0", "invalid_request_error", "top_p", ""};
+  if (c.sampling.top_p <= 0.0f) {  // OpenAI: top_p 0 keeps only the most likely token (greedy)
+    c.sampling.temperature = 0.0f;
+    c.sampling.top_p = 1.0f;
+  }
   if (c.sampling.repeat_penalty <= 0.0f)
     return ApiError{400, "'repeat_penalty' must be > 0", "invalid_request_error", "repeat_penalty", ""};
   if (n && *n != 1)

@@ -283,6 +283,7 @@ struct StreamState {
   int64_t text_offset = 0;
   bool sent_role = false;
   bool done = false;
+  uint64_t seed = 0;
 };
 }  // namespace
 
@@ -338,6 +339,7 @@ void Server::Impl::handle_completion(const http::Request& req, http::Exchange& e
     er.resume_key = endpoint == Endpoint::kChat ? "chat" : "completion";
     for (const std::string& st : c.stop) er.resume_key += "\x1f" + st;
   }
+  const uint64_t er_seed = er.sampling.seed;
   auto stream = std::make_shared<CompletionStream>(*tok, c.stop, c.logprobs >= 0);
   Submission sub = engine->submit(std::move(er), stream);
   if (sub.error != SubmitError::kNone) {
@@ -391,6 +393,7 @@ void Server::Impl::handle_completion(const http::Request& req, http::Exchange& e
                                             : completion_response(id, created, opt.model_id, text, lp, u.finish_reason, usage);
     // llama-server's "timings" extension (same field names), for benchmarks and clients
     // that read it: prefill and decode time of this request.
+    body["seed"] = er_seed;  // the seed this request sampled with (random when not given)
     const RequestSummary& sm = u.summary;
     const int64_t n_dec = std::max<int64_t>(0, sm.n_generated - 1);
     body["timings"] = {{"prompt_n", sm.n_prompt},
@@ -410,12 +413,18 @@ void Server::Impl::handle_completion(const http::Request& req, http::Exchange& e
   st.model = opt.model_id;
   st.created = created;
   st.n_prompt = n_prompt;
+  st.seed = er_seed;
   // The probe is an SSE comment: clients ignore it (see http::Exchange::client_gone).
   if (!ex.begin_stream(200, "text/event-stream", {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}}, ":\n\n")) {
     st.handle->cancel();
     return;
   }
   const bool want_lp = st.params.logprobs >= 0;
+  // With include_usage every chunk but the last carries "usage": null (OpenAI's shape).
+  auto chunk = [&](json j) {
+    if (st.params.include_usage) j["usage"] = nullptr;
+    return sse(j);
+  };
   // However this loop ends before the finish (client gone, an exception), the request
   // stops generating.
   struct CancelUnlessDone {
@@ -432,10 +441,10 @@ void Server::Impl::handle_completion(const http::Request& req, http::Exchange& e
       if (endpoint == Endpoint::kChat) {
         const bool first = !st.sent_role;
         st.sent_role = true;
-        out += sse(chat_chunk(st.id, st.created, st.model, &u.text, first, want_lp ? &u.logprobs : nullptr, ""));
+        out += chunk(chat_chunk(st.id, st.created, st.model, &u.text, first, want_lp ? &u.logprobs : nullptr, ""));
       } else {
-        out += sse(completion_chunk(st.id, st.created, st.model, u.text, want_lp ? &u.logprobs : nullptr,
-                                    st.text_offset, ""));
+        out += chunk(completion_chunk(st.id, st.created, st.model, u.text, want_lp ? &u.logprobs : nullptr,
+                                      st.text_offset, ""));
       }
       st.text_offset += static_cast<int64_t>(u.text.size());
     }
@@ -447,9 +456,11 @@ void Server::Impl::handle_completion(const http::Request& req, http::Exchange& e
         out += sse(error_body(ApiError{503, "generation cancelled: the server is shutting down", "server_error", "", ""}));
       } else {
         const std::string reason = u.summary.outcome == Outcome::kLength ? "length" : "stop";
-        out += endpoint == Endpoint::kChat
-                   ? sse(chat_chunk(st.id, st.created, st.model, nullptr, false, nullptr, reason))
-                   : sse(completion_chunk(st.id, st.created, st.model, "", nullptr, st.text_offset, reason));
+        json last = endpoint == Endpoint::kChat
+                        ? chat_chunk(st.id, st.created, st.model, nullptr, false, nullptr, reason)
+                        : completion_chunk(st.id, st.created, st.model, "", nullptr, st.text_offset, reason);
+        last["seed"] = st.seed;  // the seed this request sampled with (random when not given)
+        out += chunk(std::move(last));
         if (st.params.include_usage)
           out += sse(usage_chunk(st.id, st.created, st.model, endpoint, usage_of(u.summary)));
       }

@@ -62,7 +62,6 @@ def bad_requests():
         (C, {"prompt": "hi", "max_tokens": 2, "temperature": -0.1}, 400, "temperature", "temperature < 0"),
         (C, {"prompt": "hi", "max_tokens": 2, "temperature": 2.5}, 400, "temperature", "temperature > 2"),
         (C, {"prompt": "hi", "max_tokens": 2, "top_p": [1]}, 400, "top_p", "top_p array"),
-        (C, {"prompt": "hi", "max_tokens": 2, "top_p": 0}, 400, "top_p", "top_p 0"),
         (C, {"prompt": "hi", "max_tokens": 2, "top_p": 1.5}, 400, "top_p", "top_p > 1"),
         (C, {"prompt": "hi", "max_tokens": 2, "min_p": "x"}, 400, "min_p", "min_p string"),
         (C, {"prompt": "hi", "max_tokens": 2, "top_k": "x"}, 400, "top_k", "top_k string"),
@@ -97,6 +96,19 @@ def bad_requests():
         (C, {"prompt": "hi", "max_tokens": 2, "logit_bias": {"5": 1000}}, 400, "logit_bias", "logit_bias big"),
         (C, {"prompt": "hi", "max_tokens": 2, "logit_bias": {"300000": 1}}, 400, None, "logit_bias id > vocab"),
         (CH, {"max_tokens": 2}, 400, "messages", "chat: no messages"),
+        # Nothing silently dropped: what is not implemented is refused, naming the field.
+        (CH, {"messages": MSG, "max_tokens": 2, "response_format": {"type": "json_object"}}, 400, "response_format",
+         "chat: response_format json_object"),
+        (CH, {"messages": MSG, "max_tokens": 2, "tools": [{"type": "function", "function": {"name": "f"}}]}, 400,
+         "tools", "chat: tools"),
+        (CH, {"messages": MSG, "max_tokens": 2, "tool_choice": "required"}, 400, "tool_choice", "chat: tool_choice"),
+        (C, {"prompt": "hi", "max_tokens": 2, "grammar": "root ::= \"a\""}, 400, "grammar", "grammar"),
+        (C, {"prompt": "hi", "max_tokens": 2, "guided_choice": ["a", "b"]}, 400, "guided_choice", "guided_choice"),
+        (C, {"prompt": "hi", "max_tokens": 2, "echo": True}, 400, "echo", "echo"),
+        (C, {"prompt": "hi", "max_tokens": 2, "suffix": "x"}, 400, "suffix", "suffix"),
+        (C, {"prompt": "hi", "max_tokens": 2, "mirostat": 2}, 400, "mirostat", "mirostat"),
+        (C, {"prompt": "hi", "max_tokens": 2, "frobnicate": 1}, 400, "frobnicate", "unknown field"),
+        (CH, {"messages": MSG, "max_tokens": 2, "prompt": "x"}, 400, "prompt", "chat: prompt field"),
         (CH, {"messages": MSG, "max_tokens": 2, "parse_special": True}, 400, "parse_special", "chat: parse_special"),
         (C, {"prompt": "hi", "max_tokens": 2, "parse_special": "no"}, 400, "parse_special", "parse_special string"),
         (CH, {"messages": "hi", "max_tokens": 2}, 400, "messages", "chat: messages string"),
@@ -210,6 +222,35 @@ def test_prompt_safety(srv, stats):
         got = json.loads(data)["usage"]["prompt_tokens"] - 1
         check(st == 200 and got == want, f"completions parse_special={parse}: {got} prompt tokens, want {want}")
     stats["safety"] = f"forged turn: {as_text} text tokens, not {as_control}"
+
+
+def test_conformance(srv, stats):
+    """top_p 0 is greedy; fields with their no-op value and the ignored ones are accepted;
+    n_predict is max_tokens; the seed used is in the answer and reproduces it; with
+    include_usage every chunk but the last has "usage": null."""
+    base = {"prompt": "The capital of France is", "max_tokens": 6}
+    st, _, d0 = srv.post(C, dict(base, temperature=0))
+    st1, _, d1 = srv.post(C, dict(base, temperature=1.0, top_p=0))
+    check(st == 200 and st1 == 200, f"top_p 0: {st1} {d1[:200]!r}")
+    check(json.loads(d1)["choices"][0]["text"] == json.loads(d0)["choices"][0]["text"], "top_p 0 is not greedy")
+    st, _, d = srv.post(C, dict(base, temperature=0, user="u1", metadata={"a": "b"}, store=False, cache_prompt=True,
+                                response_format={"type": "text"}, tools=[], tool_choice="none", echo=False, suffix=None,
+                                best_of=1, typical_p=1.0, mirostat=0))
+    check(st == 200 and json.loads(d)["choices"][0]["text"] == json.loads(d0)["choices"][0]["text"],
+          f"no-op fields: {st} {d[:200]!r}")
+    st, _, d = srv.post(C, {"prompt": "Hello", "n_predict": 3, "temperature": 0, "ignore_eos": True})
+    check(st == 200 and json.loads(d)["usage"]["completion_tokens"] == 3, f"n_predict: {st} {d[:200]!r}")
+    st, _, d = srv.post(C, dict(base, temperature=1.0))
+    o = json.loads(d)
+    check(isinstance(o.get("seed"), int), f"no seed in the answer: {o}")
+    st, _, d2 = srv.post(C, dict(base, temperature=1.0, seed=o["seed"]))
+    check(json.loads(d2)["choices"][0]["text"] == o["choices"][0]["text"], "the reported seed does not reproduce")
+    st, _, raw, events = srv.stream(C, dict(base, temperature=0, stream=True, stream_options={"include_usage": True}))
+    objs = [json.loads(e) for e in events[:-1]]
+    check(all("usage" in x and x["usage"] is None for x in objs[:-1]), f"usage not null on chunks: {objs[:2]}")
+    check(objs[-1]["usage"]["completion_tokens"] >= 1, f"last chunk {objs[-1]}")
+    check(any("seed" in x for x in objs), "no seed in the stream")
+    stats["conformance"] = "ok"
 
 
 def test_queue_full(srv, stats):
@@ -402,6 +443,7 @@ def main():
         t_err = time.time() - t0
         test_sse(srv, stats)
         test_prompt_safety(srv, stats)
+        test_conformance(srv, stats)
         test_http10_stream(srv, stats)
         test_queue_full(srv, stats)
         check(srv.alive(), "server died")
