@@ -65,7 +65,7 @@ struct Server::Impl {
 
   uint64_t random_seed() {
     std::lock_guard<std::mutex> lock(seed_mu);
-    return seed_rng();
+    return seed_rng() >> 1;  // in [0, 2^63): a client can send it back as "seed"
   }
   void count(int status) {
     std::lock_guard<std::mutex> lock(counters_mu);
@@ -79,6 +79,8 @@ struct Server::Impl {
   void handle_completion(const http::Request& req, http::Exchange& ex, Endpoint endpoint);
   void handle_cache_flush(const http::Request& req, http::Exchange& ex);
   void handle_models(http::Exchange& ex);
+  void handle_tokenize(const http::Request& req, http::Exchange& ex);
+  void handle_detokenize(const http::Request& req, http::Exchange& ex);
   std::string metrics_text();
   // Prompt ids for a parsed request, or an error.
   std::optional<ApiError> build_prompt(const CompletionParams& c, std::vector<int32_t>* ids);
@@ -188,6 +190,9 @@ void Server::Impl::dispatch(const http::Request& req, http::Exchange& ex) {
       {"POST", "/completion", [&] { handle_completion(req, ex, Endpoint::kCompletions); }},
       {"POST", "/chat/completions", [&] { handle_completion(req, ex, Endpoint::kChat); }},
       {"POST", "/admin/cache/flush", [&] { handle_cache_flush(req, ex); }},
+      // llama-server's tokenizer routes
+      {"POST", "/tokenize", [&] { handle_tokenize(req, ex); }},
+      {"POST", "/detokenize", [&] { handle_detokenize(req, ex); }},
   };
   bool path_known = false;
   for (const Route& r : routes) {
@@ -216,6 +221,74 @@ void Server::Impl::handle_models(http::Exchange& ex) {
               {"parallel", opt.engine.n_rows},
               {"chat_template", chat_template ? chat_template_origin : "none"}}}};
   send_json(ex, json{{"object", "list"}, {"data", {m}}});
+}
+
+namespace {
+// The body of /tokenize or /detokenize as an object, or an error.
+std::variant<json, ApiError> json_object_body(const std::string& body) {
+  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object())
+    return ApiError{400, "the request body must be a JSON object", "invalid_request_error", "", ""};
+  return j;
+}
+}  // namespace
+
+// POST /tokenize {"content": TEXT, "add_special": false, "parse_special": true,
+// "with_pieces": false} -> {"tokens": [ids]} (with_pieces: [{"id", "piece"}], the piece
+// as text when it is valid UTF-8, else as a byte array), as llama-server.
+void Server::Impl::handle_tokenize(const http::Request& req, http::Exchange& ex) {
+  auto parsed = json_object_body(req.body);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return send_error(ex, *e);
+  const json& j = std::get<json>(parsed);
+  if (!j.contains("content") || !j["content"].is_string())
+    return send_error(ex, ApiError{400, "'content' must be a string", "invalid_request_error", "content", ""});
+  bool flags[3] = {false, true, false};
+  const char* names[3] = {"add_special", "parse_special", "with_pieces"};
+  for (int k = 0; k < 3; ++k) {
+    if (!j.contains(names[k]) || j[names[k]].is_null()) continue;
+    if (!j[names[k]].is_boolean())
+      return send_error(ex, ApiError{400, std::string("'") + names[k] + "' must be a boolean", "invalid_request_error",
+                                     names[k], ""});
+    flags[k] = j[names[k]].get<bool>();
+  }
+  const std::vector<int32_t> ids = tok->encode(j["content"].get<std::string>(), flags[0], flags[1]);
+  json tokens = json::array();
+  for (int32_t id : ids) {
+    if (!flags[2]) {
+      tokens.push_back(id);
+      continue;
+    }
+    const std::string piece = tok->token_to_piece(id, /*render_special=*/true);
+    json jp = piece;
+    try {
+      (void)jp.dump();  // strict: throws on invalid UTF-8 (a piece of a multi-byte character)
+    } catch (const json::exception&) {
+      jp = json::array();
+      for (unsigned char b : piece) jp.push_back(b);
+    }
+    tokens.push_back({{"id", id}, {"piece", jp}});
+  }
+  send_json(ex, json{{"tokens", tokens}});
+}
+
+// POST /detokenize {"tokens": [ids]} -> {"content": TEXT} (control tokens rendered).
+void Server::Impl::handle_detokenize(const http::Request& req, http::Exchange& ex) {
+  auto parsed = json_object_body(req.body);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return send_error(ex, *e);
+  const json& j = std::get<json>(parsed);
+  if (!j.contains("tokens") || !j["tokens"].is_array())
+    return send_error(ex, ApiError{400, "'tokens' must be an array of token ids", "invalid_request_error", "tokens", ""});
+  std::vector<int32_t> ids;
+  for (const json& t : j["tokens"]) {
+    if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= tok->vocab().size())
+      return send_error(ex, ApiError{400, "token " + t.dump().substr(0, 40) + " is not an id in [0, " +
+                                              std::to_string(tok->vocab().size()) + ")",
+                                     "invalid_request_error", "tokens", ""});
+    ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
+  }
+  auto text = tok->decode(ids, /*remove_special=*/false, /*render_special=*/true);
+  if (!text) return send_error(ex, ApiError{400, text.message(), "invalid_request_error", "tokens", ""});
+  send_json(ex, json{{"content", *text}});  // invalid UTF-8 (a cut character) becomes U+FFFD
 }
 
 // The prompt cache's durability point: returns once every entry stored so far is on disk.

@@ -253,6 +253,31 @@ def test_conformance(srv, stats):
     stats["conformance"] = "ok"
 
 
+def test_tokenize_routes(srv, stats):
+    """/tokenize and /detokenize as llama-server has them, checked against `specula tokenize`."""
+    text = "Hello world <end_of_turn> naïve"
+    want = ss.tokenize(text, parse_special=True)  # with BOS
+    st, _, d = srv.post("/tokenize", {"content": text})
+    check(st == 200 and json.loads(d)["tokens"] == want[1:], f"/tokenize: {d[:200]!r} vs {want[1:]}")
+    st, _, d = srv.post("/tokenize", {"content": text, "add_special": True})
+    check(json.loads(d)["tokens"] == want, f"/tokenize add_special: {d[:200]!r}")
+    st, _, d = srv.post("/tokenize", {"content": text, "parse_special": False})
+    check(json.loads(d)["tokens"] == ss.tokenize(text, parse_special=False)[1:], "/tokenize parse_special false")
+    st, _, d = srv.post("/tokenize", {"content": text, "with_pieces": True})
+    pieces = json.loads(d)["tokens"]
+    check([p["id"] for p in pieces] == want[1:], f"/tokenize with_pieces ids {pieces[:3]}")
+    joined = b"".join(p["piece"].encode() if isinstance(p["piece"], str) else bytes(p["piece"]) for p in pieces)
+    check(joined.decode() == text, f"pieces join to {joined!r}")
+    st, _, d = srv.post("/detokenize", {"tokens": want[1:]})
+    check(st == 200 and json.loads(d)["content"] == text, f"/detokenize: {d[:200]!r}")
+    for body, param in (({"content": 5}, "content"), ({"content": "x", "with_pieces": "y"}, "with_pieces"),
+                        ({"tokens": [1, -1]}, "tokens"), ({"tokens": [10 ** 9]}, "tokens"), ({"tokens": "1"}, "tokens")):
+        route = "/tokenize" if "content" in body else "/detokenize"
+        st, _, d = srv.post(route, body)
+        ss.check_error_body(st, d, 400, f"{route} {body}", param)
+    stats["tokenize"] = "ok"
+
+
 def test_queue_full(srv, stats):
     # Hold the only row with a long stream, read its first event, then ask again.
     c = srv.conn()
@@ -444,6 +469,7 @@ def main():
         test_sse(srv, stats)
         test_prompt_safety(srv, stats)
         test_conformance(srv, stats)
+        test_tokenize_routes(srv, stats)
         test_http10_stream(srv, stats)
         test_queue_full(srv, stats)
         check(srv.alive(), "server died")
