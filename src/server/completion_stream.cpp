@@ -41,7 +41,13 @@ bool CompletionStream::on_tokens(std::span<const TokenEvent> events) {
     produced_bytes_ += static_cast<int64_t>(text.size());
     // A complete stop string: release what precedes it and end.
     size_t cut = std::string::npos;
-    for (const std::string& s : stop_) cut = std::min(cut, held_.find(s));
+    for (const std::string& s : stop_) {
+      const size_t at = held_.find(s);
+      if (at < cut) {
+        cut = at;
+        stopped_by_ = s;
+      }
+    }
     if (cut != std::string::npos) {
       release(cut);
       held_.clear();
@@ -82,6 +88,7 @@ void CompletionStream::on_finish(const RequestSummary& summary) {
   }
   out_.finished = true;
   out_.summary = summary;
+  out_.stop_sequence = stopped_by_string_ ? stopped_by_ : "";
   switch (summary.outcome) {
     case Outcome::kStop: out_.finish_reason = "stop"; break;
     case Outcome::kLength: out_.finish_reason = "length"; break;
@@ -96,7 +103,12 @@ CompletionStream::Update CompletionStream::wait(std::chrono::milliseconds timeou
   cv_.wait_for(lock, timeout, [&] { return out_.finished || !out_.text.empty() || !out_.logprobs.empty(); });
   Update u = std::move(out_);
   out_ = Update{};
-  if (u.finished) out_.finished = true, out_.summary = u.summary, out_.finish_reason = u.finish_reason;
+  if (u.finished) {
+    out_.finished = true;
+    out_.summary = u.summary;
+    out_.finish_reason = u.finish_reason;
+    out_.stop_sequence = u.stop_sequence;
+  }
   return u;
 }
 

@@ -40,6 +40,7 @@ class CompletionStream : public RequestSink {
     bool finished = false;
     RequestSummary summary;               // when finished
     std::string finish_reason;            // "stop" | "length" | "cancelled" | "failed" when finished
+    std::string stop_sequence;            // when finished by a stop string: which one
   };
   // HTTP thread: waits up to `timeout` for news; returns what was released since the last
   // call (possibly nothing).
@@ -53,6 +54,7 @@ class CompletionStream : public RequestSink {
   std::vector<std::string> stop_;
   bool want_logprobs_;
   bool stopped_by_string_ = false;
+  std::string stopped_by_;  // the stop string that ended the output
 
   std::mutex mu_;
   std::condition_variable cv_;

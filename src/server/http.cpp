@@ -101,8 +101,8 @@ struct HttpServer::Impl {
   asio::steady_timer stop_poll{ioc};
   asio::steady_timer accept_retry{ioc};
 
-  std::string error_body(int status, const std::string& message) const {
-    return opt.error_body ? opt.error_body(status, message) : message + "\n";
+  std::string error_body(int status, const std::string& message, const std::string& path = "") const {
+    return opt.error_body ? opt.error_body(status, message, path) : message + "\n";
   }
   std::string_view error_type() const { return opt.error_body ? "application/json" : "text/plain"; }
   void count(int status) const {
@@ -453,11 +453,11 @@ class Session : public std::enable_shared_from_this<Session>, public Exchange {
     try {
       srv_->handler(req_, *this);
     } catch (const std::exception& e) {
-      if (!responded_) respond(500, srv_->error_type(), srv_->error_body(500, std::string("internal error: ") + e.what()), {});
+      if (!responded_) respond(500, srv_->error_type(), srv_->error_body(500, std::string("internal error: ") + e.what(), req_.path), {});
     } catch (...) {
-      if (!responded_) respond(500, srv_->error_type(), srv_->error_body(500, "internal error"), {});
+      if (!responded_) respond(500, srv_->error_type(), srv_->error_body(500, "internal error", req_.path), {});
     }
-    if (!responded_ && !gone_) respond(500, srv_->error_type(), srv_->error_body(500, "the handler gave no response"), {});
+    if (!responded_ && !gone_) respond(500, srv_->error_type(), srv_->error_body(500, "the handler gave no response", req_.path), {});
     if (!responded_) close_after_ = true;  // the client left: nobody to answer
     if (streaming_ && !stream_ended_) {
       // Cut short (the handler failed or the client left): no last chunk, so the client
@@ -475,7 +475,12 @@ class Session : public std::enable_shared_from_this<Session>, public Exchange {
 
   // Loop thread: an error response the layer writes itself, then close.
   void error_close(int status, const std::string& message) {
-    std::string body = srv_->error_body(status, message);
+    std::string path;
+    if (parser_ && parser_->is_header_done()) {
+      path = str(parser_->get().target());
+      path = path.substr(0, path.find('?'));
+    }
+    std::string body = srv_->error_body(status, message, path);
     std::string out = status_line(status);
     out += "Content-Type: ";
     out += srv_->error_type();

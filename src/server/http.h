@@ -113,8 +113,9 @@ struct Options {
   double write_timeout_s = 30;        // per response write
   int workers = 16;                   // handler threads
   // Error bodies the layer writes itself (400, 408, 413, 431, 500, 503), e.g. the API's
-  // JSON error shape. Default: plain text.
-  std::function<std::string(int status, const std::string& message)> error_body;
+  // JSON error shape; `path` is the request's path when its headers were read, else "".
+  // Default: plain text.
+  std::function<std::string(int status, const std::string& message, const std::string& path)> error_body;
   // Called once per response the layer or a handler sends (for /metrics).
   std::function<void(int status)> on_status;
 };

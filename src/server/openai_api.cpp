@@ -11,8 +11,8 @@ namespace {
 
 using nlohmann::json;
 
-// A value for an error message: scalars as JSON (cut to 60 bytes), arrays and objects by
-// size only — dumping them whole would recurse once per nesting level and copy them.
+}  // namespace
+
 std::string shown(const json& v) {
   if (v.is_array()) return v.empty() ? "[]" : "an array of " + std::to_string(v.size()) + " items";
   if (v.is_object()) return v.empty() ? "{}" : "an object";
@@ -20,6 +20,8 @@ std::string shown(const json& v) {
   if (s.size() > 60) s = s.substr(0, 57) + "...";
   return s;
 }
+
+namespace {
 
 // Deepest array/object nesting accepted. nlohmann's parser and destructor are iterative,
 // but copying, dumping and template rendering recurse once per level, so a body of 100k
@@ -47,60 +49,6 @@ int nesting_depth(const std::string& body, int limit) {
   return deepest;
 }
 
-struct Parser {
-  const json& body;
-  std::optional<ApiError> error;
-
-  bool fail(const std::string& param, const std::string& msg) {
-    if (!error) error = ApiError{400, msg, "invalid_request_error", param, ""};
-    return false;
-  }
-  const json* get(const char* key) {
-    auto it = body.find(key);
-    if (it == body.end() || it->is_null()) return nullptr;
-    return &*it;
-  }
-  bool number(const char* key, double lo, double hi, float* out) {
-    const json* v = get(key);
-    if (v == nullptr) return true;
-    if (!v->is_number())
-      return fail(key, std::string("'") + key + "' must be a number, got " + shown(*v));
-    const double d = v->get<double>();
-    if (!std::isfinite(d) || d < lo || d > hi)
-      return fail(key, std::string("'") + key + "' must be in [" + shown(lo) + ", " + shown(hi) + "], got " + shown(*v));
-    *out = static_cast<float>(d);
-    return true;
-  }
-  bool integer(const char* key, int64_t lo, int64_t hi, std::optional<int64_t>* out) {
-    const json* v = get(key);
-    if (v == nullptr) return true;
-    bool integral = v->is_number_integer();
-    if (v->is_number_float()) {
-      const double d = v->get<double>();
-      integral = std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9e15;
-    }
-    if (!integral) return fail(key, std::string("'") + key + "' must be an integer, got " + shown(*v));
-    // An unsigned value above hi is out of range as it is (hi + 1 would overflow when hi
-    // is INT64_MAX, e.g. "seed": 18446744073709551615).
-    const bool above = v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(hi);
-    const int64_t i = above                     ? hi
-                      : v->is_number_unsigned() ? static_cast<int64_t>(v->get<uint64_t>())
-                      : v->is_number_integer()  ? v->get<int64_t>()
-                                                : static_cast<int64_t>(v->get<double>());
-    if (above || i < lo || i > hi)
-      return fail(key, std::string("'") + key + "' must be in [" + std::to_string(lo) + ", " + std::to_string(hi) +
-                           "], got " + shown(*v));
-    *out = i;
-    return true;
-  }
-  bool boolean(const char* key, bool* out) {
-    const json* v = get(key);
-    if (v == nullptr) return true;
-    if (!v->is_boolean()) return fail(key, std::string("'") + key + "' must be a boolean, got " + shown(*v));
-    *out = v->get<bool>();
-    return true;
-  }
-};
 
 // Flattens OpenAI content (string, null, or array of {type: "text", text}) to a string.
 bool flatten_content(const json& content, std::string* out, std::string* why) {
@@ -218,15 +166,22 @@ nlohmann::json error_body(const ApiError& e) {
   return json{{"error", err}};
 }
 
-std::variant<CompletionParams, ApiError> parse_completion_request(const std::string& body, Endpoint endpoint) {
+std::variant<json, ApiError> parse_body_object(const std::string& body) {
   if (nesting_depth(body, kMaxDepth) > kMaxDepth)
     return ApiError{400, "the request body nests arrays/objects deeper than " + std::to_string(kMaxDepth) + " levels",
                     "invalid_request_error", "", ""};
   json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return ApiError{400, "the request body is not valid JSON", "invalid_request_error", "", ""};
   if (!j.is_object()) return ApiError{400, "the request body must be a JSON object", "invalid_request_error", "", ""};
+  return j;
+}
+
+std::variant<CompletionParams, ApiError> parse_completion_request(const std::string& body, Endpoint endpoint) {
+  auto parsed = parse_body_object(body);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
+  const json& j = std::get<json>(parsed);
   if (auto e = check_fields(j, endpoint)) return *e;
-  Parser p{j, std::nullopt};
+  FieldReader p{j, std::nullopt};
   CompletionParams c;
   c.endpoint = endpoint;
   // llama-server's defaults for fields the client leaves out.

@@ -6,11 +6,14 @@
 // chat, "Error codes") for field names, types and the error body
 // {"error": {"message", "type", "param", "code"}}; sampling defaults for omitted fields are
 // llama-server's (temperature 0.8, top_k 40, top_p 0.95, min_p 0.05), since specula is a
-// drop-in for it. Unknown fields are ignored, as llama-server does.
+// drop-in for it. Nothing requested is silently dropped: a field is read, or on a stated
+// list of fields that change nothing, or refused with a 400 naming it (see
+// parse_completion_request).
 // Does not tokenize, render chat templates or talk HTTP (server.cpp does).
 #pragma once
 
 #include <cstdint>
+#include <cmath>
 #include <optional>
 #include <string>
 #include <variant>
@@ -31,6 +34,72 @@ struct ApiError {
   std::string code;   // empty -> null
 };
 nlohmann::json error_body(const ApiError& e);
+
+// A value for an error message: scalars as JSON (cut to 60 bytes), arrays and objects by
+// size only — dumping them whole would recurse once per nesting level and copy them.
+std::string shown(const nlohmann::json& v);
+
+// A request body as a JSON object, or the 400 saying why not (not JSON, not an object,
+// nested deeper than 64 levels).
+std::variant<nlohmann::json, ApiError> parse_body_object(const std::string& body);
+
+// Reads typed, range-checked fields of a request body; the first wrong one becomes
+// `error` (a 400 naming the field). A null field counts as absent.
+struct FieldReader {
+  const nlohmann::json& body;
+  std::optional<ApiError> error;
+
+  bool fail(const std::string& param, const std::string& msg) {
+    if (!error) error = ApiError{400, msg, "invalid_request_error", param, ""};
+    return false;
+  }
+  const nlohmann::json* get(const char* key) {
+    auto it = body.find(key);
+    if (it == body.end() || it->is_null()) return nullptr;
+    return &*it;
+  }
+  bool number(const char* key, double lo, double hi, float* out) {
+    const nlohmann::json* v = get(key);
+    if (v == nullptr) return true;
+    if (!v->is_number())
+      return fail(key, std::string("'") + key + "' must be a number, got " + shown(*v));
+    const double d = v->get<double>();
+    if (!std::isfinite(d) || d < lo || d > hi)
+      return fail(key, std::string("'") + key + "' must be in [" + shown(lo) + ", " + shown(hi) + "], got " + shown(*v));
+    *out = static_cast<float>(d);
+    return true;
+  }
+  bool integer(const char* key, int64_t lo, int64_t hi, std::optional<int64_t>* out) {
+    const nlohmann::json* v = get(key);
+    if (v == nullptr) return true;
+    bool integral = v->is_number_integer();
+    if (v->is_number_float()) {
+      const double d = v->get<double>();
+      integral = std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9e15;
+    }
+    if (!integral) return fail(key, std::string("'") + key + "' must be an integer, got " + shown(*v));
+    // An unsigned value above hi is out of range as it is (hi + 1 would overflow when hi
+    // is INT64_MAX, e.g. "seed": 18446744073709551615).
+    const bool above = v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(hi);
+    const int64_t i = above                     ? hi
+                      : v->is_number_unsigned() ? static_cast<int64_t>(v->get<uint64_t>())
+                      : v->is_number_integer()  ? v->get<int64_t>()
+                                                : static_cast<int64_t>(v->get<double>());
+    if (above || i < lo || i > hi)
+      return fail(key, std::string("'") + key + "' must be in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                           "], got " + shown(*v));
+    *out = i;
+    return true;
+  }
+  bool boolean(const char* key, bool* out) {
+    const nlohmann::json* v = get(key);
+    if (v == nullptr) return true;
+    if (!v->is_boolean()) return fail(key, std::string("'") + key + "' must be a boolean, got " + shown(*v));
+    *out = v->get<bool>();
+    return true;
+  }
+};
+
 
 enum class Endpoint { kCompletions, kChat };
 

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "engine/generate.h"
+#include "server/anthropic_api.h"
 #include "server/completion_stream.h"
 #include "server/openai_api.h"
 #include "server/http.h"
@@ -38,6 +39,16 @@ void send_error(http::Exchange& ex, const ApiError& e) {
   ex.respond(e.status, "application/json", dump_json(error_body(e)));
 }
 
+bool is_anthropic_path(const std::string& path) { return path.rfind("/v1/messages", 0) == 0; }
+
+// An error in the shape of the API the path belongs to (Anthropic's under /v1/messages).
+void send_error_for(const http::Request& req, http::Exchange& ex, const ApiError& e) {
+  if (is_anthropic_path(req.path))
+    ex.respond(e.status, "application/json", dump_json(anthropic_error_body(e)));
+  else
+    send_error(ex, e);
+}
+
 void send_json(http::Exchange& ex, const json& body) { ex.respond(200, "application/json", dump_json(body)); }
 
 std::string sse(const json& j) { return "data: " + dump_json(j) + "\n\n"; }
@@ -46,6 +57,8 @@ Usage usage_of(const RequestSummary& s) {
   return Usage{s.n_prompt, s.n_generated, s.cached_tokens, s.spec_rounds, s.drafted, s.accepted};
 }
 }  // namespace
+
+class AnswerFormat;
 
 struct Server::Impl {
   ServerOptions opt;
@@ -77,6 +90,10 @@ struct Server::Impl {
   // API key check (true: go on); answers 401 itself otherwise.
   bool authorized(const http::Request& req, http::Exchange& ex);
   void handle_completion(const http::Request& req, http::Exchange& ex, Endpoint endpoint);
+  // Anthropic's POST /v1/messages (count_tokens: /v1/messages/count_tokens).
+  void handle_messages(const http::Request& req, http::Exchange& ex, bool count_tokens);
+  // Prompt, submission, and the answer in `fmt`'s shape, streamed or whole.
+  void run_generation(CompletionParams c, http::Exchange& ex, AnswerFormat& fmt);
   void handle_cache_flush(const http::Request& req, http::Exchange& ex);
   void handle_models(http::Exchange& ex);
   void handle_tokenize(const http::Request& req, http::Exchange& ex);
@@ -126,13 +143,13 @@ Result<std::unique_ptr<Server>> Server::create(std::unique_ptr<Model> model, Ser
   // Every request that may hold a row or wait in the queue has a worker, and a few more
   // answer /health and /metrics while they all wait.
   ho.workers = im->opt.engine.n_rows + im->opt.engine.max_queue + 8;
-  ho.error_body = [](int status, const std::string& message) {
+  ho.error_body = [](int status, const std::string& message, const std::string& path) {
     ApiError e{status, message, status >= 500 ? "server_error" : "invalid_request_error", "", ""};
     if (status == 413) e.code = "body_too_large";
     if (status == 408) e.code = "request_timeout";
     if (status == 431) e.code = "headers_too_large";
     if (status == 503) e.code = "too_many_connections";
-    return dump_json(error_body(e));
+    return dump_json(is_anthropic_path(path) ? anthropic_error_body(e) : error_body(e));
   };
   ho.on_status = [im](int status) { im->count(status); };
   im->http = http::HttpServer::create(std::move(ho), [im](const http::Request& req, http::Exchange& ex) {
@@ -189,6 +206,8 @@ void Server::Impl::dispatch(const http::Request& req, http::Exchange& ex) {
       // llama-server aliases
       {"POST", "/completion", [&] { handle_completion(req, ex, Endpoint::kCompletions); }},
       {"POST", "/chat/completions", [&] { handle_completion(req, ex, Endpoint::kChat); }},
+      {"POST", "/v1/messages", [&] { handle_messages(req, ex, false); }},
+      {"POST", "/v1/messages/count_tokens", [&] { handle_messages(req, ex, true); }},
       {"POST", "/admin/cache/flush", [&] { handle_cache_flush(req, ex); }},
       // llama-server's tokenizer routes
       {"POST", "/tokenize", [&] { handle_tokenize(req, ex); }},
@@ -201,9 +220,9 @@ void Server::Impl::dispatch(const http::Request& req, http::Exchange& ex) {
     if (req.method == r.method) return r.run();
   }
   if (path_known)
-    send_error(ex, ApiError{405, "method " + req.method + " not allowed on " + req.path, "invalid_request_error", "", ""});
+    send_error_for(req, ex, ApiError{405, "method " + req.method + " not allowed on " + req.path, "invalid_request_error", "", ""});
   else
-    send_error(ex, ApiError{404, "no route for " + req.method + " " + req.path, "not_found_error", "", ""});
+    send_error_for(req, ex, ApiError{404, "no route for " + req.method + " " + req.path, "not_found_error", "", ""});
 }
 
 void Server::Impl::handle_models(http::Exchange& ex) {
@@ -344,48 +363,194 @@ std::optional<ApiError> Server::Impl::build_prompt(const CompletionParams& c, st
   return std::nullopt;
 }
 
-namespace {
-// What a streaming response keeps between its events.
-struct StreamState {
-  std::shared_ptr<CompletionStream> stream;
-  std::shared_ptr<RequestHandle> handle;
-  CompletionParams params;
-  std::string id, model;
+// What every answer format knows of the generation it writes.
+struct Generation {
+  std::string id;
+  std::string model;
   int64_t created = 0;
   int64_t n_prompt = 0;
-  int64_t text_offset = 0;
-  bool sent_role = false;
-  bool done = false;
   uint64_t seed = 0;
+  const CompletionParams* params = nullptr;
 };
+
+// How one API family writes a generation's answer: OpenAI (completions, chat) or
+// Anthropic Messages. run_generation() drives it.
+class AnswerFormat {
+ public:
+  virtual ~AnswerFormat() = default;
+  virtual void error(http::Exchange& ex, const ApiError& e) = 0;
+  virtual int unknown_model_status() const { return 400; }
+  virtual std::string id_prefix() const = 0;
+  void begin(Generation g) { g_ = std::move(g); }
+  // Non-streamed: the whole answer; `u` is the final update, `text`/`lps` everything.
+  virtual json whole(const std::string& text, const std::vector<TokenLogprob>& lps, const CompletionStream::Update& u) = 0;
+  // Streamed: events before any text, for one update's text, and after the finish
+  // (including the error events of a failed or cancelled generation).
+  virtual std::string stream_start() { return ""; }
+  virtual std::string stream_piece(const CompletionStream::Update& u) = 0;
+  virtual std::string stream_end(const CompletionStream::Update& u) = 0;
+
+ protected:
+  Generation g_;
+};
+
+namespace {
+
+std::string cut_error_message(const CompletionStream::Update& u) {
+  return u.summary.outcome == Outcome::kCancelled ? "generation cancelled: the server is shutting down"
+                                                  : "generation failed: " + u.summary.error;
+}
+
+class OpenAiFormat : public AnswerFormat {
+ public:
+  explicit OpenAiFormat(Endpoint endpoint) : endpoint_(endpoint) {}
+  void error(http::Exchange& ex, const ApiError& e) override { send_error(ex, e); }
+  std::string id_prefix() const override { return endpoint_ == Endpoint::kChat ? "chatcmpl-" : "cmpl-"; }
+
+  json whole(const std::string& text, const std::vector<TokenLogprob>& lps, const CompletionStream::Update& u) override {
+    const Usage usage = usage_of(u.summary);
+    const auto* lp = g_.params->logprobs >= 0 ? &lps : nullptr;
+    json body = endpoint_ == Endpoint::kChat
+                    ? chat_response(g_.id, g_.created, g_.model, text, lp, u.finish_reason, usage)
+                    : completion_response(g_.id, g_.created, g_.model, text, lp, u.finish_reason, usage);
+    body["seed"] = g_.seed;  // the seed this request sampled with (random when not given)
+    // llama-server's "timings" extension (same field names), for benchmarks and clients
+    // that read it: prefill and decode time of this request.
+    const RequestSummary& sm = u.summary;
+    const int64_t n_dec = std::max<int64_t>(0, sm.n_generated - 1);
+    body["timings"] = {{"prompt_n", sm.n_prompt},
+                       {"prompt_ms", sm.prefill_seconds * 1e3},
+                       {"predicted_n", sm.n_generated},
+                       {"predicted_ms", sm.decode_seconds * 1e3},
+                       {"predicted_per_second", sm.decode_seconds > 0 ? n_dec / sm.decode_seconds : 0.0}};
+    return body;
+  }
+
+  std::string stream_piece(const CompletionStream::Update& u) override {
+    const bool want_lp = g_.params->logprobs >= 0;
+    if (u.text.empty() && u.logprobs.empty() && !(endpoint_ == Endpoint::kChat && !sent_role_)) return "";
+    std::string out;
+    if (endpoint_ == Endpoint::kChat) {
+      const bool first = !sent_role_;
+      sent_role_ = true;
+      out = chunk(chat_chunk(g_.id, g_.created, g_.model, &u.text, first, want_lp ? &u.logprobs : nullptr, ""));
+    } else {
+      out = chunk(completion_chunk(g_.id, g_.created, g_.model, u.text, want_lp ? &u.logprobs : nullptr, text_offset_, ""));
+    }
+    text_offset_ += static_cast<int64_t>(u.text.size());
+    return out;
+  }
+
+  std::string stream_end(const CompletionStream::Update& u) override {
+    std::string out;
+    if (u.summary.outcome == Outcome::kFailed || u.summary.outcome == Outcome::kCancelled) {
+      // Not a finish the client asked for: say so, not "stop".
+      out += sse(error_body(ApiError{u.summary.outcome == Outcome::kFailed ? 500 : 503, cut_error_message(u),
+                                     "server_error", "", ""}));
+    } else {
+      const std::string reason = u.summary.outcome == Outcome::kLength ? "length" : "stop";
+      json last = endpoint_ == Endpoint::kChat ? chat_chunk(g_.id, g_.created, g_.model, nullptr, false, nullptr, reason)
+                                               : completion_chunk(g_.id, g_.created, g_.model, "", nullptr, text_offset_, reason);
+      last["seed"] = g_.seed;
+      out += chunk(std::move(last));
+      if (g_.params->include_usage) out += sse(usage_chunk(g_.id, g_.created, g_.model, endpoint_, usage_of(u.summary)));
+    }
+    return out + "data: [DONE]\n\n";
+  }
+
+ private:
+  // With include_usage every chunk but the last carries "usage": null (OpenAI's shape).
+  std::string chunk(json j) const {
+    if (g_.params->include_usage) j["usage"] = nullptr;
+    return sse(j);
+  }
+  Endpoint endpoint_;
+  bool sent_role_ = false;
+  int64_t text_offset_ = 0;
+};
+
+class AnthropicFormat : public AnswerFormat {
+ public:
+  void error(http::Exchange& ex, const ApiError& e) override {
+    ex.respond(e.status, "application/json", dump_json(anthropic_error_body(e)));
+  }
+  int unknown_model_status() const override { return 404; }
+  std::string id_prefix() const override { return "msg_"; }
+
+  json whole(const std::string& text, const std::vector<TokenLogprob>&, const CompletionStream::Update& u) override {
+    return anthropic_message(g_.id, g_.model, text, anthropic_stop_reason(u.finish_reason, u.stop_sequence),
+                             u.stop_sequence, usage(u.summary));
+  }
+  std::string stream_start() override {
+    json msg = anthropic_message(g_.id, g_.model, "", "", "", AnthropicUsage{g_.n_prompt, 0, 0});
+    msg["content"] = json::array();
+    return anthropic_event({{"type", "message_start"}, {"message", msg}}) +
+           anthropic_event({{"type", "content_block_start"}, {"index", 0}, {"content_block", {{"type", "text"}, {"text", ""}}}}) +
+           anthropic_event({{"type", "ping"}});
+  }
+  std::string stream_piece(const CompletionStream::Update& u) override {
+    if (u.text.empty()) return "";
+    return anthropic_event(
+        {{"type", "content_block_delta"}, {"index", 0}, {"delta", {{"type", "text_delta"}, {"text", u.text}}}});
+  }
+  std::string stream_end(const CompletionStream::Update& u) override {
+    if (u.summary.outcome == Outcome::kFailed || u.summary.outcome == Outcome::kCancelled)
+      return anthropic_event(anthropic_error_body(
+          ApiError{u.summary.outcome == Outcome::kFailed ? 500 : 503, cut_error_message(u), "", "", ""}));
+    const AnthropicUsage us = usage(u.summary);
+    return anthropic_event({{"type", "content_block_stop"}, {"index", 0}}) +
+           anthropic_event({{"type", "message_delta"},
+                            {"delta",
+                             {{"stop_reason", anthropic_stop_reason(u.finish_reason, u.stop_sequence)},
+                              {"stop_sequence", u.stop_sequence.empty() ? json(nullptr) : json(u.stop_sequence)}}},
+                            {"usage", {{"output_tokens", us.output_tokens}}}}) +
+           anthropic_event({{"type", "message_stop"}});
+  }
+
+ private:
+  static AnthropicUsage usage(const RequestSummary& s) { return AnthropicUsage{s.n_prompt, s.n_generated, s.cached_tokens}; }
+};
+
 }  // namespace
 
 bool Server::Impl::authorized(const http::Request& req, http::Exchange& ex) {
   if (opt.api_key.empty()) return true;
   const std::string auth = req.header("Authorization");
   if (constant_time_equal(auth, "Bearer " + opt.api_key)) return true;
-  send_error(ex, ApiError{401, "invalid or missing API key (send 'Authorization: Bearer <key>')",
-                           "authentication_error", "", "invalid_api_key"});
+  // Anthropic's clients send the key as x-api-key.
+  if (req.has_header("x-api-key") && constant_time_equal(req.header("x-api-key"), opt.api_key)) return true;
+  send_error_for(req, ex,
+                 ApiError{401, "invalid or missing API key (send 'Authorization: Bearer <key>' or 'x-api-key: <key>')",
+                          "authentication_error", "", "invalid_api_key"});
   return false;
 }
 
 void Server::Impl::handle_completion(const http::Request& req, http::Exchange& ex, Endpoint endpoint) {
+  OpenAiFormat fmt(endpoint);
   auto parsed = parse_completion_request(req.body, endpoint);
-  if (auto* e = std::get_if<ApiError>(&parsed)) {
-    send_error(ex, *e);
-    return;
-  }
-  CompletionParams c = std::move(std::get<CompletionParams>(parsed));
-  if (!c.model.empty() && c.model != opt.model_id) {
-    send_error(ex, ApiError{400, "model '" + c.model + "' is not served here; this server serves '" + opt.model_id + "'",
-                             "invalid_request_error", "model", "model_not_found"});
-    return;
-  }
+  if (auto* e = std::get_if<ApiError>(&parsed)) return fmt.error(ex, *e);
+  run_generation(std::get<CompletionParams>(parsed), ex, fmt);
+}
+
+void Server::Impl::handle_messages(const http::Request& req, http::Exchange& ex, bool count_tokens) {
+  AnthropicFormat fmt;
+  auto parsed = parse_messages_request(req.body, count_tokens);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return fmt.error(ex, *e);
+  CompletionParams& c = std::get<CompletionParams>(parsed);
+  if (!count_tokens) return run_generation(std::move(c), ex, fmt);
   std::vector<int32_t> ids;
-  if (auto e = build_prompt(c, &ids)) {
-    send_error(ex, *e);
-    return;
-  }
+  if (auto e = build_prompt(c, &ids)) return fmt.error(ex, *e);
+  send_json(ex, json{{"input_tokens", ids.size()}});
+}
+
+void Server::Impl::run_generation(CompletionParams c, http::Exchange& ex, AnswerFormat& fmt) {
+  const Endpoint endpoint = c.endpoint;
+  if (!c.model.empty() && c.model != opt.model_id)
+    return fmt.error(ex, ApiError{fmt.unknown_model_status(),
+                                  "model '" + c.model + "' is not served here; this server serves '" + opt.model_id + "'",
+                                  "invalid_request_error", "model", "model_not_found"});
+  std::vector<int32_t> ids;
+  if (auto e = build_prompt(c, &ids)) return fmt.error(ex, *e);
   EngineRequest er;
   er.prompt = std::move(ids);
   const int64_t n_prompt = static_cast<int64_t>(er.prompt.size());
@@ -393,13 +558,11 @@ void Server::Impl::handle_completion(const http::Request& req, http::Exchange& e
     er.max_tokens = *c.max_tokens;
   } else {
     const int64_t room = opt.engine.n_ctx - n_prompt;
-    if (room <= 0) {
-      send_error(ex, ApiError{400, "the prompt has " + std::to_string(n_prompt) + " tokens; the context holds " +
-                                        std::to_string(opt.engine.n_ctx),
-                               "invalid_request_error", endpoint == Endpoint::kChat ? "messages" : "prompt",
-                               "context_length_exceeded"});
-      return;
-    }
+    if (room <= 0)
+      return fmt.error(ex, ApiError{400, "the prompt has " + std::to_string(n_prompt) + " tokens; the context holds " +
+                                             std::to_string(opt.engine.n_ctx),
+                                    "invalid_request_error", endpoint == Endpoint::kChat ? "messages" : "prompt",
+                                    "context_length_exceeded"});
     er.max_tokens = static_cast<int32_t>(room);
   }
   er.sampling = c.sampling;
@@ -412,7 +575,7 @@ void Server::Impl::handle_completion(const http::Request& req, http::Exchange& e
     er.resume_key = endpoint == Endpoint::kChat ? "chat" : "completion";
     for (const std::string& st : c.stop) er.resume_key += "\x1f" + st;
   }
-  const uint64_t er_seed = er.sampling.seed;
+  const uint64_t seed = er.sampling.seed;
   auto stream = std::make_shared<CompletionStream>(*tok, c.stop, c.logprobs >= 0);
   Submission sub = engine->submit(std::move(er), stream);
   if (sub.error != SubmitError::kNone) {
@@ -429,11 +592,20 @@ void Server::Impl::handle_completion(const http::Request& req, http::Exchange& e
     } else if (e.message.find("exceeds the context") != std::string::npos) {
       e.code = "context_length_exceeded";
     }
-    send_error(ex, e);
-    return;
+    return fmt.error(ex, e);
   }
-  const std::string id = (endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-") + std::to_string(sub.handle->id());
-  const int64_t created = unix_now();
+  fmt.begin(Generation{fmt.id_prefix() + std::to_string(sub.handle->id()), opt.model_id, unix_now(), n_prompt, seed, &c});
+  RequestHandle& handle = *sub.handle;
+  // However this ends before the finish (client gone, an exception), the request stops
+  // generating.
+  bool finished = false;
+  struct CancelUnlessFinished {
+    const bool& finished;
+    RequestHandle& handle;
+    ~CancelUnlessFinished() {
+      if (!finished) handle.cancel();
+    }
+  } guard{finished, handle};
 
   if (!c.stream) {
     std::string text;
@@ -443,107 +615,43 @@ void Server::Impl::handle_completion(const http::Request& req, http::Exchange& e
     // its connection is probed each time the request makes progress (and every 100 ms).
     bool client_left = false;
     for (;;) {
-      if (stop_requested.load()) sub.handle->cancel();  // shutting down: don't hold it up
+      if (stop_requested.load()) handle.cancel();  // shutting down: don't hold it up
       u = stream->wait(std::chrono::milliseconds(100));
       text += u.text;
       for (auto& l : u.logprobs) lps.push_back(std::move(l));
       if (u.finished) break;
-      if (!sub.handle->cancelled() && ex.client_gone()) {
-        sub.handle->cancel();
+      if (!handle.cancelled() && ex.client_gone()) {
+        handle.cancel();
         client_left = true;
       }
     }
+    finished = true;
     if (client_left && u.summary.outcome == Outcome::kCancelled) return;  // nobody to answer
-    if (u.summary.outcome == Outcome::kFailed || u.summary.outcome == Outcome::kCancelled) {
-      send_error(ex, ApiError{u.summary.outcome == Outcome::kFailed ? 500 : 503,
-                               "generation " + u.finish_reason + (u.summary.error.empty() ? "" : ": " + u.summary.error),
-                               "server_error", "", ""});
-      return;
-    }
-    Usage usage = usage_of(u.summary);
-    const auto* lp = c.logprobs >= 0 ? &lps : nullptr;
-    json body = endpoint == Endpoint::kChat ? chat_response(id, created, opt.model_id, text, lp, u.finish_reason, usage)
-                                            : completion_response(id, created, opt.model_id, text, lp, u.finish_reason, usage);
-    // llama-server's "timings" extension (same field names), for benchmarks and clients
-    // that read it: prefill and decode time of this request.
-    body["seed"] = er_seed;  // the seed this request sampled with (random when not given)
-    const RequestSummary& sm = u.summary;
-    const int64_t n_dec = std::max<int64_t>(0, sm.n_generated - 1);
-    body["timings"] = {{"prompt_n", sm.n_prompt},
-                       {"prompt_ms", sm.prefill_seconds * 1e3},
-                       {"predicted_n", sm.n_generated},
-                       {"predicted_ms", sm.decode_seconds * 1e3},
-                       {"predicted_per_second", sm.decode_seconds > 0 ? n_dec / sm.decode_seconds : 0.0}};
-    ex.respond(200, "application/json", dump_json(body));
+    if (u.summary.outcome == Outcome::kFailed || u.summary.outcome == Outcome::kCancelled)
+      return fmt.error(ex, ApiError{u.summary.outcome == Outcome::kFailed ? 500 : 503,
+                                    "generation " + u.finish_reason + (u.summary.error.empty() ? "" : ": " + u.summary.error),
+                                    "server_error", "", ""});
+    ex.respond(200, "application/json", dump_json(fmt.whole(text, lps, u)));
     return;
   }
 
-  StreamState st;
-  st.stream = stream;
-  st.handle = sub.handle;
-  st.params = std::move(c);
-  st.id = id;
-  st.model = opt.model_id;
-  st.created = created;
-  st.n_prompt = n_prompt;
-  st.seed = er_seed;
   // The probe is an SSE comment: clients ignore it (see http::Exchange::client_gone).
-  if (!ex.begin_stream(200, "text/event-stream", {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}}, ":\n\n")) {
-    st.handle->cancel();
+  if (!ex.begin_stream(200, "text/event-stream", {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}}, ":\n\n"))
     return;
-  }
-  const bool want_lp = st.params.logprobs >= 0;
-  // With include_usage every chunk but the last carries "usage": null (OpenAI's shape).
-  auto chunk = [&](json j) {
-    if (st.params.include_usage) j["usage"] = nullptr;
-    return sse(j);
-  };
-  // However this loop ends before the finish (client gone, an exception), the request
-  // stops generating.
-  struct CancelUnlessDone {
-    StreamState& st;
-    ~CancelUnlessDone() {
-      if (!st.done) st.handle->cancel();
-    }
-  } cancel_guard{st};
-  while (!st.done) {
-    if (stop_requested.load()) st.handle->cancel();  // shutting down: end the stream now
-    CompletionStream::Update u = st.stream->wait(std::chrono::milliseconds(250));
-    std::string out;
-    if (!u.text.empty() || !u.logprobs.empty() || (endpoint == Endpoint::kChat && !st.sent_role)) {
-      if (endpoint == Endpoint::kChat) {
-        const bool first = !st.sent_role;
-        st.sent_role = true;
-        out += chunk(chat_chunk(st.id, st.created, st.model, &u.text, first, want_lp ? &u.logprobs : nullptr, ""));
-      } else {
-        out += chunk(completion_chunk(st.id, st.created, st.model, u.text, want_lp ? &u.logprobs : nullptr,
-                                      st.text_offset, ""));
-      }
-      st.text_offset += static_cast<int64_t>(u.text.size());
-    }
+  std::string out = fmt.stream_start();
+  while (!finished) {
+    if (stop_requested.load()) handle.cancel();  // shutting down: end the stream now
+    CompletionStream::Update u = stream->wait(std::chrono::milliseconds(250));
+    out += fmt.stream_piece(u);
     if (u.finished) {
-      if (u.summary.outcome == Outcome::kFailed) {
-        out += sse(error_body(ApiError{500, "generation failed: " + u.summary.error, "server_error", "", ""}));
-      } else if (u.summary.outcome == Outcome::kCancelled) {
-        // Not a finish the client asked for (the server is stopping): say so, not "stop".
-        out += sse(error_body(ApiError{503, "generation cancelled: the server is shutting down", "server_error", "", ""}));
-      } else {
-        const std::string reason = u.summary.outcome == Outcome::kLength ? "length" : "stop";
-        json last = endpoint == Endpoint::kChat
-                        ? chat_chunk(st.id, st.created, st.model, nullptr, false, nullptr, reason)
-                        : completion_chunk(st.id, st.created, st.model, "", nullptr, st.text_offset, reason);
-        last["seed"] = st.seed;  // the seed this request sampled with (random when not given)
-        out += chunk(std::move(last));
-        if (st.params.include_usage)
-          out += sse(usage_chunk(st.id, st.created, st.model, endpoint, usage_of(u.summary)));
-      }
-      out += "data: [DONE]\n\n";
-      st.done = true;
+      out += fmt.stream_end(u);
+      finished = true;
     }
     // Nothing new: probe the connection so a vanished client is noticed.
     const bool gone = out.empty() ? ex.client_gone() : !ex.write(out);
+    out.clear();
     if (gone) {
-      st.handle->cancel();
+      handle.cancel();
       return;
     }
   }

@@ -1,0 +1,175 @@
+// server/anthropic_api.cpp — see anthropic_api.h.
+#include "server/anthropic_api.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace specula::server {
+
+using nlohmann::json;
+
+namespace {
+
+// Text of an Anthropic content value (a string, or an array of blocks of which only
+// "text" is supported), or false with why.
+bool flatten_blocks(const json& content, std::string* out, std::string* why) {
+  if (content.is_string()) {
+    *out = content.get<std::string>();
+    return true;
+  }
+  if (!content.is_array()) {
+    *why = "must be a string or an array of content blocks";
+    return false;
+  }
+  for (const json& b : content) {
+    if (!b.is_object() || !b.contains("type") || !b["type"].is_string()) {
+      *why = "content blocks must be objects with a 'type'";
+      return false;
+    }
+    if (b["type"] != "text") {
+      *why = "content block type " + shown(b["type"]) + " is not supported (text only)";
+      return false;
+    }
+    if (!b.contains("text") || !b["text"].is_string()) {
+      *why = "a text block needs a string 'text'";
+      return false;
+    }
+    *out += b["text"].get<std::string>();
+  }
+  return true;
+}
+
+ApiError bad(const std::string& param, const std::string& message) {
+  return ApiError{400, message, "invalid_request_error", param, ""};
+}
+
+}  // namespace
+
+std::variant<CompletionParams, ApiError> parse_messages_request(const std::string& body, bool count_tokens) {
+  auto parsed = parse_body_object(body);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
+  const json& j = std::get<json>(parsed);
+  // Read, or ignored because they change no token of the answer (cache_control: the
+  // prompt cache works on its own; inference_geo, speed, service_tier, metadata and the
+  // account fields: this server has one place, one speed and no accounts).
+  static const char* const kRead[] = {"model",         "max_tokens",    "messages",     "system",
+                                      "stop_sequences", "stream",       "temperature",  "top_p",
+                                      "top_k",         "metadata",      "service_tier", "cache_control",
+                                      "inference_geo", "speed",         "user_profile_id", "workspace_id"};
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    const std::string& key = it.key();
+    const json& v = it.value();
+    if (v.is_null() || std::any_of(std::begin(kRead), std::end(kRead), [&](const char* k) { return key == k; })) continue;
+    if (key == "thinking" && v.is_object() && v.value("type", "") == "disabled") continue;
+    if (key == "tools" && v.is_array() && v.empty()) continue;
+    if (key == "output_config" && v.is_object()) {  // effort: no reasoning to spend it on
+      bool ok = true;
+      for (auto f = v.begin(); f != v.end(); ++f) ok = ok && (f.key() == "effort" || f.value().is_null());
+      if (ok) continue;
+      return bad(key, "'output_config.format' (structured outputs) is not implemented yet");
+    }
+    if (key == "tools" || key == "tool_choice" || key == "thinking" || key == "mcp_servers" || key == "container" ||
+        key == "diagnostics")
+      return bad(key, "'" + key + "' is not implemented yet");
+    return bad(key, "unknown field '" + key + "' for /v1/messages");
+  }
+  FieldReader p{j, std::nullopt};
+  CompletionParams c;
+  c.endpoint = Endpoint::kChat;
+  // Anthropic's defaults: temperature 1.0 and no truncation of the distribution.
+  c.sampling.temperature = 1.0f;
+  c.sampling.top_k = 0;
+  c.sampling.top_p = 1.0f;
+  c.sampling.min_p = 0.0f;
+  const json* m = p.get("model");
+  if (m == nullptr || !m->is_string()) return bad("model", "'model' must be a string");
+  c.model = m->get<std::string>();
+
+  c.messages = json::array();
+  if (const json* sys = p.get("system")) {
+    std::string text, why;
+    if (!flatten_blocks(*sys, &text, &why)) return bad("system", "'system' " + why);
+    if (!text.empty()) c.messages.push_back({{"role", "system"}, {"content", text}});
+  }
+  const json* ms = p.get("messages");
+  if (ms == nullptr || !ms->is_array() || ms->empty()) return bad("messages", "'messages' must be a non-empty array");
+  for (size_t i = 0; i < ms->size(); ++i) {
+    const json& msg = (*ms)[i];
+    const std::string where = "messages." + std::to_string(i);
+    if (!msg.is_object()) return bad("messages", where + " must be an object");
+    if (!msg.contains("role") || !(msg["role"] == "user" || msg["role"] == "assistant"))
+      return bad("messages", where + ".role must be \"user\" or \"assistant\"");
+    std::string text, why;
+    if (!msg.contains("content") || !flatten_blocks(msg["content"], &text, &why))
+      return bad("messages", where + ".content " + (why.empty() ? "is required" : why));
+    c.messages.push_back({{"role", msg["role"]}, {"content", text}});
+  }
+  if (count_tokens) return c;
+
+  std::optional<int64_t> max_tokens, top_k;
+  p.integer("max_tokens", 1, std::numeric_limits<int32_t>::max(), &max_tokens);
+  p.integer("top_k", 0, std::numeric_limits<int32_t>::max(), &top_k);
+  p.number("temperature", 0.0, 1.0, &c.sampling.temperature);
+  p.number("top_p", 0.0, 1.0, &c.sampling.top_p);
+  p.boolean("stream", &c.stream);
+  if (p.error) return *p.error;
+  if (!max_tokens) return bad("max_tokens", "'max_tokens' is required");
+  c.max_tokens = static_cast<int32_t>(*max_tokens);
+  if (top_k) c.sampling.top_k = static_cast<int32_t>(*top_k);
+  if (c.sampling.top_p <= 0.0f) {  // nothing but the most likely token
+    c.sampling.temperature = 0.0f;
+    c.sampling.top_p = 1.0f;
+  }
+  if (const json* st = p.get("stop_sequences")) {
+    if (!st->is_array() || st->size() > 16) return bad("stop_sequences", "'stop_sequences' must be an array of at most 16 strings");
+    for (const json& s : *st) {
+      if (!s.is_string()) return bad("stop_sequences", "'stop_sequences' must hold strings, found " + shown(s));
+      if (!s.get<std::string>().empty()) c.stop.push_back(s.get<std::string>());
+    }
+  }
+  return c;
+}
+
+json anthropic_error_body(const ApiError& e) {
+  std::string type = "invalid_request_error";
+  switch (e.status) {
+    case 401: type = "authentication_error"; break;
+    case 403: type = "permission_error"; break;
+    case 404: type = "not_found_error"; break;
+    case 413: type = "request_too_large"; break;
+    case 429: type = "rate_limit_error"; break;
+    case 503: type = "overloaded_error"; break;
+    default:
+      if (e.status >= 500) type = "api_error";
+  }
+  return json{{"type", "error"}, {"error", {{"type", type}, {"message", e.message}}}};
+}
+
+std::string anthropic_stop_reason(const std::string& finish_reason, const std::string& stop_sequence) {
+  if (finish_reason == "length") return "max_tokens";
+  return stop_sequence.empty() ? "end_turn" : "stop_sequence";
+}
+
+json anthropic_message(const std::string& id, const std::string& model, const std::string& text,
+                       const std::string& stop_reason, const std::string& stop_sequence, const AnthropicUsage& usage) {
+  json content = json::array();
+  content.push_back({{"type", "text"}, {"text", text}});
+  return json{{"id", id},
+              {"type", "message"},
+              {"role", "assistant"},
+              {"model", model},
+              {"content", content},
+              {"stop_reason", stop_reason.empty() ? json(nullptr) : json(stop_reason)},
+              {"stop_sequence", stop_sequence.empty() ? json(nullptr) : json(stop_sequence)},
+              {"usage",
+               {{"input_tokens", usage.input_tokens},
+                {"output_tokens", usage.output_tokens},
+                {"cache_creation_input_tokens", 0},
+                {"cache_read_input_tokens", usage.cache_read_input_tokens}}}};
+}
+
+std::string anthropic_event(const json& data) {
+  return "event: " + data.value("type", std::string("message")) + "\ndata: " + dump_json(data) + "\n\n";
+}
+
+}  // namespace specula::server
