@@ -92,7 +92,7 @@ const char* const kReadCommon[] = {"model", "max_tokens", "max_completion_tokens
                                    "repeat_penalty", "stream", "stream_options", "ignore_eos", "speculative", "stop",
                                    "logit_bias", "logprobs", "top_logprobs", "n_predict"};
 const char* const kReadCompletions[] = {"prompt", "parse_special"};
-const char* const kReadChat[] = {"messages", "parse_special"};
+const char* const kReadChat[] = {"messages", "parse_special", "tools", "tool_choice", "parallel_tool_calls"};
 const char* const kIgnored[] = {"user", "metadata", "store", "service_tier", "cache_prompt", "id_slot", "slot_id",
                                 "timings_per_token"};
 
@@ -109,8 +109,8 @@ std::optional<ApiError> check_fields(const json& body, Endpoint endpoint) {
   static const std::vector<NoOp> kNoOp = {
       {"response_format", [](const json& v) { return v.is_object() && v.value("type", "") == "text"; },
        "structured outputs (json_object / json_schema) are not implemented yet"},
-      {"tools", [](const json& v) { return v.is_array() && v.empty(); }, "tool calling is not implemented yet"},
-      {"tool_choice", [](const json& v) { return v == "none" || v == "auto"; }, "tool calling is not implemented yet"},
+      {"tools", [](const json& v) { return v.is_array() && v.empty(); }, "tools apply to /v1/chat/completions"},
+      {"tool_choice", [](const json& v) { return v == "none" || v == "auto"; }, "tools apply to /v1/chat/completions"},
       {"parallel_tool_calls", [](const json& v) { return v.is_boolean(); }, "must be a boolean"},
       {"functions", [](const json& v) { return v.is_array() && v.empty(); }, "function calling is not implemented yet"},
       {"function_call", [](const json& v) { return v == "none" || v == "auto"; }, "function calling is not implemented yet"},
@@ -249,8 +249,49 @@ std::variant<CompletionParams, ApiError> parse_completion_request(const std::str
       if (!flatten_content(m.contains("content") ? m["content"] : json(nullptr), &text, &why))
         return ApiError{400, where + ".content " + why, "invalid_request_error", "messages", ""};
       out["content"] = text;
+      if (m.contains("tool_calls") && !m["tool_calls"].is_null()) {
+        if (!m["tool_calls"].is_array())
+          return ApiError{400, where + ".tool_calls must be an array", "invalid_request_error", "messages", ""};
+        for (json& tc : out["tool_calls"]) {
+          if (!tc.is_object() || !tc.contains("function") || !tc["function"].is_object() ||
+              !tc["function"].contains("name") || !tc["function"]["name"].is_string())
+            return ApiError{400, where + ".tool_calls entries need function.name", "invalid_request_error", "messages", ""};
+          json& args = tc["function"]["arguments"];
+          if (args.is_string()) {  // OpenAI sends JSON text; templates print an object
+            json parsed = json::parse(args.get<std::string>(), nullptr, false);
+            if (!parsed.is_discarded()) args = std::move(parsed);
+          }
+        }
+      }
       c.messages.push_back(std::move(out));
     }
+  }
+
+  if (endpoint == Endpoint::kChat) {
+    if (const json* t = p.get("tools")) {
+      if (!t->is_array()) return ApiError{400, "'tools' must be an array", "invalid_request_error", "tools", ""};
+      for (const json& tool : *t) {
+        const bool ok = tool.is_object() && tool.value("type", "") == "function" && tool.contains("function") &&
+                        tool["function"].is_object() && tool["function"].contains("name") &&
+                        tool["function"]["name"].is_string() &&
+                        (!tool["function"].contains("parameters") || tool["function"]["parameters"].is_object());
+        if (!ok)
+          return ApiError{400, "'tools' entries must be {\"type\": \"function\", \"function\": {\"name\", \"parameters\"}}",
+                          "invalid_request_error", "tools", ""};
+      }
+      if (!t->empty()) c.tools = *t;
+    }
+    if (const json* tc = p.get("tool_choice")) {
+      if (*tc == "none") {
+        c.tools = nullptr;  // the model is not told of any tool
+      } else if (*tc != "auto") {
+        return ApiError{400, "'tool_choice' " + shown(*tc) +
+                                 ": forcing a call needs constrained decoding, not implemented yet (use \"auto\")",
+                        "invalid_request_error", "tool_choice", ""};
+      }
+    }
+    if (const json* ptc = p.get("parallel_tool_calls"); ptc != nullptr && !ptc->is_boolean())
+      return ApiError{400, "'parallel_tool_calls' must be a boolean", "invalid_request_error", "parallel_tool_calls", ""};
   }
 
   std::optional<int64_t> max_tokens, max_completion, n, seed, top_k, logprobs_n, top_logprobs;

@@ -110,8 +110,12 @@ struct CompletionParams {
   bool prompt_is_ids = false;
   std::string prompt_text;
   std::vector<int32_t> prompt_ids;
-  // chat: messages with content flattened to strings ({role, content} + other fields kept)
+  // chat: messages with content flattened to strings ({role, content} + other fields kept;
+  // an assistant turn's tool_calls[].function.arguments parsed from its JSON string into
+  // an object, as chat templates expect)
   nlohmann::json messages;
+  // chat: the tool definitions given to the template (null: none, or tool_choice "none")
+  nlohmann::json tools;
   std::optional<int32_t> max_tokens;  // absent: until the context is full
   SamplingParams sampling;            // seed filled by the caller when !seed_given
   bool seed_given = false;

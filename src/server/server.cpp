@@ -17,6 +17,7 @@
 #include "server/anthropic_api.h"
 #include "server/completion_stream.h"
 #include "server/openai_api.h"
+#include "server/tool_calls.h"
 #include "server/http.h"
 #include "tokenizer/bpe.h"
 
@@ -65,6 +66,7 @@ struct Server::Impl {
   std::unique_ptr<Model> model;
   std::unique_ptr<tokenizer::Tokenizer> tok;
   std::optional<tokenizer::ChatTemplate> chat_template;
+  ToolFormat tool_format = ToolFormat::kNone;  // how the template's model writes tool calls
   std::string chat_template_origin;  // "model metadata" / "file"
   std::unique_ptr<Engine> engine;
   std::unique_ptr<http::HttpServer> http;  // declared after the engine: goes first
@@ -116,11 +118,13 @@ Result<std::unique_ptr<Server>> Server::create(std::unique_ptr<Model> model, Ser
     if (!t) return Status::error("[server] --chat-template-file: " + t.message());
     impl->chat_template = std::move(t).value();
     impl->chat_template_origin = "file";
+    impl->tool_format = tool_format_of(*options.chat_template);
   } else if (auto src = tokenizer::chat_template_from_gguf(model->file())) {
     auto t = tokenizer::ChatTemplate::parse(*src);
     if (!t) return Status::error("[server] the model's chat template: " + t.message());
     impl->chat_template = std::move(t).value();
     impl->chat_template_origin = "model metadata";
+    impl->tool_format = tool_format_of(*src);
   }
   if (options.model_id.empty()) options.model_id = model->info().name.empty() ? "model" : model->info().name;
   if (options.engine.eog_ids.empty()) options.engine.eog_ids = end_of_generation_ids(impl->tok->vocab(), model->file());
@@ -347,6 +351,16 @@ std::optional<ApiError> Server::Impl::build_prompt(const CompletionParams& c, st
     const std::string bos = vocab.valid_id(vocab.bos_id()) ? vocab.text(vocab.bos_id()) : "";
     const std::string eos = vocab.valid_id(vocab.eos_id()) ? vocab.text(vocab.eos_id()) : "";
     json ctx = {{"messages", c.messages}, {"add_generation_prompt", true}, {"bos_token", bos}, {"eos_token", eos}};
+    if (!c.tools.is_null()) {
+      if (tool_format == ToolFormat::kNone)
+        return ApiError{400,
+                        "this model's chat template has no tool-call format specula can read (supported: Hermes "
+                        "<tool_call>, as Qwen2.5 writes)",
+                        "invalid_request_error", "tools", ""};
+      if (c.logprobs >= 0)
+        return ApiError{400, "logprobs together with tools are not supported yet", "invalid_request_error", "logprobs", ""};
+      ctx["tools"] = c.tools;
+    }
     auto rendered = chat_template->render_marked(ctx);
     if (!rendered) return ApiError{400, "the chat template failed on these messages: " + rendered.message(),
                                    "invalid_request_error", "messages", ""};
@@ -403,7 +417,8 @@ std::string cut_error_message(const CompletionStream::Update& u) {
 
 class OpenAiFormat : public AnswerFormat {
  public:
-  explicit OpenAiFormat(Endpoint endpoint) : endpoint_(endpoint) {}
+  // tools: the format the model writes tool calls in; kNone when the request has no tools.
+  OpenAiFormat(Endpoint endpoint, ToolFormat tools = ToolFormat::kNone) : endpoint_(endpoint), tools_(tools) {}
   void error(http::Exchange& ex, const ApiError& e) override { send_error(ex, e); }
   std::string id_prefix() const override { return endpoint_ == Endpoint::kChat ? "chatcmpl-" : "cmpl-"; }
 
@@ -414,6 +429,15 @@ class OpenAiFormat : public AnswerFormat {
                     ? chat_response(g_.id, g_.created, g_.model, text, lp, u.finish_reason, usage)
                     : completion_response(g_.id, g_.created, g_.model, text, lp, u.finish_reason, usage);
     body["seed"] = g_.seed;  // the seed this request sampled with (random when not given)
+    if (tools_ != ToolFormat::kNone && u.summary.outcome != Outcome::kLength) {
+      ParsedAnswer a = parse_tool_calls(tools_, text, tool_names());
+      if (!a.calls.empty()) {
+        json& msg = body["choices"][0]["message"];
+        msg["content"] = a.content.empty() ? json(nullptr) : json(a.content);
+        msg["tool_calls"] = tool_calls_json(a.calls, false);
+        body["choices"][0]["finish_reason"] = "tool_calls";
+      }
+    }
     // llama-server's "timings" extension (same field names), for benchmarks and clients
     // that read it: prefill and decode time of this request.
     const RequestSummary& sm = u.summary;
@@ -427,6 +451,25 @@ class OpenAiFormat : public AnswerFormat {
   }
 
   std::string stream_piece(const CompletionStream::Update& u) override {
+    if (tools_ != ToolFormat::kNone) {
+      // Text goes out until a call's opening tag; from there on it is held for parsing.
+      pending_ += u.text;
+      std::string release;
+      if (!in_call_) {
+        const Release r = releasable_content(tools_, pending_, !released_any_);
+        in_call_ = r.call_started;
+        release = pending_.substr(0, r.content);
+        pending_.erase(0, r.content);
+        released_any_ = released_any_ || !release.empty();
+      }
+      CompletionStream::Update v;
+      v.text = std::move(release);
+      return text_piece(v);
+    }
+    return text_piece(u);
+  }
+
+  std::string text_piece(const CompletionStream::Update& u) {
     const bool want_lp = g_.params->logprobs >= 0;
     if (u.text.empty() && u.logprobs.empty() && !(endpoint_ == Endpoint::kChat && !sent_role_)) return "";
     std::string out;
@@ -448,7 +491,21 @@ class OpenAiFormat : public AnswerFormat {
       out += sse(error_body(ApiError{u.summary.outcome == Outcome::kFailed ? 500 : 503, cut_error_message(u),
                                      "server_error", "", ""}));
     } else {
-      const std::string reason = u.summary.outcome == Outcome::kLength ? "length" : "stop";
+      std::string reason = u.summary.outcome == Outcome::kLength ? "length" : "stop";
+      if (tools_ != ToolFormat::kNone && !pending_.empty()) {
+        ParsedAnswer a =
+            in_call_ && reason != "length" ? parse_tool_calls(tools_, pending_, tool_names()) : ParsedAnswer{pending_, {}};
+        CompletionStream::Update v;
+        v.text = a.calls.empty() ? pending_ : a.content;
+        out += text_piece(v);
+        if (!a.calls.empty()) {
+          json delta = {{"tool_calls", tool_calls_json(a.calls, true)}};
+          json ch = {{"id", g_.id}, {"object", "chat.completion.chunk"}, {"created", g_.created}, {"model", g_.model},
+                     {"choices", {{{"index", 0}, {"delta", delta}, {"finish_reason", nullptr}, {"logprobs", nullptr}}}}};
+          out += chunk(std::move(ch));
+          reason = "tool_calls";
+        }
+      }
       json last = endpoint_ == Endpoint::kChat ? chat_chunk(g_.id, g_.created, g_.model, nullptr, false, nullptr, reason)
                                                : completion_chunk(g_.id, g_.created, g_.model, "", nullptr, text_offset_, reason);
       last["seed"] = g_.seed;
@@ -464,9 +521,31 @@ class OpenAiFormat : public AnswerFormat {
     if (g_.params->include_usage) j["usage"] = nullptr;
     return sse(j);
   }
+  // OpenAI's tool_calls array (streamed: with each call's index).
+  json tool_calls_json(const std::vector<ToolCall>& calls, bool with_index) const {
+    json arr = json::array();
+    for (size_t k = 0; k < calls.size(); ++k) {
+      json c = {{"id", "call_" + g_.id + "_" + std::to_string(k)},
+                {"type", "function"},
+                {"function", {{"name", calls[k].name}, {"arguments", calls[k].arguments}}}};
+      if (with_index) c["index"] = k;
+      arr.push_back(std::move(c));
+    }
+    return arr;
+  }
   Endpoint endpoint_;
+  ToolFormat tools_;
   bool sent_role_ = false;
   int64_t text_offset_ = 0;
+  std::vector<std::string> tool_names() const {
+    std::vector<std::string> names;
+    if (g_.params->tools.is_array())
+      for (const json& t : g_.params->tools) names.push_back(t["function"]["name"].get<std::string>());
+    return names;
+  }
+  std::string pending_;  // tools: text held back (a possible or begun tool call)
+  bool in_call_ = false;
+  bool released_any_ = false;
 };
 
 class AnthropicFormat : public AnswerFormat {
@@ -526,10 +605,11 @@ bool Server::Impl::authorized(const http::Request& req, http::Exchange& ex) {
 }
 
 void Server::Impl::handle_completion(const http::Request& req, http::Exchange& ex, Endpoint endpoint) {
-  OpenAiFormat fmt(endpoint);
   auto parsed = parse_completion_request(req.body, endpoint);
-  if (auto* e = std::get_if<ApiError>(&parsed)) return fmt.error(ex, *e);
-  run_generation(std::get<CompletionParams>(parsed), ex, fmt);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return send_error(ex, *e);
+  CompletionParams& c = std::get<CompletionParams>(parsed);
+  OpenAiFormat fmt(endpoint, c.tools.is_null() ? ToolFormat::kNone : tool_format);
+  run_generation(std::move(c), ex, fmt);
 }
 
 void Server::Impl::handle_messages(const http::Request& req, http::Exchange& ex, bool count_tokens) {

@@ -1,0 +1,181 @@
+// server/tool_calls.cpp — see tool_calls.h.
+#include "server/tool_calls.h"
+
+#include <algorithm>
+
+#include <nlohmann/json.hpp>
+
+namespace specula::server {
+
+namespace {
+using nlohmann::json;
+
+constexpr const char* kOpen = "<tool_call>";
+constexpr const char* kClose = "</tool_call>";
+constexpr const char* kFence = "```";
+
+std::string trim(const std::string& s) {
+  const size_t a = s.find_first_not_of(" \t\r\n");
+  if (a == std::string::npos) return "";
+  return s.substr(a, s.find_last_not_of(" \t\r\n") - a + 1);
+}
+
+std::string args_text(const json& j) {
+  if (!j.contains("arguments")) return "{}";
+  if (j["arguments"].is_string()) return j["arguments"].get<std::string>();
+  return j["arguments"].dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+// A call object as the model writes it: {"name": string, "arguments": object or string}.
+bool call_object(const json& j, bool strict, const std::vector<std::string>& tools) {
+  if (!j.is_object() || !j.contains("name") || !j["name"].is_string()) return false;
+  if (!strict) return !j.contains("arguments") || j["arguments"].is_object() || j["arguments"].is_string();
+  return j.contains("arguments") && j["arguments"].is_object() &&
+         std::find(tools.begin(), tools.end(), j["name"].get<std::string>()) != tools.end();
+}
+
+// The top-level JSON values of a text holding one or more of them separated by
+// whitespace (models list several calls as consecutive objects); empty when it is not
+// such a text.
+std::vector<json> json_values(const std::string& s) {
+  std::vector<json> out;
+  size_t pos = s.find_first_not_of(" \t\r\n");
+  while (pos != std::string::npos) {
+    if (s[pos] != '{' && s[pos] != '[') return {};
+    int depth = 0;
+    bool in_string = false, escaped = false;
+    size_t end = pos;
+    for (; end < s.size(); ++end) {
+      const char ch = s[end];
+      if (in_string) {
+        if (escaped) escaped = false;
+        else if (ch == '\\') escaped = true;
+        else if (ch == '"') in_string = false;
+      } else if (ch == '"') {
+        in_string = true;
+      } else if (ch == '{' || ch == '[') {
+        ++depth;
+      } else if (ch == '}' || ch == ']') {
+        if (--depth == 0) break;
+      }
+    }
+    if (end >= s.size()) return {};
+    json j = json::parse(s.substr(pos, end + 1 - pos), nullptr, false);
+    if (j.is_discarded()) return {};
+    out.push_back(std::move(j));
+    pos = s.find_first_not_of(" \t\r\n", end + 1);
+  }
+  return out;
+}
+
+// Calls in a JSON text (objects, or arrays of them); strict: only known tools.
+bool read_calls(const std::string& s, bool strict, const std::vector<std::string>& tools, std::vector<ToolCall>* out) {
+  std::vector<json> items;
+  for (json& j : json_values(s)) {
+    if (j.is_array()) {
+      for (const json& x : j) items.push_back(x);
+    } else {
+      items.push_back(std::move(j));
+    }
+  }
+  if (items.empty()) return false;
+  for (const json& it : items)
+    if (!call_object(it, strict, tools)) return false;
+  for (const json& it : items) out->push_back({it["name"].get<std::string>(), args_text(it)});
+  return true;
+}
+
+ParsedAnswer tagged(const std::string& text) {
+  ParsedAnswer out;
+  std::string content;
+  size_t pos = 0;
+  for (;;) {
+    const size_t open = text.find(kOpen, pos);
+    if (open == std::string::npos) {
+      content += text.substr(pos);
+      break;
+    }
+    content += text.substr(pos, open - pos);
+    const size_t body = open + std::string(kOpen).size();
+    size_t close = text.find(kClose, body);
+    const bool closed = close != std::string::npos;
+    if (!closed) close = text.size();  // cut by EOS right after the JSON
+    if (!read_calls(text.substr(body, close - body), false, {}, &out.calls)) return ParsedAnswer{text, {}};
+    pos = closed ? close + std::string(kClose).size() : text.size();
+  }
+  out.content = trim(content);
+  return out;
+}
+
+ParsedAnswer fenced_or_bare(const std::string& text, const std::vector<std::string>& tools) {
+  ParsedAnswer out;
+  std::string content;
+  size_t pos = 0;
+  for (;;) {
+    const size_t open = text.find(kFence, pos);
+    if (open == std::string::npos) {
+      content += text.substr(pos);
+      break;
+    }
+    size_t body = open + 3;
+    const size_t eol = text.find('\n', body);
+    if (eol == std::string::npos) {
+      content += text.substr(pos);
+      break;
+    }
+    const std::string lang = trim(text.substr(body, eol - body));
+    size_t close = text.find(kFence, eol + 1);
+    const bool closed = close != std::string::npos;
+    if (!closed) close = text.size();
+    std::vector<ToolCall> calls;
+    if ((lang.empty() || lang == "json") && read_calls(text.substr(eol + 1, close - eol - 1), true, tools, &calls)) {
+      content += text.substr(pos, open - pos);
+      for (auto& c : calls) out.calls.push_back(std::move(c));
+    } else {
+      content += text.substr(pos, (closed ? close + 3 : text.size()) - pos);
+    }
+    pos = closed ? close + 3 : text.size();
+  }
+  if (out.calls.empty()) {
+    std::vector<ToolCall> calls;
+    if (read_calls(trim(text), true, tools, &calls)) return ParsedAnswer{"", std::move(calls)};
+    return ParsedAnswer{text, {}};
+  }
+  out.content = trim(content);
+  return out;
+}
+}  // namespace
+
+ToolFormat tool_format_of(const std::string& template_source) {
+  return template_source.find(kOpen) != std::string::npos ? ToolFormat::kHermes : ToolFormat::kNone;
+}
+
+ParsedAnswer parse_tool_calls(ToolFormat format, const std::string& text, const std::vector<std::string>& tools) {
+  if (format != ToolFormat::kHermes) return ParsedAnswer{text, {}};
+  if (text.find(kOpen) != std::string::npos) return tagged(text);
+  return fenced_or_bare(text, tools);
+}
+
+Release releasable_content(ToolFormat format, const std::string& pending, bool at_start) {
+  if (format != ToolFormat::kHermes) return {pending.size(), false};
+  if (at_start) {
+    const size_t first = pending.find_first_not_of(" \t\r\n");
+    if (first == std::string::npos) return {0, false};  // only whitespace so far: wait
+    if (pending[first] == '{' || pending[first] == '[') return {0, true};
+  }
+  size_t at = std::string::npos;
+  for (const std::string& tag : {std::string(kOpen), std::string(kFence)}) at = std::min(at, pending.find(tag));
+  if (at != std::string::npos) return {at, true};
+  // Hold back a suffix that is a proper prefix of a tag.
+  size_t keep = 0;
+  for (const std::string& tag : {std::string(kOpen), std::string(kFence)}) {
+    for (size_t k = std::min(pending.size(), tag.size() - 1); k > keep; --k)
+      if (pending.compare(pending.size() - k, k, tag, 0, k) == 0) {
+        keep = k;
+        break;
+      }
+  }
+  return {pending.size() - keep, false};
+}
+
+}  // namespace specula::server

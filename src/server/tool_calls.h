@@ -1,0 +1,50 @@
+// server/tool_calls.h — finding the tool calls in a model's chat output, for the formats
+// of the models specula runs.
+//
+// Hermes format (Qwen2.5 / Qwen3 chat templates, NousResearch Hermes): each call is
+//   <tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>
+// after optional text; a template that writes "<tool_call>" uses it. Small Qwen2.5 models
+// (Coder 0.5B-1.5B) often write the same object in a Markdown code block (```json ...
+// ```) or bare instead, which llama.cpp's Hermes parser accepts too; those are read as
+// calls only when "name" is one of the request's tools and "arguments" an object (an
+// array of such objects: several calls).
+// Text that does not parse as calls stays text (the answer then has no tool_calls),
+// never dropped.
+// Does not: constrain the model to call (tool_choice "required" needs grammar-constrained
+// decoding), or the Llama 3 JSON / Mistral [TOOL_CALLS] formats (models not runnable yet).
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace specula::server {
+
+enum class ToolFormat { kNone, kHermes };
+
+// The tool-call format a chat template writes and expects back; kNone when it has none.
+ToolFormat tool_format_of(const std::string& template_source);
+
+struct ToolCall {
+  std::string name;
+  std::string arguments;  // JSON text of the arguments object (OpenAI's function.arguments)
+};
+
+struct ParsedAnswer {
+  std::string content;          // text outside the calls (trimmed when there are calls)
+  std::vector<ToolCall> calls;  // in order; empty: a plain answer
+};
+
+// Splits a whole answer into text and calls; `tools`: the request's tool names.
+ParsedAnswer parse_tool_calls(ToolFormat format, const std::string& text, const std::vector<std::string>& tools);
+
+// Streaming: of `pending` (text not yet sent; `at_start`: nothing sent yet), how many
+// leading bytes are surely content, and whether what follows them starts a possible call
+// (then everything from there is held until the end and parsed).
+struct Release {
+  size_t content = 0;
+  bool call_started = false;
+};
+Release releasable_content(ToolFormat format, const std::string& pending, bool at_start);
+
+}  // namespace specula::server
