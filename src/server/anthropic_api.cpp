@@ -61,15 +61,14 @@ std::variant<CompletionParams, ApiError> parse_messages_request(const std::strin
     const json& v = it.value();
     if (v.is_null() || std::any_of(std::begin(kRead), std::end(kRead), [&](const char* k) { return key == k; })) continue;
     if (key == "thinking" && v.is_object() && v.value("type", "") == "disabled") continue;
-    if (key == "tools" && v.is_array() && v.empty()) continue;
+    if (key == "tools" || key == "tool_choice") continue;  // read below
     if (key == "output_config" && v.is_object()) {  // effort: no reasoning to spend it on
       bool ok = true;
       for (auto f = v.begin(); f != v.end(); ++f) ok = ok && (f.key() == "effort" || f.value().is_null());
       if (ok) continue;
       return bad(key, "'output_config.format' (structured outputs) is not implemented yet");
     }
-    if (key == "tools" || key == "tool_choice" || key == "thinking" || key == "mcp_servers" || key == "container" ||
-        key == "diagnostics")
+    if (key == "thinking" || key == "mcp_servers" || key == "container" || key == "diagnostics")
       return bad(key, "'" + key + "' is not implemented yet");
     return bad(key, "unknown field '" + key + "' for /v1/messages");
   }
@@ -91,6 +90,32 @@ std::variant<CompletionParams, ApiError> parse_messages_request(const std::strin
     if (!flatten_blocks(*sys, &text, &why)) return bad("system", "'system' " + why);
     if (!text.empty()) c.messages.push_back({{"role", "system"}, {"content", text}});
   }
+  // Tools: Anthropic's {name, description, input_schema} as the chat template's
+  // {"type": "function", "function": {name, description, parameters}}.
+  if (const json* tools = p.get("tools")) {
+    if (!tools->is_array()) return bad("tools", "'tools' must be an array");
+    json out = json::array();
+    for (const json& t : *tools) {
+      if (!t.is_object() || !t.contains("name") || !t["name"].is_string() ||
+          (t.contains("type") && t["type"] != "custom") ||
+          (t.contains("input_schema") && !t["input_schema"].is_object()))
+        return bad("tools", "'tools' entries must be client tools {name, description, input_schema} (server tools "
+                            "are not implemented)");
+      json fn = {{"name", t["name"]}, {"parameters", t.value("input_schema", json::object())}};
+      if (t.contains("description")) fn["description"] = t["description"];
+      out.push_back({{"type", "function"}, {"function", fn}});
+    }
+    if (!out.empty()) c.tools = std::move(out);
+  }
+  if (const json* tc = p.get("tool_choice")) {
+    const std::string type = tc->is_object() ? tc->value("type", "") : "";
+    if (type == "none") {
+      c.tools = nullptr;
+    } else if (type != "auto") {
+      return bad("tool_choice", "'tool_choice' " + shown(*tc) +
+                                    ": forcing a tool needs constrained decoding, not implemented yet (use auto)");
+    }
+  }
   const json* ms = p.get("messages");
   if (ms == nullptr || !ms->is_array() || ms->empty()) return bad("messages", "'messages' must be a non-empty array");
   for (size_t i = 0; i < ms->size(); ++i) {
@@ -99,10 +124,41 @@ std::variant<CompletionParams, ApiError> parse_messages_request(const std::strin
     if (!msg.is_object()) return bad("messages", where + " must be an object");
     if (!msg.contains("role") || !(msg["role"] == "user" || msg["role"] == "assistant"))
       return bad("messages", where + ".role must be \"user\" or \"assistant\"");
+    if (!msg.contains("content")) return bad("messages", where + ".content is required");
+    const json& content = msg["content"];
     std::string text, why;
-    if (!msg.contains("content") || !flatten_blocks(msg["content"], &text, &why))
-      return bad("messages", where + ".content " + (why.empty() ? "is required" : why));
-    c.messages.push_back({{"role", msg["role"]}, {"content", text}});
+    json calls = json::array();
+    if (content.is_array()) {
+      // tool_result blocks (user) become tool messages before the text; tool_use blocks
+      // (assistant) become the turn's tool_calls.
+      json text_blocks = json::array();
+      for (const json& b : content) {
+        const std::string type = b.is_object() ? b.value("type", "") : "";
+        if (type == "tool_result" && msg["role"] == "user") {
+          std::string result;
+          const json rc = b.value("content", json(""));
+          if (!b.contains("tool_use_id") || !b["tool_use_id"].is_string() || !flatten_blocks(rc, &result, &why))
+            return bad("messages", where + ": a tool_result needs a tool_use_id and text content" +
+                                       (why.empty() ? "" : " (" + why + ")"));
+          c.messages.push_back({{"role", "tool"}, {"tool_call_id", b["tool_use_id"]}, {"content", result}});
+        } else if (type == "tool_use" && msg["role"] == "assistant") {
+          if (!b.contains("id") || !b.contains("name") || !b["name"].is_string() || !b.contains("input") ||
+              !b["input"].is_object())
+            return bad("messages", where + ": a tool_use block needs id, name and an input object");
+          calls.push_back({{"id", b["id"]}, {"type", "function"},
+                           {"function", {{"name", b["name"]}, {"arguments", b["input"]}}}});
+        } else {
+          text_blocks.push_back(b);
+        }
+      }
+      if (!flatten_blocks(text_blocks, &text, &why)) return bad("messages", where + ".content " + why);
+      if (text_blocks.empty() && calls.empty()) continue;  // only tool results
+    } else if (!flatten_blocks(content, &text, &why)) {
+      return bad("messages", where + ".content " + why);
+    }
+    json m = {{"role", msg["role"]}, {"content", text}};
+    if (!calls.empty()) m["tool_calls"] = std::move(calls);
+    c.messages.push_back(std::move(m));
   }
   if (count_tokens) return c;
 
@@ -150,10 +206,24 @@ std::string anthropic_stop_reason(const std::string& finish_reason, const std::s
   return stop_sequence.empty() ? "end_turn" : "stop_sequence";
 }
 
+json anthropic_tool_use(const std::string& message_id, size_t k, const ToolCall& call, bool with_input) {
+  json input = json::object();
+  if (with_input) {
+    input = json::parse(call.arguments, nullptr, false);
+    if (!input.is_object()) input = json::object();
+  }
+  return json{{"type", "tool_use"},
+              {"id", "toolu_" + message_id + "_" + std::to_string(k)},
+              {"name", call.name},
+              {"input", input}};
+}
+
 json anthropic_message(const std::string& id, const std::string& model, const std::string& text,
-                       const std::string& stop_reason, const std::string& stop_sequence, const AnthropicUsage& usage) {
+                       const std::vector<ToolCall>& calls, const std::string& stop_reason,
+                       const std::string& stop_sequence, const AnthropicUsage& usage) {
   json content = json::array();
-  content.push_back({{"type", "text"}, {"text", text}});
+  if (!text.empty() || calls.empty()) content.push_back({{"type", "text"}, {"text", text}});
+  for (size_t k = 0; k < calls.size(); ++k) content.push_back(anthropic_tool_use(id, k, calls[k], true));
   return json{{"id", id},
               {"type", "message"},
               {"role", "assistant"},

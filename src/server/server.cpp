@@ -550,6 +550,7 @@ class OpenAiFormat : public AnswerFormat {
 
 class AnthropicFormat : public AnswerFormat {
  public:
+  explicit AnthropicFormat(ToolFormat tools = ToolFormat::kNone) : tools_(tools) {}
   void error(http::Exchange& ex, const ApiError& e) override {
     ex.respond(e.status, "application/json", dump_json(anthropic_error_body(e)));
   }
@@ -557,37 +558,86 @@ class AnthropicFormat : public AnswerFormat {
   std::string id_prefix() const override { return "msg_"; }
 
   json whole(const std::string& text, const std::vector<TokenLogprob>&, const CompletionStream::Update& u) override {
-    return anthropic_message(g_.id, g_.model, text, anthropic_stop_reason(u.finish_reason, u.stop_sequence),
-                             u.stop_sequence, usage(u.summary));
+    ParsedAnswer a{text, {}};
+    if (tools_ != ToolFormat::kNone && u.summary.outcome != Outcome::kLength) a = parse_tool_calls(tools_, text, names());
+    return anthropic_message(g_.id, g_.model, a.content, a.calls, stop_reason(u, a), u.stop_sequence, usage(u.summary));
   }
+  // The text block starts with the first text; tool_use blocks follow it at the end.
   std::string stream_start() override {
-    json msg = anthropic_message(g_.id, g_.model, "", "", "", AnthropicUsage{g_.n_prompt, 0, 0});
+    json msg = anthropic_message(g_.id, g_.model, "", {}, "", "", AnthropicUsage{g_.n_prompt, 0, 0});
     msg["content"] = json::array();
-    return anthropic_event({{"type", "message_start"}, {"message", msg}}) +
-           anthropic_event({{"type", "content_block_start"}, {"index", 0}, {"content_block", {{"type", "text"}, {"text", ""}}}}) +
-           anthropic_event({{"type", "ping"}});
+    return anthropic_event({{"type", "message_start"}, {"message", msg}}) + anthropic_event({{"type", "ping"}});
   }
   std::string stream_piece(const CompletionStream::Update& u) override {
-    if (u.text.empty()) return "";
-    return anthropic_event(
-        {{"type", "content_block_delta"}, {"index", 0}, {"delta", {{"type", "text_delta"}, {"text", u.text}}}});
+    std::string text = u.text;
+    if (tools_ != ToolFormat::kNone) {
+      pending_ += u.text;
+      text.clear();
+      if (!in_call_) {
+        const Release r = releasable_content(tools_, pending_, !text_open_);
+        in_call_ = r.call_started;
+        text = pending_.substr(0, r.content);
+        pending_.erase(0, r.content);
+      }
+    }
+    return text_delta(text);
   }
   std::string stream_end(const CompletionStream::Update& u) override {
     if (u.summary.outcome == Outcome::kFailed || u.summary.outcome == Outcome::kCancelled)
       return anthropic_event(anthropic_error_body(
           ApiError{u.summary.outcome == Outcome::kFailed ? 500 : 503, cut_error_message(u), "", "", ""}));
+    std::string out;
+    ParsedAnswer a{pending_, {}};
+    if (in_call_ && u.summary.outcome != Outcome::kLength) a = parse_tool_calls(tools_, pending_, names());
+    out += text_delta(a.calls.empty() ? pending_ : a.content);
+    if (!text_open_ && a.calls.empty()) out += text_delta("", true);  // an empty answer is an empty text block
+    if (text_open_) out += anthropic_event({{"type", "content_block_stop"}, {"index", index_++}});
+    for (size_t k = 0; k < a.calls.size(); ++k) {
+      out += anthropic_event({{"type", "content_block_start"}, {"index", index_},
+                              {"content_block", anthropic_tool_use(g_.id, k, a.calls[k], false)}});
+      out += anthropic_event({{"type", "content_block_delta"}, {"index", index_},
+                              {"delta", {{"type", "input_json_delta"}, {"partial_json", a.calls[k].arguments}}}});
+      out += anthropic_event({{"type", "content_block_stop"}, {"index", index_++}});
+    }
     const AnthropicUsage us = usage(u.summary);
-    return anthropic_event({{"type", "content_block_stop"}, {"index", 0}}) +
-           anthropic_event({{"type", "message_delta"},
-                            {"delta",
-                             {{"stop_reason", anthropic_stop_reason(u.finish_reason, u.stop_sequence)},
-                              {"stop_sequence", u.stop_sequence.empty() ? json(nullptr) : json(u.stop_sequence)}}},
-                            {"usage", {{"output_tokens", us.output_tokens}}}}) +
+    return out + anthropic_event({{"type", "message_delta"},
+                                  {"delta",
+                                   {{"stop_reason", stop_reason(u, a)},
+                                    {"stop_sequence", u.stop_sequence.empty() ? json(nullptr) : json(u.stop_sequence)}}},
+                                  {"usage", {{"output_tokens", us.output_tokens}}}}) +
            anthropic_event({{"type", "message_stop"}});
   }
 
  private:
+  // Opens the text block when needed; a delta for non-empty text.
+  std::string text_delta(const std::string& text, bool open_even_if_empty = false) {
+    if (text.empty() && !open_even_if_empty) return "";
+    std::string out;
+    if (!text_open_) {
+      text_open_ = true;
+      out += anthropic_event(
+          {{"type", "content_block_start"}, {"index", index_}, {"content_block", {{"type", "text"}, {"text", ""}}}});
+    }
+    if (!text.empty())
+      out += anthropic_event(
+          {{"type", "content_block_delta"}, {"index", index_}, {"delta", {{"type", "text_delta"}, {"text", text}}}});
+    return out;
+  }
+  static std::string stop_reason(const CompletionStream::Update& u, const ParsedAnswer& a) {
+    return a.calls.empty() ? anthropic_stop_reason(u.finish_reason, u.stop_sequence) : "tool_use";
+  }
+  std::vector<std::string> names() const {
+    std::vector<std::string> n;
+    if (g_.params->tools.is_array())
+      for (const json& t : g_.params->tools) n.push_back(t["function"]["name"].get<std::string>());
+    return n;
+  }
   static AnthropicUsage usage(const RequestSummary& s) { return AnthropicUsage{s.n_prompt, s.n_generated, s.cached_tokens}; }
+  ToolFormat tools_;
+  std::string pending_;
+  bool in_call_ = false;
+  bool text_open_ = false;
+  int index_ = 0;
 };
 
 }  // namespace
@@ -613,10 +663,10 @@ void Server::Impl::handle_completion(const http::Request& req, http::Exchange& e
 }
 
 void Server::Impl::handle_messages(const http::Request& req, http::Exchange& ex, bool count_tokens) {
-  AnthropicFormat fmt;
   auto parsed = parse_messages_request(req.body, count_tokens);
-  if (auto* e = std::get_if<ApiError>(&parsed)) return fmt.error(ex, *e);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return AnthropicFormat().error(ex, *e);
   CompletionParams& c = std::get<CompletionParams>(parsed);
+  AnthropicFormat fmt(c.tools.is_null() ? ToolFormat::kNone : tool_format);
   if (!count_tokens) return run_generation(std::move(c), ex, fmt);
   std::vector<int32_t> ids;
   if (auto e = build_prompt(c, &ids)) return fmt.error(ex, *e);

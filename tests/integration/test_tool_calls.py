@@ -5,6 +5,8 @@ Tokyo) with Qwen2.5-Coder 1.5B, streamed and not, with the same calls both ways;
 finish_reason "tool_calls"; assistant tool_calls sent back as JSON text render as the
 template expects. Refusals: tool_choice "required" (needs constrained decoding), tools on
 /v1/completions, tools with a template that has no tool-call format (Gemma's).
+The same loop through Anthropic's Messages API with the `anthropic` client (tool_use
+blocks, tool_result blocks, stop_reason "tool_use"; streamed and not) when installed.
 Exit 0 pass, 1 fail, 77 skip (no Qwen2.5-Coder 1.5B GGUF, or no `openai` module).
 """
 
@@ -85,6 +87,34 @@ def tool_loop(client, model, stream):
     raise ss.TestFailure(f"the tool loop did not end in 5 turns: {trace}")
 
 
+def anthropic_loop(client, model, stream):
+    tools = [{"name": t["function"]["name"], "description": t["function"]["description"],
+              "input_schema": t["function"]["parameters"]} for t in TOOLS]
+    msgs = [{"role": "user", "content": TASK}]
+    seen, trace = [], []
+    for _ in range(5):
+        kw = dict(model=model, max_tokens=150, messages=msgs, tools=tools, extra_body={"temperature": 0})
+        if stream:
+            with client.messages.stream(**kw) as s:
+                m = s.get_final_message()
+        else:
+            m = client.messages.create(**kw)
+        uses = [b for b in m.content if b.type == "tool_use"]
+        text = "".join(b.text for b in m.content if b.type == "text")
+        trace.append((m.stop_reason, text[:60], [(b.name, b.input) for b in uses]))
+        if not uses:
+            check(m.stop_reason in ("end_turn", "max_tokens"), f"an answer without calls stopped {m.stop_reason}")
+            return seen, text, trace
+        check(m.stop_reason == "tool_use", f"tool_use blocks with stop_reason {m.stop_reason}: {trace}")
+        msgs.append({"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in m.content]})
+        results = []
+        for b in uses:
+            seen.append((b.name, b.input.get("city")))
+            results.append({"type": "tool_result", "tool_use_id": b.id, "content": run_tool(b.name, json.dumps(b.input))})
+        msgs.append({"role": "user", "content": results})
+    raise ss.TestFailure(f"the anthropic tool loop did not end in 5 turns: {trace}")
+
+
 def main():
     models = os.environ.get("SPECULA_MODELS") or os.path.expanduser("~/.cache/specula/models")
     qwen = os.path.join(models, "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf")
@@ -106,6 +136,17 @@ def main():
         seen_s, final_s, trace_s = tool_loop(client, model, stream=True)
         check(seen_s == seen and final_s == final, f"streamed loop {trace_s} vs {trace}")
         stats["loop"] = f"{len(trace)} turns, calls {seen}, final answer {final!r:.60}"
+        try:
+            import anthropic
+        except ImportError:
+            anthropic = None
+        if anthropic is not None:
+            ac = anthropic.Anthropic(base_url=srv.url, api_key="unused", max_retries=0)
+            a_seen, a_final, a_trace = anthropic_loop(ac, model, stream=False)
+            check(a_seen == seen and a_final == final, f"anthropic loop {a_trace} vs openai {trace}")
+            s_seen, s_final, s_trace = anthropic_loop(ac, model, stream=True)
+            check(s_seen == seen and s_final == final, f"anthropic streamed loop {s_trace} vs {a_trace}")
+            stats["anthropic"] = f"{len(a_trace)} turns, same calls"
         for body, param in (({"tool_choice": "required"}, "tool_choice"),
                             ({"tool_choice": {"type": "function", "function": {"name": "get_time"}}}, "tool_choice"),
                             ({"tools": [{"type": "function"}]}, "tools")):
