@@ -10,33 +10,13 @@ using nlohmann::json;
 
 namespace {
 
-// Text of an Anthropic content value (a string, or an array of blocks of which only
-// "text" is supported), or false with why.
+// Text of an Anthropic content value (a string, or text blocks).
 bool flatten_blocks(const json& content, std::string* out, std::string* why) {
-  if (content.is_string()) {
-    *out = content.get<std::string>();
-    return true;
-  }
-  if (!content.is_array()) {
+  if (content.is_null()) {
     *why = "must be a string or an array of content blocks";
     return false;
   }
-  for (const json& b : content) {
-    if (!b.is_object() || !b.contains("type") || !b["type"].is_string()) {
-      *why = "content blocks must be objects with a 'type'";
-      return false;
-    }
-    if (b["type"] != "text") {
-      *why = "content block type " + shown(b["type"]) + " is not supported (text only)";
-      return false;
-    }
-    if (!b.contains("text") || !b["text"].is_string()) {
-      *why = "a text block needs a string 'text'";
-      return false;
-    }
-    *out += b["text"].get<std::string>();
-  }
-  return true;
+  return flatten_text_parts(content, "content block", out, why);
 }
 
 ApiError bad(const std::string& param, const std::string& message) {

@@ -30,54 +30,17 @@ constexpr int kMaxDepth = 64;
 
 // Nesting depth of the JSON text (brackets outside strings), stopping past `limit`.
 int nesting_depth(const std::string& body, int limit) {
+  JsonBrackets brackets;
   int depth = 0, deepest = 0;
-  bool in_string = false, escaped = false;
   for (char ch : body) {
-    if (in_string) {
-      if (escaped) escaped = false;
-      else if (ch == '\\') escaped = true;
-      else if (ch == '"') in_string = false;
-    } else if (ch == '"') {
-      in_string = true;
-    } else if (ch == '[' || ch == '{') {
-      deepest = std::max(deepest, ++depth);
-      if (deepest > limit) return deepest;
-    } else if (ch == ']' || ch == '}') {
-      --depth;
-    }
+    depth += brackets.step(ch);
+    deepest = std::max(deepest, depth);
+    if (deepest > limit) return deepest;
   }
   return deepest;
 }
 
 
-// Flattens OpenAI content (string, null, or array of {type: "text", text}) to a string.
-bool flatten_content(const json& content, std::string* out, std::string* why) {
-  if (content.is_null()) return true;
-  if (content.is_string()) {
-    *out = content.get<std::string>();
-    return true;
-  }
-  if (!content.is_array()) {
-    *why = "must be a string or an array of content parts";
-    return false;
-  }
-  for (const json& part : content) {
-    if (!part.is_object() || !part.contains("type") || !part["type"].is_string()) {
-      *why = "content parts must be objects with a 'type'";
-      return false;
-    }
-    if (part["type"] != "text") {
-      *why = "content part type " + shown(part["type"]) + " is not supported (text only)";
-      return false;
-    }
-    if (!part.contains("text") || !part["text"].is_string()) {
-      *why = "a text content part needs a string 'text'";
-      return false;
-    }
-    *out += part["text"].get<std::string>();
-  }
-  return true;
-}
 
 // Nothing requested is silently dropped: a field is read, or accepted because it asks
 // nothing of the output, or refused with a 400 naming it.
@@ -154,6 +117,45 @@ std::optional<ApiError> check_fields(const json& body, Endpoint endpoint) {
 }
 
 }  // namespace
+
+bool flatten_text_parts(const json& content, const char* noun, std::string* out, std::string* why) {
+  if (content.is_null()) return true;
+  if (content.is_string()) {
+    *out = content.get<std::string>();
+    return true;
+  }
+  if (!content.is_array()) {
+    *why = std::string("must be a string or an array of ") + noun + "s";
+    return false;
+  }
+  for (const json& part : content) {
+    if (!part.is_object() || !part.contains("type") || !part["type"].is_string()) {
+      *why = std::string(noun) + "s must be objects with a 'type'";
+      return false;
+    }
+    if (part["type"] != "text") {
+      *why = std::string(noun) + " type " + shown(part["type"]) + " is not supported (text only)";
+      return false;
+    }
+    if (!part.contains("text") || !part["text"].is_string()) {
+      *why = std::string("a text ") + noun + " needs a string 'text'";
+      return false;
+    }
+    *out += part["text"].get<std::string>();
+  }
+  return true;
+}
+
+int JsonBrackets::step(char ch) {
+  if (in_string) {
+    if (escaped) escaped = false;
+    else if (ch == '\\') escaped = true;
+    else if (ch == '"') in_string = false;
+    return 0;
+  }
+  if (ch == '"') in_string = true;
+  return ch == '[' || ch == '{' ? 1 : ch == ']' || ch == '}' ? -1 : 0;
+}
 
 std::string dump_json(const nlohmann::json& j) {
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
@@ -246,7 +248,7 @@ std::variant<CompletionParams, ApiError> parse_completion_request(const std::str
                         "invalid_request_error", "messages", ""};
       json out = m;
       std::string text, why;
-      if (!flatten_content(m.contains("content") ? m["content"] : json(nullptr), &text, &why))
+      if (!flatten_text_parts(m.contains("content") ? m["content"] : json(nullptr), "content part", &text, &why))
         return ApiError{400, where + ".content " + why, "invalid_request_error", "messages", ""};
       out["content"] = text;
       if (m.contains("tool_calls") && !m["tool_calls"].is_null()) {

@@ -39,6 +39,18 @@ nlohmann::json error_body(const ApiError& e);
 // size only — dumping them whole would recurse once per nesting level and copy them.
 std::string shown(const nlohmann::json& v);
 
+// Text of a message's content: a string, null (""), or an array of {"type": "text",
+// "text"} parts (OpenAI "content part", Anthropic "content block": `noun` in messages);
+// false with why for anything else.
+bool flatten_text_parts(const nlohmann::json& content, const char* noun, std::string* out, std::string* why);
+
+// Walks JSON text one byte at a time: step() is +1 at an opening bracket outside strings,
+// -1 at a closing one, 0 otherwise.
+struct JsonBrackets {
+  bool in_string = false, escaped = false;
+  int step(char ch);
+};
+
 // A request body as a JSON object, or the 400 saying why not (not JSON, not an object,
 // nested deeper than 64 levels).
 std::variant<nlohmann::json, ApiError> parse_body_object(const std::string& body);

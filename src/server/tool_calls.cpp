@@ -5,6 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "server/openai_api.h"
+
 namespace specula::server {
 
 namespace {
@@ -42,22 +44,12 @@ std::vector<json> json_values(const std::string& s) {
   size_t pos = s.find_first_not_of(" \t\r\n");
   while (pos != std::string::npos) {
     if (s[pos] != '{' && s[pos] != '[') return {};
+    JsonBrackets brackets;
     int depth = 0;
-    bool in_string = false, escaped = false;
     size_t end = pos;
     for (; end < s.size(); ++end) {
-      const char ch = s[end];
-      if (in_string) {
-        if (escaped) escaped = false;
-        else if (ch == '\\') escaped = true;
-        else if (ch == '"') in_string = false;
-      } else if (ch == '"') {
-        in_string = true;
-      } else if (ch == '{' || ch == '[') {
-        ++depth;
-      } else if (ch == '}' || ch == ']') {
-        if (--depth == 0) break;
-      }
+      depth += brackets.step(s[end]);
+      if (depth == 0) break;
     }
     if (end >= s.size()) return {};
     json j = json::parse(s.substr(pos, end + 1 - pos), nullptr, false);

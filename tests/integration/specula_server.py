@@ -285,3 +285,20 @@ def run_main(name, fn):
         sys.exit(1)
     print(f"PASS {name} ({time.time() - t0:.1f}s){': ' + summary if summary else ''}", flush=True)
     sys.exit(0)
+
+
+def read_until_close(sock, timeout=3):
+    """Everything a raw socket receives until the server closes it (or `timeout` passes
+    with nothing, or a reset)."""
+    import socket
+    sock.settimeout(timeout)
+    rest = b""
+    try:
+        while True:
+            d = sock.recv(65536)
+            if not d:
+                break
+            rest += d
+    except (socket.timeout, ConnectionResetError):
+        pass
+    return rest

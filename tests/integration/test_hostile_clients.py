@@ -279,16 +279,7 @@ def expect_refused(srv, data, status, want, what):
         check(st == status and want in body, f"{what}: {st} {body[:200]!r}")
         check(headers.get("connection") == "close", f"{what}: the connection must close ({headers})")
         check(dt < 2, f"{what}: answered after {dt:.1f} s")
-        s.settimeout(3)
-        rest = b""
-        try:
-            while True:
-                d = s.recv(65536)
-                if not d:
-                    break
-                rest += d
-        except (socket.timeout, ConnectionResetError):
-            pass
+        rest = ss.read_until_close(s)
         check(b"HTTP/1.1" not in rest, f"{what}: what followed was parsed as a request: {rest[:200]!r}")
     finally:
         s.close()

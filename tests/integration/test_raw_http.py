@@ -410,16 +410,7 @@ def test_length_refused_early(srv, stats):
                 s.sendall(b'ompt": "x"}GET /health HTTP/1.1\r\nHost: x\r\n\r\n')
             except OSError:
                 pass  # already closed: fine
-            s.settimeout(3)
-            rest = b""
-            try:
-                while True:
-                    d = s.recv(4096)
-                    if not d:
-                        break
-                    rest += d
-            except (socket.timeout, ConnectionResetError):
-                pass
+            rest = ss.read_until_close(s)
             check(b"HTTP/1.1" not in rest, f"Content-Length {cl}: the body was parsed as a request: {rest[:200]!r}")
         finally:
             s.close()
