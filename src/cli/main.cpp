@@ -544,6 +544,7 @@ struct ServeArgs {
   double timeout_header = 10;
   double timeout_write = 30;
   double timeout_body = 10;
+  std::string pooling;
   CacheArgs cache;
   int64_t cache_ram_mib = -1;  // -1: default
   int64_t cache_disk_mib = 0;
@@ -582,6 +583,7 @@ int run_serve(const ServeArgs& a) {
   so.header_timeout_s = a.timeout_header;
   so.write_timeout_s = a.timeout_write;
   so.body_timeout_s = a.timeout_body;
+  so.pooling = a.pooling;
   if (!a.chat_template_file.empty()) {
     std::ifstream in(a.chat_template_file, std::ios::binary);
     if (!in) return fail("[cli] cannot read --chat-template-file " + a.chat_template_file);
@@ -785,6 +787,9 @@ int main(int argc, char** argv) {
   serve->add_option("--timeout-body", sv.timeout_body,
                     "Seconds a request body may take beyond its size at 64 KiB/s (default 10)")
       ->check(CLI::Range(0.1, 3600.0));
+  serve->add_option("--pooling", sv.pooling,
+                    "Pooling of /v1/embeddings: mean or last (default: the model's pooling_type, else mean)")
+      ->check(CLI::IsMember({"mean", "last"}));
   serve->add_option("--timeout-write", sv.timeout_write,
                     "Seconds one response write may take before a client that does not read is dropped (default 30)")
       ->check(CLI::Range(0.1, 3600.0));

@@ -46,6 +46,18 @@ void Engine::end_waiting(Pending& p, Outcome outcome) {
   }
 }
 
+bool Engine::run_exclusive(const std::function<void(Model&)>& fn) {
+  std::promise<bool> done;
+  std::future<bool> f = done.get_future();
+  {
+    std::lock_guard<std::mutex> lock(wakeup_->mu);
+    if (stopping_) return false;
+    exclusive_.push_back(Exclusive{&fn, &done});
+  }
+  wakeup_->cv.notify_all();
+  return f.get();
+}
+
 void RequestHandle::cancel() {
   cancelled_.store(true, std::memory_order_release);
   std::lock_guard<std::mutex> lock(wakeup_->mu);
@@ -196,12 +208,27 @@ void Engine::loop() {
     {
       std::unique_lock<std::mutex> lock(wakeup_->mu);
       auto has_work = [&] {
-        if (stopping_ || !queue_.empty()) return true;
+        if (stopping_ || !queue_.empty() || !exclusive_.empty()) return true;
         for (const Active& a : running_)
           if (a.p.handle->cancelled()) return true;
         return !running_.empty();
       };
       wakeup_->cv.wait(lock, has_work);
+      stopping = stopping_;
+      // Exclusive work runs now, between steps, with the lock released.
+      while (!stopping && !exclusive_.empty()) {
+        Exclusive x = exclusive_.front();
+        exclusive_.pop_front();
+        lock.unlock();
+        bool ok = true;
+        try {
+          (*x.fn)(*model_);
+        } catch (...) {
+          ok = false;
+        }
+        x.done->set_value(ok);
+        lock.lock();
+      }
       stopping = stopping_;
       // A queued request whose client left gives its place up now, wherever it waits
       // (not when it reaches the head): abandoned requests never fill the queue.
@@ -251,6 +278,8 @@ void Engine::loop() {
         std::lock_guard<std::mutex> lock(wakeup_->mu);
         rest.swap(queue_);
         stats_.queue_depth = 0;
+        for (Exclusive& x : exclusive_) x.done->set_value(false);
+        exclusive_.clear();
       }
       std::vector<std::pair<size_t, Outcome>> all;
       for (size_t i = 0; i < running_.size(); ++i) all.push_back({i, Outcome::kCancelled});

@@ -29,6 +29,8 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -224,6 +226,12 @@ class Engine {
   EngineStats stats() const;
   const EngineOptions& options() const { return options_; }
   const Model& model() const { return *model_; }
+
+  // Runs fn(model) on the engine thread between two steps — nothing else computes on the
+  // model meanwhile — and waits for it (embeddings: a forward outside any request row).
+  // fn must not call the engine. Returns false, without running fn, when the engine
+  // is stopping.
+  bool run_exclusive(const std::function<void(Model&)>& fn);
   // The target's layouts, one entry per distinct layout with its layer count (StateRows::describe).
   std::string describe_state() const { return layouts_; }
   // State bytes a request of n tokens reserves (target + draft source).
@@ -293,6 +301,11 @@ class Engine {
 
   std::shared_ptr<EngineWakeup> wakeup_;  // guards queue_, stopping_, next_id_, stats_
   std::deque<Pending> queue_;
+  struct Exclusive {
+    const std::function<void(Model&)>* fn;
+    std::promise<bool>* done;
+  };
+  std::deque<Exclusive> exclusive_;  // run_exclusive() work waiting for the loop
   bool stopping_ = false;
   uint64_t next_id_ = 1;
   EngineStats stats_;

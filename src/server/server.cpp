@@ -67,6 +67,7 @@ struct Server::Impl {
   std::unique_ptr<tokenizer::Tokenizer> tok;
   std::optional<tokenizer::ChatTemplate> chat_template;
   ToolFormat tool_format = ToolFormat::kNone;  // how the template's model writes tool calls
+  std::string default_pooling = "mean";        // embeddings (--pooling, or the GGUF's pooling_type)
   std::string chat_template_origin;  // "model metadata" / "file"
   std::unique_ptr<Engine> engine;
   std::unique_ptr<http::HttpServer> http;  // declared after the engine: goes first
@@ -99,6 +100,7 @@ struct Server::Impl {
   void handle_cache_flush(const http::Request& req, http::Exchange& ex);
   void handle_models(http::Exchange& ex);
   void handle_tokenize(const http::Request& req, http::Exchange& ex);
+  void handle_embeddings(const http::Request& req, http::Exchange& ex);
   void handle_detokenize(const http::Request& req, http::Exchange& ex);
   std::string metrics_text();
   // Prompt ids for a parsed request, or an error.
@@ -131,6 +133,14 @@ Result<std::unique_ptr<Server>> Server::create(std::unique_ptr<Model> model, Ser
   auto engine = Engine::create(*model, options.engine);
   if (!engine) return engine.status();
   impl->engine = std::move(engine).value();
+  // Embedding pooling: --pooling, else the model's {arch}.pooling_type when it is mean (1)
+  // or last (3), else mean.
+  if (!options.pooling.empty()) {
+    impl->default_pooling = options.pooling;
+  } else if (const gguf::Value* pt = model->file().find(model->info().architecture + ".pooling_type")) {
+    const uint64_t v = pt->u != 0 ? pt->u : static_cast<uint64_t>(pt->i);
+    if (v == 3) impl->default_pooling = "last";
+  }
   impl->model = std::move(model);
   impl->opt = std::move(options);
   std::unique_ptr<Server> s(new Server());
@@ -215,6 +225,8 @@ void Server::Impl::dispatch(const http::Request& req, http::Exchange& ex) {
       {"POST", "/admin/cache/flush", [&] { handle_cache_flush(req, ex); }},
       // llama-server's tokenizer routes
       {"POST", "/tokenize", [&] { handle_tokenize(req, ex); }},
+      {"POST", "/v1/embeddings", [&] { handle_embeddings(req, ex); }},
+      {"POST", "/embeddings", [&] { handle_embeddings(req, ex); }},
       {"POST", "/detokenize", [&] { handle_detokenize(req, ex); }},
   };
   bool path_known = false;
@@ -292,6 +304,154 @@ void Server::Impl::handle_tokenize(const http::Request& req, http::Exchange& ex)
     tokens.push_back({{"id", id}, {"piece", jp}});
   }
   send_json(ex, json{{"tokens", tokens}});
+}
+
+namespace {
+std::string base64(const uint8_t* p, size_t n) {
+  static const char* const kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  out.reserve((n + 2) / 3 * 4);
+  for (size_t i = 0; i < n; i += 3) {
+    const uint32_t v = (uint32_t{p[i]} << 16) | (i + 1 < n ? uint32_t{p[i + 1]} << 8 : 0) | (i + 2 < n ? p[i + 2] : 0);
+    out += kAlphabet[(v >> 18) & 63];
+    out += kAlphabet[(v >> 12) & 63];
+    out += i + 1 < n ? kAlphabet[(v >> 6) & 63] : '=';
+    out += i + 2 < n ? kAlphabet[v & 63] : '=';
+  }
+  return out;
+}
+}  // namespace
+
+// POST /v1/embeddings {"input": text | [texts] | [ids] | [[ids]], "encoding_format":
+// "float" | "base64", "pooling": "mean" | "last" (specula extension; default: the GGUF's
+// {arch}.pooling_type when it says mean or last, else mean)} -> OpenAI's list of
+// embeddings: the final-normed hidden states of the input's tokens (BOS added; control
+// text not parsed), pooled, L2-normalised — what llama.cpp's embeddings give for the same
+// model and pooling. Each input runs on the engine thread between steps (Engine::
+// run_exclusive), in chunks of 512 tokens, in a state of its own.
+void Server::Impl::handle_embeddings(const http::Request& req, http::Exchange& ex) {
+  auto parsed = parse_body_object(req.body);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return send_error(ex, *e);
+  const json& j = std::get<json>(parsed);
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    const std::string& k = it.key();
+    if (k == "input" || k == "model" || k == "encoding_format" || k == "pooling" || k == "user" || it.value().is_null())
+      continue;
+    return send_error(ex, ApiError{400, k == "dimensions" ? "'dimensions' (shortened embeddings) is not supported"
+                                                          : "unknown field '" + k + "' for /v1/embeddings",
+                                   "invalid_request_error", k, ""});
+  }
+  if (j.contains("model") && !j["model"].is_null() && j["model"] != opt.model_id)
+    return send_error(ex, ApiError{400, "model " + shown(j["model"]) + " is not served here; this server serves '" +
+                                            opt.model_id + "'",
+                                   "invalid_request_error", "model", "model_not_found"});
+  const std::string format = j.value("encoding_format", std::string("float"));
+  if (format != "float" && format != "base64")
+    return send_error(ex, ApiError{400, "'encoding_format' must be \"float\" or \"base64\"", "invalid_request_error",
+                                   "encoding_format", ""});
+  std::string pooling = default_pooling;
+  if (j.contains("pooling") && !j["pooling"].is_null()) {
+    if (!(j["pooling"] == "mean" || j["pooling"] == "last"))
+      return send_error(ex, ApiError{400, "'pooling' must be \"mean\" or \"last\"", "invalid_request_error", "pooling", ""});
+    pooling = j["pooling"].get<std::string>();
+  }
+  // Inputs as token ids.
+  std::vector<std::vector<int32_t>> inputs;
+  const json* in = j.contains("input") ? &j["input"] : nullptr;
+  auto bad_input = [&](const std::string& why) {
+    send_error(ex, ApiError{400, "'input' " + why, "invalid_request_error", "input", ""});
+  };
+  auto ids_of = [&](const json& arr, std::vector<int32_t>* out) {
+    for (const json& t : arr) {
+      if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= tok->vocab().size()) return false;
+      out->push_back(static_cast<int32_t>(t.get<int64_t>()));
+    }
+    return true;
+  };
+  if (in == nullptr) return bad_input("is required");
+  if (in->is_string()) {
+    inputs.push_back(tok->encode(in->get<std::string>(), true, false));
+  } else if (in->is_array() && !in->empty() && (*in)[0].is_number_integer()) {
+    inputs.emplace_back();
+    if (!ids_of(*in, &inputs.back())) return bad_input("token ids must be integers in the vocabulary");
+  } else if (in->is_array() && !in->empty() && in->size() <= 2048) {
+    for (const json& x : *in) {
+      inputs.emplace_back();
+      if (x.is_string()) {
+        inputs.back() = tok->encode(x.get<std::string>(), true, false);
+      } else if (!x.is_array() || !ids_of(x, &inputs.back())) {
+        return bad_input("must be a string, an array of strings, or token ids (arrays of integers)");
+      }
+    }
+  } else {
+    return bad_input("must be a non-empty string or array (at most 2048 inputs)");
+  }
+  int64_t n_tokens = 0;
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    if (inputs[k].empty()) return bad_input("item " + std::to_string(k) + " has no tokens");
+    if (static_cast<int64_t>(inputs[k].size()) > opt.engine.n_ctx)
+      return send_error(ex, ApiError{400, "input " + std::to_string(k) + " has " + std::to_string(inputs[k].size()) +
+                                              " tokens; the context holds " + std::to_string(opt.engine.n_ctx),
+                                     "invalid_request_error", "input", "context_length_exceeded"});
+    n_tokens += static_cast<int64_t>(inputs[k].size());
+  }
+  const int64_t E = model->info().n_embd;
+  std::vector<std::vector<float>> vectors(inputs.size(), std::vector<float>(static_cast<size_t>(E), 0.0f));
+  Status failure = Status::ok();
+  const bool ran = engine->run_exclusive([&](Model& m) {
+    for (size_t k = 0; k < inputs.size() && failure.is_ok(); ++k) {
+      const auto& ids = inputs[k];
+      const int64_t n = static_cast<int64_t>(ids.size());
+      auto st = new_state(m, opt.engine.cache, n + 1);
+      if (!st) {
+        failure = st.status();
+        return;
+      }
+      auto row = st->new_row();
+      if (!row || !st->reserve(1).is_ok()) {
+        failure = Status::error("[embeddings] out of memory");
+        return;
+      }
+      st->insert(std::move(row).value());
+      std::vector<double> acc(static_cast<size_t>(E), 0.0);
+      Tensor hidden;
+      const int32_t rows[1] = {0};
+      for (int64_t off = 0; off < n; off += 512) {
+        Batch b;
+        b.B = 1;
+        b.T = std::min<int64_t>(512, n - off);
+        b.ids = ids.data() + off;
+        b.rows = rows;
+        failure = m.forward(b, *st, hidden);
+        if (!failure.is_ok()) return;
+        const float* h = hidden.data();
+        if (pooling == "mean") {
+          for (int64_t t = 0; t < b.T; ++t)
+            for (int64_t e = 0; e < E; ++e) acc[static_cast<size_t>(e)] += h[t * E + e];
+        } else if (off + b.T == n) {
+          for (int64_t e = 0; e < E; ++e) acc[static_cast<size_t>(e)] = h[(b.T - 1) * E + e];
+        }
+      }
+      double norm = 0;
+      for (int64_t e = 0; e < E; ++e) {
+        if (pooling == "mean") acc[static_cast<size_t>(e)] /= static_cast<double>(n);
+        norm += acc[static_cast<size_t>(e)] * acc[static_cast<size_t>(e)];
+      }
+      norm = norm > 0 ? 1.0 / std::sqrt(norm) : 0.0;
+      for (int64_t e = 0; e < E; ++e) vectors[k][static_cast<size_t>(e)] = static_cast<float>(acc[static_cast<size_t>(e)] * norm);
+    }
+  });
+  if (!ran) return send_error(ex, ApiError{503, "the server is shutting down", "server_error", "", ""});
+  if (!failure.is_ok()) return send_error(ex, ApiError{500, failure.message(), "server_error", "", ""});
+  json data = json::array();
+  for (size_t k = 0; k < vectors.size(); ++k) {
+    json emb = format == "base64"
+                   ? json(base64(reinterpret_cast<const uint8_t*>(vectors[k].data()), vectors[k].size() * sizeof(float)))
+                   : json(vectors[k]);
+    data.push_back({{"object", "embedding"}, {"index", k}, {"embedding", std::move(emb)}});
+  }
+  send_json(ex, json{{"object", "list"}, {"data", std::move(data)}, {"model", opt.model_id},
+                     {"usage", {{"prompt_tokens", n_tokens}, {"total_tokens", n_tokens}}}});
 }
 
 // POST /detokenize {"tokens": [ids]} -> {"content": TEXT} (control tokens rendered).

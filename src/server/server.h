@@ -41,6 +41,7 @@ struct ServerOptions {
   double write_timeout_s = 30;      // per response write: a client that stops reading is dropped
   EngineOptions engine;             // rows (--parallel), context, KV budget and cache types, queue
   bool log_requests = true;         // one line per finished request on stderr
+  std::string pooling;              // embeddings: "mean" | "last"; empty: the model's, else mean
 };
 
 class Server {
