@@ -49,7 +49,7 @@ Result<GenerateResult> generate(Model& model, StateRows& cache, int32_t row, con
   }
   const int64_t E = model.info().n_embd;
   model.project_logits(hidden.data() + (hidden.dim(0) - 1) * E, 1, logits.data());
-  for (int32_t id : req.prompt) sampler->accept(id);
+  for (int32_t id : req.prompt) sampler->accept_prompt(id);
   const double t1 = now_seconds();
   res.prefill_seconds = t1 - t0;
 

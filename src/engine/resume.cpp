@@ -157,7 +157,7 @@ bool Engine::resume_generation(Active& a, RowState& row) {
   }
   // Restore: state, context, sampler (history rebuilt from the tokens; RNG position).
   Sampler sampler(a.p.request.sampling);
-  for (int32_t id : prompt) sampler.accept(id);
+  for (int32_t id : prompt) sampler.accept_prompt(id);
   for (int32_t id : emitted) sampler.accept(id);
   sampler.set_rng_state(rng);
   a.sampler = std::move(sampler);

@@ -220,13 +220,12 @@ void Engine::loop() {
         Exclusive x = exclusive_.front();
         exclusive_.pop_front();
         lock.unlock();
-        bool ok = true;
         try {
           (*x.fn)(*model_);
+          x.done->set_value(true);
         } catch (...) {
-          ok = false;
+          x.done->set_exception(std::current_exception());  // rethrown in run_exclusive's caller
         }
-        x.done->set_value(ok);
         lock.lock();
       }
       stopping = stopping_;
@@ -356,7 +355,7 @@ void Engine::admit(std::vector<Pending>& admitted) {
     }
     admitted_prompt_tokens += p.request.prompt.size();
     Sampler sampler(p.request.sampling);
-    for (int32_t id : p.request.prompt) sampler.accept(id);
+    for (int32_t id : p.request.prompt) sampler.accept_prompt(id);
     Active a{std::move(p), std::move(sampler)};
     a.admitted = now;
     a.context = a.p.request.prompt;

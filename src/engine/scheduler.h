@@ -230,7 +230,7 @@ class Engine {
   // Runs fn(model) on the engine thread between two steps — nothing else computes on the
   // model meanwhile — and waits for it (embeddings: a forward outside any request row).
   // fn must not call the engine. Returns false, without running fn, when the engine
-  // is stopping.
+  // is stopping; an exception from fn is rethrown here.
   bool run_exclusive(const std::function<void(Model&)>& fn);
   // The target's layouts, one entry per distinct layout with its layer count (StateRows::describe).
   std::string describe_state() const { return layouts_; }

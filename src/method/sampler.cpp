@@ -274,7 +274,13 @@ Result<Sampler> Sampler::create(SamplingParams params, int32_t n_vocab) {
 
 void Sampler::accept(int32_t token) {
   SPECULA_CHECK(token >= 0);
-  if (params_.repeat_last_n == 0) return;
+  if (params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f) ++generated_[token];
+  accept_prompt(token);
+}
+
+void Sampler::accept_prompt(int32_t token) {
+  SPECULA_CHECK(token >= 0);
+  if (params_.repeat_last_n == 0 || params_.repeat_penalty == 1.0f) return;
   history_.push_back(token);
   ++counts_[token];
   if (params_.repeat_last_n > 0 && history_.size() > static_cast<size_t>(params_.repeat_last_n)) {
@@ -288,30 +294,31 @@ void Sampler::accept(int32_t token) {
 void Sampler::reset_history() {
   history_.clear();
   counts_.clear();
+  generated_.clear();
 }
 
 const float* Sampler::apply_bias_and_penalties(const float* logits, int32_t n_vocab) {
-  const bool penalties = params_.repeat_last_n != 0 && !counts_.empty() &&
-                         (params_.repeat_penalty != 1.0f || params_.frequency_penalty != 0.0f ||
-                          params_.presence_penalty != 0.0f);
-  if (params_.logit_bias.empty() && !penalties) return logits;
+  const bool repeat = !counts_.empty();        // filled only when repeat_penalty is on
+  const bool openai = !generated_.empty();     // filled only when presence/frequency are on
+  if (params_.logit_bias.empty() && !repeat && !openai) return logits;
   work_.resize(n_vocab);
   std::memcpy(work_.data(), logits, sizeof(float) * static_cast<size_t>(n_vocab));
   for (const auto& [id, bias] : params_.logit_bias) {
     SPECULA_CHECK(id >= 0 && id < n_vocab);
     work_[id] += bias;
   }
-  if (penalties) {
-    for (const auto& [id, count] : counts_) {
-      if (id >= n_vocab) continue;  // history from a larger vocabulary: nothing to penalise
-      float& v = work_[id];
-      if (v <= 0.0f) {
-        v *= params_.repeat_penalty;
-      } else {
-        v /= params_.repeat_penalty;
-      }
-      v -= static_cast<float>(count) * params_.frequency_penalty + params_.presence_penalty;
+  for (const auto& [id, count] : counts_) {
+    if (id >= n_vocab) continue;  // history from a larger vocabulary: nothing to penalise
+    float& v = work_[id];
+    if (v <= 0.0f) {
+      v *= params_.repeat_penalty;
+    } else {
+      v /= params_.repeat_penalty;
     }
+  }
+  for (const auto& [id, count] : generated_) {
+    if (id >= n_vocab) continue;
+    work_[id] -= static_cast<float>(count) * params_.frequency_penalty + params_.presence_penalty;
   }
   return work_.data();
 }

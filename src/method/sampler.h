@@ -15,11 +15,12 @@
 // typ_p, top_p, min_p, xtc, temperature; common/sampling.cpp adds the
 // logit-bias sampler first and the `dist` sampler last):
 //   1. logit_bias: logit[id] += bias (repeated ids add up; -inf bans a token).
-//   2. penalties over the last `repeat_last_n` accepted tokens, each token with
-//      count c > 0 in that window: repetition penalty as in CTRL (Keskar et al.
-//      2019) / llama.cpp — logit /= repeat_penalty if logit > 0, else
-//      logit *= repeat_penalty; then OpenAI presence/frequency:
-//      logit -= c * frequency_penalty + presence_penalty.
+//   2. penalties: the repetition penalty as in CTRL (Keskar et al. 2019) /
+//      llama.cpp over the last `repeat_last_n` tokens, prompt included (a token in
+//      that window: logit /= repeat_penalty if logit > 0, else logit *= repeat_penalty);
+//      then OpenAI's presence/frequency penalties over the generated tokens only
+//      (OpenAI's and vLLM's definition; a token generated c > 0 times:
+//      logit -= c * frequency_penalty + presence_penalty).
 //   3. temperature <= 0: argmax (lowest id on ties); no RNG draw.
 //   Otherwise, with p_i = softmax(logits) at temperature 1 over the candidates:
 //   4. top_k (k > 0): keep the k largest logits.
@@ -58,9 +59,9 @@ struct SamplingParams {
   float top_p = 0.95f;           // in (0, 1]; 1 => off
   float min_p = 0.05f;           // in [0, 1]; 0 => off
   float repeat_penalty = 1.0f;   // > 0; 1 => off
-  int32_t repeat_last_n = 64;    // penalty window; 0 => penalties off, -1 => all accepted tokens
-  float presence_penalty = 0.0f;   // OpenAI alpha_presence; 0 => off
-  float frequency_penalty = 0.0f;  // OpenAI alpha_frequency; 0 => off
+  int32_t repeat_last_n = 64;    // repeat_penalty window; 0 => off, -1 => all tokens
+  float presence_penalty = 0.0f;   // OpenAI alpha_presence, over generated tokens; 0 => off
+  float frequency_penalty = 0.0f;  // OpenAI alpha_frequency, over generated tokens; 0 => off
   std::vector<std::pair<int32_t, float>> logit_bias;  // (token id, additive bias); bias may be -inf
   uint64_t seed = 0;             // RNG stream seed
 
@@ -111,8 +112,10 @@ class Sampler {
   // One uniform draw in [0, 1) from this sampler's RNG stream (for speculative
   // rejection sampling, which needs draws besides sample()'s).
   float uniform() { return rng_.next_float(); }
-  // Records an emitted token in the penalty history (ids must be >= 0).
+  // Records a generated token in the penalty histories (ids must be >= 0).
   void accept(int32_t token);
+  // Records a prompt token: it counts for the repetition penalty only.
+  void accept_prompt(int32_t token);
   // The RNG stream's position (SamplerRng::state): with the same accepted tokens, a sampler
   // restored to it continues exactly as the one it was saved from.
   std::array<uint64_t, 4> rng_state() const { return rng_.state(); }
@@ -144,6 +147,7 @@ class Sampler {
   SamplerRng rng_;
   std::deque<int32_t> history_;                // last repeat_last_n accepted tokens
   std::unordered_map<int32_t, int32_t> counts_;  // token id -> count within history_
+  std::unordered_map<int32_t, int32_t> generated_;  // token id -> times generated (presence/frequency)
   std::vector<float> work_;                    // [n_vocab] biased/penalised logits scratch
   std::vector<Candidate> kept_;                // scratch: surviving candidates
   std::vector<float> weights_;                 // scratch: [kept_.size()] or, if dense_, [n_vocab]

@@ -40,7 +40,7 @@ std::variant<CompletionParams, ApiError> parse_messages_request(const std::strin
     const std::string& key = it.key();
     const json& v = it.value();
     if (v.is_null() || std::any_of(std::begin(kRead), std::end(kRead), [&](const char* k) { return key == k; })) continue;
-    if (key == "thinking" && v.is_object() && v.value("type", "") == "disabled") continue;
+    if (key == "thinking" && string_field(v, "type") == "disabled") continue;
     if (key == "tools" || key == "tool_choice") continue;  // read below
     if (key == "output_config" && v.is_object()) {  // effort: no reasoning to spend it on
       bool ok = true;
@@ -81,14 +81,19 @@ std::variant<CompletionParams, ApiError> parse_messages_request(const std::strin
           (t.contains("input_schema") && !t["input_schema"].is_object()))
         return bad("tools", "'tools' entries must be client tools {name, description, input_schema} (server tools "
                             "are not implemented)");
-      json fn = {{"name", t["name"]}, {"parameters", t.value("input_schema", json::object())}};
+      json fn = {{"name", t["name"]}, {"parameters", t.contains("input_schema") ? t["input_schema"] : json::object()}};
       if (t.contains("description")) fn["description"] = t["description"];
       out.push_back({{"type", "function"}, {"function", fn}});
     }
     if (!out.empty()) c.tools = std::move(out);
   }
   if (const json* tc = p.get("tool_choice")) {
-    const std::string type = tc->is_object() ? tc->value("type", "") : "";
+    const std::string type = string_field(*tc, "type");
+    if (tc->is_object() && tc->contains("disable_parallel_tool_use")) {
+      if (!(*tc)["disable_parallel_tool_use"].is_boolean())
+        return bad("tool_choice", "'tool_choice.disable_parallel_tool_use' must be a boolean");
+      c.parallel_tool_calls = !(*tc)["disable_parallel_tool_use"].get<bool>();
+    }
     if (type == "none") {
       c.tools = nullptr;
     } else if (type != "auto") {
@@ -113,13 +118,15 @@ std::variant<CompletionParams, ApiError> parse_messages_request(const std::strin
       // (assistant) become the turn's tool_calls.
       json text_blocks = json::array();
       for (const json& b : content) {
-        const std::string type = b.is_object() ? b.value("type", "") : "";
+        const std::string type = string_field(b, "type");
         if (type == "tool_result" && msg["role"] == "user") {
           std::string result;
-          const json rc = b.value("content", json(""));
+          const json rc = b.contains("content") && !b["content"].is_null() ? b["content"] : json("");
           if (!b.contains("tool_use_id") || !b["tool_use_id"].is_string() || !flatten_blocks(rc, &result, &why))
             return bad("messages", where + ": a tool_result needs a tool_use_id and text content" +
                                        (why.empty() ? "" : " (" + why + ")"));
+          // A failed tool's result says so (the template has no field for it).
+          if (b.contains("is_error") && b["is_error"] == true) result = "Error: " + result;
           c.messages.push_back({{"role", "tool"}, {"tool_call_id", b["tool_use_id"]}, {"content", result}});
         } else if (type == "tool_use" && msg["role"] == "assistant") {
           if (!b.contains("id") || !b.contains("name") || !b["name"].is_string() || !b.contains("input") ||
@@ -140,6 +147,10 @@ std::variant<CompletionParams, ApiError> parse_messages_request(const std::strin
     if (!calls.empty()) m["tool_calls"] = std::move(calls);
     c.messages.push_back(std::move(m));
   }
+  // A final assistant message is a prefill the answer must continue; chat templates close
+  // the turn instead. Refused until continuation is implemented.
+  if (!count_tokens && !c.messages.empty() && c.messages.back()["role"] == "assistant")
+    return bad("messages", "a final assistant message (prefill) is not supported yet");
   if (count_tokens) return c;
 
   std::optional<int64_t> max_tokens, top_k;
@@ -219,7 +230,7 @@ json anthropic_message(const std::string& id, const std::string& model, const st
 }
 
 std::string anthropic_event(const json& data) {
-  return "event: " + data.value("type", std::string("message")) + "\ndata: " + dump_json(data) + "\n\n";
+  return "event: " + string_field(data, "type", "message") + "\ndata: " + dump_json(data) + "\n\n";
 }
 
 }  // namespace specula::server

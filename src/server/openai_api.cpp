@@ -53,7 +53,7 @@ int nesting_depth(const std::string& body, int limit) {
 const char* const kReadCommon[] = {"model", "max_tokens", "max_completion_tokens", "n", "seed", "top_k",
                                    "temperature", "top_p", "min_p", "presence_penalty", "frequency_penalty",
                                    "repeat_penalty", "stream", "stream_options", "ignore_eos", "speculative", "stop",
-                                   "logit_bias", "logprobs", "top_logprobs", "n_predict"};
+                                   "logit_bias", "logprobs", "top_logprobs", "n_predict", "repeat_last_n"};
 const char* const kReadCompletions[] = {"prompt", "parse_special"};
 const char* const kReadChat[] = {"messages", "parse_special", "tools", "tool_choice", "parallel_tool_calls"};
 const char* const kIgnored[] = {"user", "metadata", "store", "service_tier", "cache_prompt", "id_slot", "slot_id",
@@ -70,7 +70,7 @@ std::optional<ApiError> check_fields(const json& body, Endpoint endpoint) {
     const char* why;
   };
   static const std::vector<NoOp> kNoOp = {
-      {"response_format", [](const json& v) { return v.is_object() && v.value("type", "") == "text"; },
+      {"response_format", [](const json& v) { return string_field(v, "type") == "text"; },
        "structured outputs (json_object / json_schema) are not implemented yet"},
       {"tools", [](const json& v) { return v.is_array() && v.empty(); }, "tools apply to /v1/chat/completions"},
       {"tool_choice", [](const json& v) { return v == "none" || v == "auto"; }, "tools apply to /v1/chat/completions"},
@@ -144,6 +144,12 @@ bool flatten_text_parts(const json& content, const char* noun, std::string* out,
     *out += part["text"].get<std::string>();
   }
   return true;
+}
+
+std::string string_field(const json& o, const char* key, const std::string& fallback) {
+  if (!o.is_object()) return fallback;
+  auto it = o.find(key);
+  return it != o.end() && it->is_string() ? it->get<std::string>() : fallback;
 }
 
 int JsonBrackets::step(char ch) {
@@ -273,7 +279,7 @@ std::variant<CompletionParams, ApiError> parse_completion_request(const std::str
     if (const json* t = p.get("tools")) {
       if (!t->is_array()) return ApiError{400, "'tools' must be an array", "invalid_request_error", "tools", ""};
       for (const json& tool : *t) {
-        const bool ok = tool.is_object() && tool.value("type", "") == "function" && tool.contains("function") &&
+        const bool ok = string_field(tool, "type") == "function" && tool.contains("function") &&
                         tool["function"].is_object() && tool["function"].contains("name") &&
                         tool["function"]["name"].is_string() &&
                         (!tool["function"].contains("parameters") || tool["function"]["parameters"].is_object());
@@ -292,11 +298,12 @@ std::variant<CompletionParams, ApiError> parse_completion_request(const std::str
                         "invalid_request_error", "tool_choice", ""};
       }
     }
-    if (const json* ptc = p.get("parallel_tool_calls"); ptc != nullptr && !ptc->is_boolean())
-      return ApiError{400, "'parallel_tool_calls' must be a boolean", "invalid_request_error", "parallel_tool_calls", ""};
+    p.boolean("parallel_tool_calls", &c.parallel_tool_calls);
   }
 
-  std::optional<int64_t> max_tokens, max_completion, n, seed, top_k, logprobs_n, top_logprobs;
+  std::optional<int64_t> max_tokens, max_completion, n, seed, top_k, logprobs_n, top_logprobs, repeat_last_n;
+  p.integer("repeat_last_n", -1, std::numeric_limits<int32_t>::max(), &repeat_last_n);
+  if (repeat_last_n) c.sampling.repeat_last_n = static_cast<int32_t>(*repeat_last_n);
   p.integer("max_tokens", std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max(), &max_tokens);
   if (!max_tokens) {  // llama-server's name; -1 means "until the context is full"
     std::optional<int64_t> n_predict;

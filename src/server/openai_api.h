@@ -51,6 +51,10 @@ struct JsonBrackets {
   int step(char ch);
 };
 
+// o[key] when o is an object holding a string there, else `fallback` (never throws:
+// nlohmann's value() does on a null or a wrong type).
+std::string string_field(const nlohmann::json& o, const char* key, const std::string& fallback = "");
+
 // A request body as a JSON object, or the 400 saying why not (not JSON, not an object,
 // nested deeper than 64 levels).
 std::variant<nlohmann::json, ApiError> parse_body_object(const std::string& body);
@@ -128,6 +132,7 @@ struct CompletionParams {
   nlohmann::json messages;
   // chat: the tool definitions given to the template (null: none, or tool_choice "none")
   nlohmann::json tools;
+  bool parallel_tool_calls = true;  // false: an answer carries at most its first call
   std::optional<int32_t> max_tokens;  // absent: until the context is full
   SamplingParams sampling;            // seed filled by the caller when !seed_given
   bool seed_given = false;

@@ -259,6 +259,16 @@ void Server::Impl::handle_models(http::Exchange& ex) {
 }
 
 namespace {
+// A 400 naming the first field of `j` not in `known`.
+std::optional<ApiError> only_fields(const json& j, std::initializer_list<const char*> known, const char* route) {
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    bool ok = false;
+    for (const char* k : known) ok = ok || it.key() == k;
+    if (!ok) return ApiError{400, "unknown field '" + it.key() + "' for " + route, "invalid_request_error", it.key(), ""};
+  }
+  return std::nullopt;
+}
+
 // The body of /tokenize or /detokenize as an object, or an error.
 std::variant<json, ApiError> json_object_body(const std::string& body) {
   json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
@@ -275,6 +285,7 @@ void Server::Impl::handle_tokenize(const http::Request& req, http::Exchange& ex)
   auto parsed = json_object_body(req.body);
   if (auto* e = std::get_if<ApiError>(&parsed)) return send_error(ex, *e);
   const json& j = std::get<json>(parsed);
+  if (auto e = only_fields(j, {"content", "add_special", "parse_special", "with_pieces"}, "/tokenize")) return send_error(ex, *e);
   if (!j.contains("content") || !j["content"].is_string())
     return send_error(ex, ApiError{400, "'content' must be a string", "invalid_request_error", "content", ""});
   bool flags[3] = {false, true, false};
@@ -345,7 +356,9 @@ void Server::Impl::handle_embeddings(const http::Request& req, http::Exchange& e
     return send_error(ex, ApiError{400, "model " + shown(j["model"]) + " is not served here; this server serves '" +
                                             opt.model_id + "'",
                                    "invalid_request_error", "model", "model_not_found"});
-  const std::string format = j.value("encoding_format", std::string("float"));
+  const std::string format = j.contains("encoding_format") && j["encoding_format"].is_null()
+                               ? "float"
+                               : j.contains("encoding_format") ? string_field(j, "encoding_format", "?") : "float";
   if (format != "float" && format != "base64")
     return send_error(ex, ApiError{400, "'encoding_format' must be \"float\" or \"base64\"", "invalid_request_error",
                                    "encoding_format", ""});
@@ -374,7 +387,7 @@ void Server::Impl::handle_embeddings(const http::Request& req, http::Exchange& e
   } else if (in->is_array() && !in->empty() && (*in)[0].is_number_integer()) {
     inputs.emplace_back();
     if (!ids_of(*in, &inputs.back())) return bad_input("token ids must be integers in the vocabulary");
-  } else if (in->is_array() && !in->empty() && in->size() <= 2048) {
+  } else if (in->is_array() && !in->empty() && in->size() <= 256) {
     for (const json& x : *in) {
       inputs.emplace_back();
       if (x.is_string()) {
@@ -384,7 +397,7 @@ void Server::Impl::handle_embeddings(const http::Request& req, http::Exchange& e
       }
     }
   } else {
-    return bad_input("must be a non-empty string or array (at most 2048 inputs)");
+    return bad_input("must be a non-empty string or array (at most 256 inputs)");
   }
   int64_t n_tokens = 0;
   for (size_t k = 0; k < inputs.size(); ++k) {
@@ -398,8 +411,10 @@ void Server::Impl::handle_embeddings(const http::Request& req, http::Exchange& e
   const int64_t E = model->info().n_embd;
   std::vector<std::vector<float>> vectors(inputs.size(), std::vector<float>(static_cast<size_t>(E), 0.0f));
   Status failure = Status::ok();
-  const bool ran = engine->run_exclusive([&](Model& m) {
-    for (size_t k = 0; k < inputs.size() && failure.is_ok(); ++k) {
+  // One input per turn of the engine loop: decoding rows step between them.
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    if (ex.client_gone()) return;  // nobody to answer
+    const bool ran = engine->run_exclusive([&](Model& m) {
       const auto& ids = inputs[k];
       const int64_t n = static_cast<int64_t>(ids.size());
       auto st = new_state(m, opt.engine.cache, n + 1);
@@ -439,10 +454,10 @@ void Server::Impl::handle_embeddings(const http::Request& req, http::Exchange& e
       }
       norm = norm > 0 ? 1.0 / std::sqrt(norm) : 0.0;
       for (int64_t e = 0; e < E; ++e) vectors[k][static_cast<size_t>(e)] = static_cast<float>(acc[static_cast<size_t>(e)] * norm);
-    }
-  });
-  if (!ran) return send_error(ex, ApiError{503, "the server is shutting down", "server_error", "", ""});
-  if (!failure.is_ok()) return send_error(ex, ApiError{500, failure.message(), "server_error", "", ""});
+    });
+    if (!ran) return send_error(ex, ApiError{503, "the server is shutting down", "server_error", "", ""});
+    if (!failure.is_ok()) return send_error(ex, ApiError{500, failure.message(), "server_error", "", ""});
+  }
   json data = json::array();
   for (size_t k = 0; k < vectors.size(); ++k) {
     json emb = format == "base64"
@@ -459,6 +474,7 @@ void Server::Impl::handle_detokenize(const http::Request& req, http::Exchange& e
   auto parsed = json_object_body(req.body);
   if (auto* e = std::get_if<ApiError>(&parsed)) return send_error(ex, *e);
   const json& j = std::get<json>(parsed);
+  if (auto e = only_fields(j, {"tokens"}, "/detokenize")) return send_error(ex, *e);
   if (!j.contains("tokens") || !j["tokens"].is_array())
     return send_error(ex, ApiError{400, "'tokens' must be an array of token ids", "invalid_request_error", "tokens", ""});
   std::vector<int32_t> ids;
@@ -526,7 +542,9 @@ std::optional<ApiError> Server::Impl::build_prompt(const CompletionParams& c, st
                                    "invalid_request_error", "messages", ""};
     // Templates usually write the BOS text themselves; add it only when they don't.
     const std::string& text = rendered->text;
-    const bool has_bos = !bos.empty() && text.rfind(bos, 0) == 0;
+    // (and not the client's text that merely starts with it)
+    const bool has_bos = !bos.empty() && text.rfind(bos, 0) == 0 &&
+                         (rendered->untrusted.empty() || rendered->untrusted.front().first >= bos.size());
     // Only the template's own text may yield control tokens: what the client wrote is
     // tokenized with special-token parsing off (a forged "<|im_end|>" stays text).
     *ids = tok->encode_segments(text, rendered->untrusted, /*add_special=*/!has_bos);
@@ -591,6 +609,7 @@ class OpenAiFormat : public AnswerFormat {
     body["seed"] = g_.seed;  // the seed this request sampled with (random when not given)
     if (tools_ != ToolFormat::kNone && u.summary.outcome != Outcome::kLength) {
       ParsedAnswer a = parse_tool_calls(tools_, text, tool_names());
+      if (!g_.params->parallel_tool_calls && a.calls.size() > 1) a.calls.resize(1);
       if (!a.calls.empty()) {
         json& msg = body["choices"][0]["message"];
         msg["content"] = a.content.empty() ? json(nullptr) : json(a.content);
@@ -655,6 +674,7 @@ class OpenAiFormat : public AnswerFormat {
       if (tools_ != ToolFormat::kNone && !pending_.empty()) {
         ParsedAnswer a =
             in_call_ && reason != "length" ? parse_tool_calls(tools_, pending_, tool_names()) : ParsedAnswer{pending_, {}};
+        if (!g_.params->parallel_tool_calls && a.calls.size() > 1) a.calls.resize(1);
         CompletionStream::Update v;
         v.text = a.calls.empty() ? pending_ : a.content;
         out += text_piece(v);
@@ -720,6 +740,7 @@ class AnthropicFormat : public AnswerFormat {
   json whole(const std::string& text, const std::vector<TokenLogprob>&, const CompletionStream::Update& u) override {
     ParsedAnswer a{text, {}};
     if (tools_ != ToolFormat::kNone && u.summary.outcome != Outcome::kLength) a = parse_tool_calls(tools_, text, names());
+    if (!g_.params->parallel_tool_calls && a.calls.size() > 1) a.calls.resize(1);
     return anthropic_message(g_.id, g_.model, a.content, a.calls, stop_reason(u, a), u.stop_sequence, usage(u.summary));
   }
   // The text block starts with the first text; tool_use blocks follow it at the end.
@@ -749,6 +770,7 @@ class AnthropicFormat : public AnswerFormat {
     std::string out;
     ParsedAnswer a{pending_, {}};
     if (in_call_ && u.summary.outcome != Outcome::kLength) a = parse_tool_calls(tools_, pending_, names());
+    if (!g_.params->parallel_tool_calls && a.calls.size() > 1) a.calls.resize(1);
     out += text_delta(a.calls.empty() ? pending_ : a.content);
     if (!text_open_ && a.calls.empty()) out += text_delta("", true);  // an empty answer is an empty text block
     if (text_open_) out += anthropic_event({{"type", "content_block_stop"}, {"index", index_++}});
@@ -764,7 +786,10 @@ class AnthropicFormat : public AnswerFormat {
                                   {"delta",
                                    {{"stop_reason", stop_reason(u, a)},
                                     {"stop_sequence", u.stop_sequence.empty() ? json(nullptr) : json(u.stop_sequence)}}},
-                                  {"usage", {{"output_tokens", us.output_tokens}}}}) +
+                                  {"usage",
+                                   {{"output_tokens", us.output_tokens},
+                                    {"input_tokens", us.input_tokens},
+                                    {"cache_read_input_tokens", us.cache_read_input_tokens}}}}) +
            anthropic_event({{"type", "message_stop"}});
   }
 
@@ -792,7 +817,10 @@ class AnthropicFormat : public AnswerFormat {
       for (const json& t : g_.params->tools) n.push_back(t["function"]["name"].get<std::string>());
     return n;
   }
-  static AnthropicUsage usage(const RequestSummary& s) { return AnthropicUsage{s.n_prompt, s.n_generated, s.cached_tokens}; }
+  // Anthropic's input_tokens excludes the tokens read from the cache (the total is the sum).
+  static AnthropicUsage usage(const RequestSummary& s) {
+    return AnthropicUsage{s.n_prompt - s.cached_tokens, s.n_generated, s.cached_tokens};
+  }
   ToolFormat tools_;
   std::string pending_;
   bool in_call_ = false;

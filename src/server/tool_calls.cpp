@@ -22,18 +22,27 @@ std::string trim(const std::string& s) {
   return s.substr(a, s.find_last_not_of(" \t\r\n") - a + 1);
 }
 
-std::string args_text(const json& j) {
-  if (!j.contains("arguments")) return "{}";
-  if (j["arguments"].is_string()) return j["arguments"].get<std::string>();
-  return j["arguments"].dump(-1, ' ', false, json::error_handler_t::replace);
+// The arguments object of a call ({} when absent; a JSON string holding an object is read
+// as that object); null when they are not an object.
+json args_object(const json& j) {
+  if (!j.contains("arguments")) return json::object();
+  const json& a = j["arguments"];
+  if (a.is_object()) return a;
+  if (a.is_string()) {
+    json parsed = json::parse(a.get<std::string>(), nullptr, false);
+    if (parsed.is_object()) return parsed;
+  }
+  return nullptr;
 }
 
-// A call object as the model writes it: {"name": string, "arguments": object or string}.
+std::string args_text(const json& j) { return args_object(j).dump(-1, ' ', false, json::error_handler_t::replace); }
+
+// A call object as the model writes it: {"name": string, "arguments": an object, or JSON
+// text of one} (strict: arguments given, and the name one of the tools).
 bool call_object(const json& j, bool strict, const std::vector<std::string>& tools) {
-  if (!j.is_object() || !j.contains("name") || !j["name"].is_string()) return false;
-  if (!strict) return !j.contains("arguments") || j["arguments"].is_object() || j["arguments"].is_string();
-  return j.contains("arguments") && j["arguments"].is_object() &&
-         std::find(tools.begin(), tools.end(), j["name"].get<std::string>()) != tools.end();
+  if (!j.is_object() || !j.contains("name") || !j["name"].is_string() || args_object(j).is_null()) return false;
+  if (!strict) return true;
+  return j.contains("arguments") && std::find(tools.begin(), tools.end(), j["name"].get<std::string>()) != tools.end();
 }
 
 // The top-level JSON values of a text holding one or more of them separated by

@@ -37,6 +37,7 @@ jinja::Value to_value(const Json& j, uint32_t depth, bool untrusted = false) {
     }
     case nlohmann::json::value_t::object: {
       jinja::Dict d;
+      d.keys_untrusted = untrusted;
       for (auto it = j.begin(); it != j.end(); ++it) d.set(it.key(), to_value(it.value(), depth + 1, untrusted));
       return Value::make_dict(std::move(d));
     }
@@ -63,6 +64,7 @@ jinja::Value marked_context(const Json& context) {
           continue;
         }
         jinja::Dict d;
+        d.keys_untrusted = true;  // a message's keys are the client's too
         for (auto f = m.begin(); f != m.end(); ++f) {
           const bool known_role = f.key() == "role" && f.value().is_string() &&
                                   (f.value() == "system" || f.value() == "user" || f.value() == "assistant" ||

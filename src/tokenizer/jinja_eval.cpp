@@ -414,12 +414,14 @@ class Interpreter {
       case Value::Kind::kDict: {
         if (v.dict->is_namespace) break;
         List keys;
-        for (const auto& kv : v.dict->items) keys.push_back(Value::string(kv.first));
+        for (const auto& kv : v.dict->items) keys.push_back(v.dict->key_value(kv.first));
         return keys;
       }
-      case Value::Kind::kString: {
+      case Value::Kind::kString: {  // characters keep their untrusted ranges
         List chars;
-        for (std::string_view c : utf8_chars(v.str_ref())) chars.push_back(Value::string(std::string(c)));
+        const std::string& str = v.str_ref();
+        for (std::string_view c : utf8_chars(str))
+          chars.push_back(substr_value(v, static_cast<size_t>(c.data() - str.data()), c.size()));
         return chars;
       }
       default: break;
@@ -532,6 +534,7 @@ class Interpreter {
         for (size_t k = 0; k + 1 < e.args.size(); k += 2) {
           Value key = eval(*e.args[k]);
           if (!key.is_string()) fail("dict keys must be strings, got " + key.type_name());
+          if (key.untrusted) d.keys_untrusted = true;
           d.set(key.str_ref(), eval(*e.args[k + 1]));
         }
         return Value::make_dict(std::move(d));
@@ -914,6 +917,7 @@ class Interpreter {
         d.is_namespace = ns;
         for (const Value& a : args) {
           if (!a.is_dict() || a.dict->is_namespace) fail("namespace()/dict() positional argument must be a dict");
+          d.keys_untrusted = d.keys_untrusted || a.dict->keys_untrusted;
           for (const auto& [k, v] : a.dict->items) d.set(k, v);
         }
         for (auto& [k, v] : kw) {
@@ -1012,8 +1016,8 @@ class Interpreter {
     }
     List out;
     for (const auto& [k, v] : d.items) {
-      if (name == "items") out.push_back(Value::make_list({Value::string(k), v}, true));
-      else if (name == "keys") out.push_back(Value::string(k));
+      if (name == "items") out.push_back(Value::make_list({d.key_value(k), v}, true));
+      else if (name == "keys") out.push_back(d.key_value(k));
       else out.push_back(v);
     }
     return Value::make_list(std::move(out));

@@ -45,6 +45,10 @@ const Value* Dict::find(std::string_view key) const {
   return nullptr;
 }
 
+Value Dict::key_value(const std::string& key) const {
+  return keys_untrusted ? Value::untrusted_string(key) : Value::string(key);
+}
+
 void Dict::set(std::string key, Value v) {
   for (auto& [k, old] : items) {
     if (k == key) {
@@ -146,12 +150,16 @@ Value taint_fresh(Value v) {
     return v;
   }
   if (v.kind == Value::Kind::kList) {
-    bool changes = false;
-    for (const Value& c : *v.list) changes = changes || (c.kind == Value::Kind::kString && !c.spans);
-    if (!changes) return v;
     List out = *v.list;
-    for (Value& c : out)
-      if (c.kind == Value::Kind::kString && !c.spans) c = taint_fresh(std::move(c));
+    bool changes = false;
+    for (Value& c : out) {
+      if ((c.kind == Value::Kind::kString && !c.spans) || c.kind == Value::Kind::kList) {
+        Value t = taint_fresh(c);
+        changes = changes || t.spans != c.spans || t.list != c.list;
+        c = std::move(t);
+      }
+    }
+    if (!changes) return v;
     return Value::make_list(std::move(out), v.is_tuple);
   }
   return v;
@@ -172,6 +180,7 @@ Value Value::make_dict(Dict x) {
   v.kind = Kind::kDict;
   v.depth = 1;
   v.has_namespace = x.is_namespace;
+  v.untrusted = x.keys_untrusted && !x.items.empty();
   for (const auto& kv : x.items) adopt_child(v, kv.second);
   charge_steps(static_cast<int64_t>(x.items.size()));
   v.dict = std::make_shared<Dict>(std::move(x));

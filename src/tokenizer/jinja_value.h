@@ -60,7 +60,11 @@ void charge_bytes(int64_t n);
 struct Dict {
   std::vector<std::pair<std::string, Value>> items;
   bool is_namespace = false;  // created by namespace(): the only mutable object
+  bool keys_untrusted = false;  // its keys came from untrusted input (client JSON): keys read
+                                // as strings (iteration, items(), dictsort) are untrusted
   const Value* find(std::string_view key) const;
+  // A key as a string value (untrusted when keys_untrusted).
+  Value key_value(const std::string& key) const;
   void set(std::string key, Value v);
 };
 
@@ -122,7 +126,8 @@ bool holds_untrusted(const Value& v);
 void append_spans(Spans& out, const Value& v, size_t text_size, size_t offset);
 // The result of an operation whose inputs held untrusted text: a string that does not
 // track ranges (spans null) becomes untrusted whole; so does each such string directly
-// in a list. Other values are returned as they are (their elements keep their own).
+// in a list, at any depth of nested lists. Other values are returned as they are (their
+// elements keep their own).
 Value taint_fresh(Value v);
 
 bool truthy(const Value& v);

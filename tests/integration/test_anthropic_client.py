@@ -43,7 +43,8 @@ def test_messages(srv, model, stats):
     st, _, data = srv.post("/v1/chat/completions", {"messages": MSGS, "max_tokens": 12, "temperature": 0})
     o = json.loads(data)
     check(o["choices"][0]["message"]["content"] == text, f"anthropic {text!r} vs openai {o['choices'][0]['message']['content']!r}")
-    check(o["usage"]["prompt_tokens"] == m.usage.input_tokens, "input tokens differ from the OpenAI route")
+    check(o["usage"]["prompt_tokens"] == m.usage.input_tokens + (m.usage.cache_read_input_tokens or 0),
+          "input tokens differ from the OpenAI route")
     # max_tokens.
     m2 = client.messages.create(model=model, max_tokens=3, messages=MSGS, extra_body={"temperature": 0})
     check(m2.stop_reason == "max_tokens" and m2.usage.output_tokens == 3, f"max_tokens 3: {m2}")
@@ -51,11 +52,13 @@ def test_messages(srv, model, stats):
     a = client.messages.create(model=model, max_tokens=6, system="You are terse.", messages=MSGS, extra_body={"temperature": 0})
     b = client.messages.create(model=model, max_tokens=6, system=[{"type": "text", "text": "You are terse."}],
                                messages=MSGS, extra_body={"temperature": 0})
-    check(text_of(a) == text_of(b) and a.usage.input_tokens == b.usage.input_tokens > m.usage.input_tokens,
+    total = lambda u: u.input_tokens + (u.cache_read_input_tokens or 0)  # noqa: E731 (Anthropic: the sum)
+    check(text_of(a) == text_of(b) and total(a.usage) == total(b.usage) > total(m.usage),
           f"system prompt: {a.usage} {b.usage}")
+    check((b.usage.cache_read_input_tokens or 0) > 0, f"the repeated prompt was not read from the cache: {b.usage}")
     # count_tokens.
     ct = client.messages.count_tokens(model=model, system="You are terse.", messages=MSGS)
-    check(ct.input_tokens == a.usage.input_tokens, f"count_tokens {ct.input_tokens} vs usage {a.usage.input_tokens}")
+    check(ct.input_tokens == total(a.usage), f"count_tokens {ct.input_tokens} vs usage {a.usage}")
     # Stop sequences: stop on a piece of the greedy text.
     long = client.messages.create(model=model, max_tokens=24, messages=MSGS, extra_body={"temperature": 0})
     lt = text_of(long)
@@ -113,6 +116,8 @@ def test_refusals(srv, model, stats):
             {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}]}]),
          anthropic.BadRequestError, "image"),
         (dict(model=model, max_tokens=4, messages=[{"role": "system", "content": "x"}]), anthropic.BadRequestError, "role"),
+        (dict(model=model, max_tokens=4, messages=MSGS + [{"role": "assistant", "content": "The sea"}]),
+         anthropic.BadRequestError, "prefill"),
         (dict(model=model, max_tokens=0, messages=MSGS), anthropic.BadRequestError, "max_tokens"),
         (dict(model=model, max_tokens=4, messages=MSGS, extra_body={"temperature": 1.5}), anthropic.BadRequestError,
          "temperature"),
@@ -135,6 +140,11 @@ def test_refusals(srv, model, stats):
     e = json.loads(data)
     check(st == 400 and e["type"] == "error" and e["error"]["type"] == "invalid_request_error"
           and "max_tokens" in e["error"]["message"], f"missing max_tokens: {st} {e}")
+    for body in ({"model": model, "max_tokens": 2, "messages": [{"role": "user", "content": [{"type": None}]}]},
+                 {"model": model, "max_tokens": 2, "messages": MSGS, "tool_choice": {"type": None}},
+                 {"model": model, "max_tokens": 2, "messages": MSGS, "thinking": {"type": 5}}):
+        st, _, data = srv.post("/v1/messages", body)
+        check(st == 400 and json.loads(data)["type"] == "error", f"{body}: {st} {data[:200]!r}")
     st, _, data = srv.post("/v1/messages", "{")
     check(st == 400 and json.loads(data)["type"] == "error", f"bad JSON: {st} {data[:200]!r}")
     stats["refusals"] = len(cases) + 2

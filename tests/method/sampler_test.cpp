@@ -475,22 +475,25 @@ TEST(Sampler, PenaltiesChangeExactlyTheRightLogits) {
   for (size_t i = 0; i < l.size(); ++i) EXPECT_NEAR(got_r[i], want_r[i], 1e-5) << "token " << i;
 }
 
+// repeat_last_n windows the repetition penalty (prompt tokens included, as llama.cpp);
+// presence/frequency count every generated token and no prompt token (OpenAI, vLLM).
 TEST(Sampler, PenaltyWindowIsLastNTokens) {
   const std::vector<float> l = {0.0f, 1.0f, 1.0f, 1.0f, 1.0f};
   SamplingParams p = no_truncation(1.0f);
-  p.presence_penalty = 1.0f;
+  p.repeat_penalty = 2.0f;
   p.repeat_last_n = 2;
   Sampler s(p);
   for (int32_t t : {1, 2, 3, 3, 4}) s.accept(t);  // window = {3, 4}
   auto got = logit_deltas(s, l, 0);
-  const std::vector<double> want = {0.0, 1.0, 1.0, 0.0, 0.0};
+  std::vector<double> want = {0.0, 1.0, 1.0, 0.5, 0.5};
   for (size_t i = 0; i < l.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5) << "token " << i;
 
   p.repeat_last_n = -1;  // all tokens
   Sampler all(p);
-  for (int32_t t : {1, 2, 3, 3, 4}) all.accept(t);
+  for (int32_t t : {1, 2}) all.accept_prompt(t);  // the prompt counts for the repetition penalty
+  for (int32_t t : {3, 4}) all.accept(t);
   got = logit_deltas(all, l, 0);
-  for (size_t i = 1; i < l.size(); ++i) EXPECT_NEAR(got[i], 0.0, 1e-5) << "token " << i;
+  for (size_t i = 1; i < l.size(); ++i) EXPECT_NEAR(got[i], 0.5, 1e-5) << "token " << i;
 
   p.repeat_last_n = 0;  // off
   Sampler off(p);
@@ -498,19 +501,17 @@ TEST(Sampler, PenaltyWindowIsLastNTokens) {
   got = logit_deltas(off, l, 0);
   for (size_t i = 1; i < l.size(); ++i) EXPECT_NEAR(got[i], 1.0, 1e-5) << "token " << i;
 
-  all.reset_history();
-  got = logit_deltas(all, l, 0);
-  for (size_t i = 1; i < l.size(); ++i) EXPECT_NEAR(got[i], 1.0, 1e-5) << "token " << i;
-
-  // Greedy sees penalties too.
-  SamplingParams g;
-  g.temperature = 0.0f;
-  g.repeat_penalty = 10.0f;
-  Sampler gs(g);
-  const std::vector<float> lg = {1.0f, 5.0f, 4.0f};
-  EXPECT_EQ(gs.sample(lg.data(), 3), 1);
-  gs.accept(1);
-  EXPECT_EQ(gs.sample(lg.data(), 3), 2);
+  // Presence and frequency: generated tokens only, without a window.
+  SamplingParams q = no_truncation(1.0f);
+  q.presence_penalty = 1.0f;
+  q.frequency_penalty = 0.5f;
+  q.repeat_last_n = 1;
+  Sampler g(q);
+  for (int32_t t : {1, 2}) g.accept_prompt(t);
+  for (int32_t t : {3, 3, 4}) g.accept(t);
+  got = logit_deltas(g, l, 0);
+  want = {0.0, 1.0, 1.0, 1.0 - 1.0 - 2 * 0.5, 1.0 - 1.0 - 0.5};
+  for (size_t i = 0; i < l.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5) << "token " << i;
 }
 
 TEST(Sampler, LogitBiasIsAddedBeforePenalties) {

@@ -52,6 +52,7 @@ TEST(ToolCalls, WhatIsNotACallStaysText) {
       "```json\n{\"name\": \"rm_rf\", \"arguments\": {}}\n```",                   // not one of the tools
       "```python\nprint({\"name\": \"get_time\"})\n```",                         // code, not a call
       "{\"name\": \"get_time\", \"arguments\": \"x\"} and more",                  // bare, with text after
+      "<tool_call>\n{\"name\": \"f\", \"arguments\": \"city=Paris\"}\n</tool_call>",  // arguments not an object
       "```json\n{\"name\": \"get_time\", \"arguments\": {}}",                    // fence never closed: still a call
   };
   for (size_t k = 0; k + 1 < texts.size(); ++k) {
