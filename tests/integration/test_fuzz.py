@@ -5,6 +5,10 @@ lone surrogate escapes, prompt arrays with negative/huge ids, empty or odd messa
 non-text content parts, plus random valid requests. Every answer must be a 4xx with an
 OpenAI JSON error body, or a 200 that is a valid completion (JSON or SSE); afterwards the
 process is alive, /health answers, and no row or queue entry is left behind.
+Then SPECULA_FUZZ_N_OTHER (default 4000) bodies the same way against the other POST
+routes — Anthropic's /v1/messages and /v1/messages/count_tokens (answers: 4xx with
+Anthropic's error body, or a message / a token count), /v1/embeddings, /tokenize and
+/detokenize (4xx OpenAI error, or their answer) — and GET routes with bodies: never a 5xx.
 Reproducible: seeded RNG (SPECULA_FUZZ_SEED, default 1234); SPECULA_FUZZ_N bodies
 (default 1200), sent by 4 client threads.
 Does not: check the exact status or message of each case (test_raw_http.py does).
@@ -24,6 +28,7 @@ from specula_server import check  # noqa: E402
 
 SEED = int(os.environ.get("SPECULA_FUZZ_SEED", "1234"))
 N = int(os.environ.get("SPECULA_FUZZ_N", "1200"))
+N_OTHER = int(os.environ.get("SPECULA_FUZZ_N_OTHER", "4000"))
 MAX_BODY = 1 << 18
 CTX = int(os.environ.get("SPECULA_FUZZ_CTX", "96"))  # bounds what a valid body without max_tokens costs
 C = "/v1/completions"
@@ -73,6 +78,92 @@ def valid_chat(rng):
     if rng.random() < 0.2:
         b["temperature"] = rng.choice([0, 1.0])
     return b
+
+
+OTHER_FIELDS = {
+    "/v1/messages": ["model", "max_tokens", "messages", "system", "stop_sequences", "stream", "temperature", "top_p",
+                     "top_k", "metadata", "tools", "tool_choice", "thinking", "output_config", "service_tier"],
+    "/v1/messages/count_tokens": ["model", "messages", "system", "tools"],
+    "/v1/embeddings": ["input", "model", "encoding_format", "pooling", "dimensions", "user"],
+    "/tokenize": ["content", "add_special", "parse_special", "with_pieces"],
+    "/detokenize": ["tokens"],
+}
+
+
+def valid_other(rng, route, model):
+    if route in ("/v1/messages", "/v1/messages/count_tokens"):
+        content = rng.choice(["hi", "", [{"type": "text", "text": "hi"}],
+                              [{"type": "tool_result", "tool_use_id": "t1", "content": "42"}]])
+        b = {"model": model, "messages": [{"role": "user", "content": content}]}
+        if rng.random() < 0.3:
+            b["system"] = rng.choice(["Be brief.", [{"type": "text", "text": "Be brief."}]])
+        if route == "/v1/messages":
+            b["max_tokens"] = rng.randint(1, 3)
+            if rng.random() < 0.3:
+                b["stream"] = True
+            if rng.random() < 0.2:
+                b["stop_sequences"] = rng.choice([["\n"], [], ["a", "b"]])
+        return b
+    if route == "/v1/embeddings":
+        return {"input": rng.choice(["hi", ["a", "b"], [2, 100], [[2, 5], [2]], "\u00e9\u4e2d"]),
+                **({"encoding_format": "base64"} if rng.random() < 0.3 else {})}
+    if route == "/tokenize":
+        return {"content": rng.choice(["hi", "", "<start_of_turn>x", "\u00e9"]), "with_pieces": rng.random() < 0.5}
+    return {"tokens": rng.choice([[2, 100], [], [262143], [0]])}
+
+
+def make_other(rng, k, model):
+    """Returns (route, body bytes, label) for the non-completion routes."""
+    route = rng.choice(list(OTHER_FIELDS))
+    base = valid_other(rng, route, model)
+    kind = k % 10
+    s = json.dumps(base)
+    if kind == 0:
+        return route, bytes(rng.getrandbits(8) for _ in range(rng.randint(0, 300))), "random bytes"
+    if kind == 1:
+        return route, s.encode()[:rng.randint(0, max(0, len(s) - 1))], "truncated JSON"
+    if kind == 2:
+        field = rng.choice(OTHER_FIELDS[route])
+        return route, ('{"%s": %s}' % (field, nested(rng.choice([100, 10000])))).encode(), f"nested {field}"
+    if kind == 3:
+        lit = rng.choice(["NaN", "Infinity", "1e400", "-0", "123456789012345678901234567890", "null", "true"])
+        field = rng.choice(OTHER_FIELDS[route])
+        return route, (s[:-1] + ', "%s": %s}' % (field, lit)).encode(), f"literal {field}={lit}"
+    if kind in (4, 5, 6):
+        b = dict(base)
+        for _ in range(rng.randint(1, 3)):
+            b[rng.choice(OTHER_FIELDS[route] + ["frobnicate"])] = rng.choice(VALUES + [
+                [{"type": None}], [{"role": "user", "content": [{"type": "image"}]}], {"type": 5}, [[None]]])
+        return route, json.dumps(b).encode(), "wrong types"
+    if kind == 7:
+        b = bytearray(s.encode())
+        for _ in range(rng.randint(1, 4)):
+            pos = rng.randrange(len(b))
+            b[pos] = rng.getrandbits(8)
+        return route, bytes(b), "byte mutation"
+    return route, json.dumps(base).encode(), "valid-ish"
+
+
+def check_other(label, route, body, status, headers, data):
+    what = f"[{label}] {route} body {body[:120]!r}"
+    check(status < 500, f"{what}: status {status}: {data[:300]!r}")
+    ctype = headers.get("content-type", "")
+    if status == 200:
+        if ctype.startswith("text/event-stream"):
+            check(b"event: message_stop" in data or b'"type":"error"' in data, f"{what}: odd stream {data[-200:]!r}")
+            return "ok-stream"
+        o = json.loads(data)
+        want = {"/v1/messages": "content", "/v1/messages/count_tokens": "input_tokens", "/v1/embeddings": "data",
+                "/tokenize": "tokens", "/detokenize": "content"}[route]
+        check(want in o, f"{what}: 200 without {want}: {o}")
+        return "ok"
+    check(400 <= status < 500 and ctype.startswith("application/json"), f"{what}: {status} {ctype}")
+    e = json.loads(data)
+    if route.startswith("/v1/messages"):
+        check(e.get("type") == "error" and "message" in e.get("error", {}), f"{what}: not Anthropic's error shape: {e}")
+    else:
+        check("message" in e.get("error", {}), f"{what}: not an OpenAI error body: {e}")
+    return str(status)
 
 
 def nested(depth, open_="[", close="]"):
@@ -241,8 +332,37 @@ def main():
         srv.wait_idle(5.0)
         st, _, data = srv.post(C, {"prompt": "Hello", "max_tokens": 2})
         check(st == 200, f"a valid request after fuzzing: {st} {data[:200]!r}")
+        # The other routes.
+        model = json.loads(srv.request("GET", "/v1/models")[2])["data"][0]["id"]
+        others = [make_other(rng, k, model) for k in range(N_OTHER)]
+        others += [(p, b'{"x": 1}', "GET with a body") for p in ("/health", "/v1/models", "/metrics")]
+        other_counts = {}
+        t1 = time.time()
+
+        def other(case):
+            route, body, label = case
+            if label == "GET with a body":
+                status, headers, data = srv.request("GET", route, body)
+                check(status == 200, f"GET {route} with a body: {status}")
+                return "get"
+            try:
+                status, headers, data = srv.post(route, body, timeout=120)
+            except Exception as e:  # noqa: BLE001
+                raise ss.TestFailure(f"[{label}] {route} body {body[:300]!r}: {type(e).__name__}: {e} (server alive: {srv.alive()})")
+            return check_other(label, route, body, status, headers, data)
+
+        with ThreadPoolExecutor(4) as pool:
+            for outcome in pool.map(other, others):
+                other_counts[outcome] = other_counts.get(outcome, 0) + 1
+        elapsed_other = time.time() - t1
+        check(srv.alive(), "the server died on the other routes")
+        srv.wait_idle(5.0)
+        st, _, data = srv.post(C, {"prompt": "Hello", "max_tokens": 2})
+        check(st == 200, f"a valid request after fuzzing the other routes: {st} {data[:200]!r}")
     summary = ", ".join(f"{k}: {v}" for k, v in sorted(counts.items()))
-    return f"{N} bodies (seed {SEED}) in {elapsed:.1f}s: {summary}"
+    other_summary = ", ".join(f"{k}: {v}" for k, v in sorted(other_counts.items()))
+    return (f"{N} completion/chat bodies (seed {SEED}) in {elapsed:.1f}s: {summary}; {len(others)} bodies on the other "
+            f"routes in {elapsed_other:.1f}s: {other_summary}")
 
 
 if __name__ == "__main__":
