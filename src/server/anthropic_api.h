@@ -45,7 +45,7 @@ namespace specula::server {
 std::variant<CompletionParams, ApiError> parse_messages_request(const std::string& body, bool count_tokens);
 
 // {"type": "error", "error": {"type": <from the status>, "message"}}.
-nlohmann::json anthropic_error_body(const ApiError& e);
+nlohmann::ordered_json anthropic_error_body(const ApiError& e);
 
 // "end_turn" (end of sequence), "max_tokens", "stop_sequence" ("tool_use" is set by the
 // caller when the answer holds calls).
@@ -56,12 +56,12 @@ struct AnthropicUsage {
 };
 // The non-streamed answer: a text block (when `text` is not empty, or nothing else is
 // there) and a tool_use block per call (id "toolu_<message id>_<k>").
-nlohmann::json anthropic_message(const std::string& id, const std::string& model, const std::string& text,
+nlohmann::ordered_json anthropic_message(const std::string& id, const std::string& model, const std::string& text,
                                  const std::vector<ToolCall>& calls, const std::string& stop_reason,
                                  const std::string& stop_sequence, const AnthropicUsage& usage);
 // A tool_use block (input: the call's arguments, an object).
-nlohmann::json anthropic_tool_use(const std::string& message_id, size_t k, const ToolCall& call, bool with_input);
+nlohmann::ordered_json anthropic_tool_use(const std::string& message_id, size_t k, const ToolCall& call, bool with_input);
 // One server-sent event: "event: <type>\ndata: <json>\n\n".
-std::string anthropic_event(const nlohmann::json& data);
+std::string anthropic_event(const nlohmann::ordered_json& data);
 
 }  // namespace specula::server

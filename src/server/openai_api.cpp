@@ -9,7 +9,7 @@
 namespace specula::server {
 namespace {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 }  // namespace
 
@@ -163,11 +163,11 @@ int JsonBrackets::step(char ch) {
   return ch == '[' || ch == '{' ? 1 : ch == ']' || ch == '}' ? -1 : 0;
 }
 
-std::string dump_json(const nlohmann::json& j) {
-  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+std::string dump_json(const nlohmann::ordered_json& j) {
+  return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
-nlohmann::json error_body(const ApiError& e) {
+nlohmann::ordered_json error_body(const ApiError& e) {
   json err = {{"message", e.message}, {"type", e.type}};
   err["param"] = e.param.empty() ? json(nullptr) : json(e.param);
   err["code"] = e.code.empty() ? json(nullptr) : json(e.code);
@@ -483,7 +483,7 @@ json logprobs_chat(const std::vector<TokenLogprob>& lps) {
 json reason(const std::string& r) { return r.empty() ? json(nullptr) : json(r); }
 }  // namespace
 
-nlohmann::json usage_json(const Usage& u) {
+nlohmann::ordered_json usage_json(const Usage& u) {
   json j = json{{"prompt_tokens", u.prompt_tokens},
                 {"completion_tokens", u.completion_tokens},
                 {"total_tokens", u.prompt_tokens + u.completion_tokens},
@@ -497,7 +497,7 @@ nlohmann::json usage_json(const Usage& u) {
   return j;
 }
 
-nlohmann::json completion_response(const std::string& id, int64_t created, const std::string& model,
+nlohmann::ordered_json completion_response(const std::string& id, int64_t created, const std::string& model,
                                    const std::string& text, const std::vector<TokenLogprob>* logprobs,
                                    const std::string& finish_reason, const Usage& usage) {
   json choice = {{"index", 0}, {"text", text}, {"finish_reason", reason(finish_reason)}};
@@ -506,7 +506,7 @@ nlohmann::json completion_response(const std::string& id, int64_t created, const
               {"choices", {choice}}, {"usage", usage_json(usage)}};
 }
 
-nlohmann::json completion_chunk(const std::string& id, int64_t created, const std::string& model,
+nlohmann::ordered_json completion_chunk(const std::string& id, int64_t created, const std::string& model,
                                 const std::string& text, const std::vector<TokenLogprob>* logprobs,
                                 int64_t text_offset, const std::string& finish_reason) {
   json choice = {{"index", 0}, {"text", text}, {"finish_reason", reason(finish_reason)}};
@@ -514,7 +514,7 @@ nlohmann::json completion_chunk(const std::string& id, int64_t created, const st
   return json{{"id", id}, {"object", "text_completion"}, {"created", created}, {"model", model}, {"choices", {choice}}};
 }
 
-nlohmann::json chat_response(const std::string& id, int64_t created, const std::string& model,
+nlohmann::ordered_json chat_response(const std::string& id, int64_t created, const std::string& model,
                              const std::string& content, const std::vector<TokenLogprob>* logprobs,
                              const std::string& finish_reason, const Usage& usage) {
   json choice = {{"index", 0},
@@ -525,7 +525,7 @@ nlohmann::json chat_response(const std::string& id, int64_t created, const std::
               {"choices", {choice}}, {"usage", usage_json(usage)}};
 }
 
-nlohmann::json chat_chunk(const std::string& id, int64_t created, const std::string& model,
+nlohmann::ordered_json chat_chunk(const std::string& id, int64_t created, const std::string& model,
                           const std::string* content, bool delta_role, const std::vector<TokenLogprob>* logprobs,
                           const std::string& finish_reason) {
   json delta = json::object();
@@ -536,7 +536,7 @@ nlohmann::json chat_chunk(const std::string& id, int64_t created, const std::str
   return json{{"id", id}, {"object", "chat.completion.chunk"}, {"created", created}, {"model", model}, {"choices", {choice}}};
 }
 
-nlohmann::json usage_chunk(const std::string& id, int64_t created, const std::string& model, Endpoint endpoint,
+nlohmann::ordered_json usage_chunk(const std::string& id, int64_t created, const std::string& model, Endpoint endpoint,
                            const Usage& usage) {
   return json{{"id", id},
               {"object", endpoint == Endpoint::kChat ? "chat.completion.chunk" : "text_completion"},

@@ -33,16 +33,16 @@ struct ApiError {
   std::string param;  // empty -> null
   std::string code;   // empty -> null
 };
-nlohmann::json error_body(const ApiError& e);
+nlohmann::ordered_json error_body(const ApiError& e);
 
 // A value for an error message: scalars as JSON (cut to 60 bytes), arrays and objects by
 // size only — dumping them whole would recurse once per nesting level and copy them.
-std::string shown(const nlohmann::json& v);
+std::string shown(const nlohmann::ordered_json& v);
 
 // Text of a message's content: a string, null (""), or an array of {"type": "text",
 // "text"} parts (OpenAI "content part", Anthropic "content block": `noun` in messages);
 // false with why for anything else.
-bool flatten_text_parts(const nlohmann::json& content, const char* noun, std::string* out, std::string* why);
+bool flatten_text_parts(const nlohmann::ordered_json& content, const char* noun, std::string* out, std::string* why);
 
 // Walks JSON text one byte at a time: step() is +1 at an opening bracket outside strings,
 // -1 at a closing one, 0 otherwise.
@@ -53,29 +53,29 @@ struct JsonBrackets {
 
 // o[key] when o is an object holding a string there, else `fallback` (never throws:
 // nlohmann's value() does on a null or a wrong type).
-std::string string_field(const nlohmann::json& o, const char* key, const std::string& fallback = "");
+std::string string_field(const nlohmann::ordered_json& o, const char* key, const std::string& fallback = "");
 
 // A request body as a JSON object, or the 400 saying why not (not JSON, not an object,
 // nested deeper than 64 levels).
-std::variant<nlohmann::json, ApiError> parse_body_object(const std::string& body);
+std::variant<nlohmann::ordered_json, ApiError> parse_body_object(const std::string& body);
 
 // Reads typed, range-checked fields of a request body; the first wrong one becomes
 // `error` (a 400 naming the field). A null field counts as absent.
 struct FieldReader {
-  const nlohmann::json& body;
+  const nlohmann::ordered_json& body;
   std::optional<ApiError> error;
 
   bool fail(const std::string& param, const std::string& msg) {
     if (!error) error = ApiError{400, msg, "invalid_request_error", param, ""};
     return false;
   }
-  const nlohmann::json* get(const char* key) {
+  const nlohmann::ordered_json* get(const char* key) {
     auto it = body.find(key);
     if (it == body.end() || it->is_null()) return nullptr;
     return &*it;
   }
   bool number(const char* key, double lo, double hi, float* out) {
-    const nlohmann::json* v = get(key);
+    const nlohmann::ordered_json* v = get(key);
     if (v == nullptr) return true;
     if (!v->is_number())
       return fail(key, std::string("'") + key + "' must be a number, got " + shown(*v));
@@ -86,7 +86,7 @@ struct FieldReader {
     return true;
   }
   bool integer(const char* key, int64_t lo, int64_t hi, std::optional<int64_t>* out) {
-    const nlohmann::json* v = get(key);
+    const nlohmann::ordered_json* v = get(key);
     if (v == nullptr) return true;
     bool integral = v->is_number_integer();
     if (v->is_number_float()) {
@@ -108,7 +108,7 @@ struct FieldReader {
     return true;
   }
   bool boolean(const char* key, bool* out) {
-    const nlohmann::json* v = get(key);
+    const nlohmann::ordered_json* v = get(key);
     if (v == nullptr) return true;
     if (!v->is_boolean()) return fail(key, std::string("'") + key + "' must be a boolean, got " + shown(*v));
     *out = v->get<bool>();
@@ -129,9 +129,9 @@ struct CompletionParams {
   // chat: messages with content flattened to strings ({role, content} + other fields kept;
   // an assistant turn's tool_calls[].function.arguments parsed from its JSON string into
   // an object, as chat templates expect)
-  nlohmann::json messages;
+  nlohmann::ordered_json messages;
   // chat: the tool definitions given to the template (null: none, or tool_choice "none")
-  nlohmann::json tools;
+  nlohmann::ordered_json tools;
   bool parallel_tool_calls = true;  // false: an answer carries at most its first call
   std::optional<int32_t> max_tokens;  // absent: until the context is full
   SamplingParams sampling;            // seed filled by the caller when !seed_given
@@ -169,24 +169,24 @@ struct Usage {
 
 // Builders. `finish_reason` empty -> null. Strings are emitted as valid UTF-8 (invalid
 // bytes replaced by U+FFFD when serialised with dump_json).
-nlohmann::json completion_response(const std::string& id, int64_t created, const std::string& model,
+nlohmann::ordered_json completion_response(const std::string& id, int64_t created, const std::string& model,
                                    const std::string& text, const std::vector<TokenLogprob>* logprobs,
                                    const std::string& finish_reason, const Usage& usage);
-nlohmann::json completion_chunk(const std::string& id, int64_t created, const std::string& model,
+nlohmann::ordered_json completion_chunk(const std::string& id, int64_t created, const std::string& model,
                                 const std::string& text, const std::vector<TokenLogprob>* logprobs,
                                 int64_t text_offset, const std::string& finish_reason);
-nlohmann::json chat_response(const std::string& id, int64_t created, const std::string& model,
+nlohmann::ordered_json chat_response(const std::string& id, int64_t created, const std::string& model,
                              const std::string& content, const std::vector<TokenLogprob>* logprobs,
                              const std::string& finish_reason, const Usage& usage);
 // delta_role: include "role":"assistant" (first chunk).
-nlohmann::json chat_chunk(const std::string& id, int64_t created, const std::string& model,
+nlohmann::ordered_json chat_chunk(const std::string& id, int64_t created, const std::string& model,
                           const std::string* content, bool delta_role,
                           const std::vector<TokenLogprob>* logprobs, const std::string& finish_reason);
-nlohmann::json usage_chunk(const std::string& id, int64_t created, const std::string& model, Endpoint endpoint,
+nlohmann::ordered_json usage_chunk(const std::string& id, int64_t created, const std::string& model, Endpoint endpoint,
                            const Usage& usage);
-nlohmann::json usage_json(const Usage& usage);
+nlohmann::ordered_json usage_json(const Usage& usage);
 
 // Serialises with invalid UTF-8 replaced by U+FFFD (never throws).
-std::string dump_json(const nlohmann::json& j);
+std::string dump_json(const nlohmann::ordered_json& j);
 
 }  // namespace specula::server

@@ -23,7 +23,7 @@
 
 namespace specula::server {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 namespace {
 int64_t unix_now() {
@@ -101,8 +101,11 @@ struct Server::Impl {
   void handle_models(http::Exchange& ex);
   void handle_tokenize(const http::Request& req, http::Exchange& ex);
   void handle_embeddings(const http::Request& req, http::Exchange& ex);
+  void handle_apply_template(const http::Request& req, http::Exchange& ex);
   void handle_detokenize(const http::Request& req, http::Exchange& ex);
   std::string metrics_text();
+  // The chat template's variables for a chat request (messages, tools, BOS/EOS text).
+  std::variant<json, ApiError> chat_context(const CompletionParams& c);
   // Prompt ids for a parsed request, or an error.
   std::optional<ApiError> build_prompt(const CompletionParams& c, std::vector<int32_t>* ids);
 };
@@ -225,6 +228,7 @@ void Server::Impl::dispatch(const http::Request& req, http::Exchange& ex) {
       {"POST", "/admin/cache/flush", [&] { handle_cache_flush(req, ex); }},
       // llama-server's tokenizer routes
       {"POST", "/tokenize", [&] { handle_tokenize(req, ex); }},
+      {"POST", "/apply-template", [&] { handle_apply_template(req, ex); }},
       {"POST", "/v1/embeddings", [&] { handle_embeddings(req, ex); }},
       {"POST", "/embeddings", [&] { handle_embeddings(req, ex); }},
       {"POST", "/detokenize", [&] { handle_detokenize(req, ex); }},
@@ -469,6 +473,23 @@ void Server::Impl::handle_embeddings(const http::Request& req, http::Exchange& e
                      {"usage", {{"prompt_tokens", n_tokens}, {"total_tokens", n_tokens}}}});
 }
 
+// POST /apply-template {a chat request} -> {"prompt": the rendered chat prompt} (llama-
+// server's route): the text the model would see, before tokenization.
+void Server::Impl::handle_apply_template(const http::Request& req, http::Exchange& ex) {
+  auto parsed = parse_completion_request(req.body, Endpoint::kChat);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return send_error(ex, *e);
+  const CompletionParams& c = std::get<CompletionParams>(parsed);
+  if (!chat_template)
+    return send_error(ex, ApiError{400, "this model has no chat template", "invalid_request_error", "messages", ""});
+  auto ctx = chat_context(c);
+  if (auto* e = std::get_if<ApiError>(&ctx)) return send_error(ex, *e);
+  auto rendered = chat_template->render_marked(std::get<json>(ctx));
+  if (!rendered)
+    return send_error(ex, ApiError{400, "the chat template failed on these messages: " + rendered.message(),
+                                   "invalid_request_error", "messages", ""});
+  send_json(ex, json{{"prompt", rendered->text}});
+}
+
 // POST /detokenize {"tokens": [ids]} -> {"content": TEXT} (control tokens rendered).
 void Server::Impl::handle_detokenize(const http::Request& req, http::Exchange& ex) {
   auto parsed = json_object_body(req.body);
@@ -505,6 +526,24 @@ void Server::Impl::handle_cache_flush(const http::Request& req, http::Exchange& 
   send_json(ex, json{{"flushed", true}, {"disk_entries", cs.disk_entries}, {"disk_bytes", cs.disk_bytes}});
 }
 
+std::variant<json, ApiError> Server::Impl::chat_context(const CompletionParams& c) {
+  const tokenizer::Vocab& vocab = tok->vocab();
+  const std::string bos = vocab.valid_id(vocab.bos_id()) ? vocab.text(vocab.bos_id()) : "";
+  const std::string eos = vocab.valid_id(vocab.eos_id()) ? vocab.text(vocab.eos_id()) : "";
+  json ctx = {{"messages", c.messages}, {"add_generation_prompt", true}, {"bos_token", bos}, {"eos_token", eos}};
+  if (!c.tools.is_null()) {
+    if (tool_format == ToolFormat::kNone)
+      return ApiError{400,
+                      "this model's chat template has no tool-call format specula can read (supported: Hermes "
+                      "<tool_call>, as Qwen2.5 writes)",
+                      "invalid_request_error", "tools", ""};
+    if (c.logprobs >= 0)
+      return ApiError{400, "logprobs together with tools are not supported yet", "invalid_request_error", "logprobs", ""};
+    ctx["tools"] = c.tools;
+  }
+  return ctx;
+}
+
 std::optional<ApiError> Server::Impl::build_prompt(const CompletionParams& c, std::vector<int32_t>* ids) {
   const tokenizer::Vocab& vocab = tok->vocab();
   if (c.endpoint == Endpoint::kCompletions) {
@@ -525,19 +564,9 @@ std::optional<ApiError> Server::Impl::build_prompt(const CompletionParams& c, st
                       "--chat-template-file FILE, or use /v1/completions",
                       "invalid_request_error", "messages", "no_chat_template"};
     const std::string bos = vocab.valid_id(vocab.bos_id()) ? vocab.text(vocab.bos_id()) : "";
-    const std::string eos = vocab.valid_id(vocab.eos_id()) ? vocab.text(vocab.eos_id()) : "";
-    json ctx = {{"messages", c.messages}, {"add_generation_prompt", true}, {"bos_token", bos}, {"eos_token", eos}};
-    if (!c.tools.is_null()) {
-      if (tool_format == ToolFormat::kNone)
-        return ApiError{400,
-                        "this model's chat template has no tool-call format specula can read (supported: Hermes "
-                        "<tool_call>, as Qwen2.5 writes)",
-                        "invalid_request_error", "tools", ""};
-      if (c.logprobs >= 0)
-        return ApiError{400, "logprobs together with tools are not supported yet", "invalid_request_error", "logprobs", ""};
-      ctx["tools"] = c.tools;
-    }
-    auto rendered = chat_template->render_marked(ctx);
+    auto ctx = chat_context(c);
+    if (auto* e = std::get_if<ApiError>(&ctx)) return *e;
+    auto rendered = chat_template->render_marked(std::get<json>(ctx));
     if (!rendered) return ApiError{400, "the chat template failed on these messages: " + rendered.message(),
                                    "invalid_request_error", "messages", ""};
     // Templates usually write the BOS text themselves; add it only when they don't.

@@ -10,7 +10,7 @@
 namespace specula::server {
 
 namespace {
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 constexpr const char* kOpen = "<tool_call>";
 constexpr const char* kClose = "</tool_call>";

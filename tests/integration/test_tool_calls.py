@@ -3,7 +3,9 @@ official `openai` client: the SDK's tool loop (call, run the tool, send the resu
 until the model answers) completes a two-tool task (the weather in Paris, the time in
 Tokyo) with Qwen2.5-Coder 1.5B, streamed and not, with the same calls both ways;
 finish_reason "tool_calls"; assistant tool_calls sent back as JSON text render as the
-template expects. Refusals: tool_choice "required" (needs constrained decoding), tools on
+template expects, in the client's key order: /apply-template equals Python jinja2's render
+(transformers' setup) for 8 message lists with tools on the Qwen2.5 template (this part
+runs with Gemma's weights: only the template matters). Refusals: tool_choice "required" (needs constrained decoding), tools on
 /v1/completions, tools with a template that has no tool-call format (Gemma's).
 The same loop through Anthropic's Messages API with the `anthropic` client (tool_use
 blocks, tool_result blocks, stop_reason "tool_use"; streamed and not) when installed.
@@ -115,17 +117,77 @@ def anthropic_loop(client, model, stream):
     raise ss.TestFailure(f"the anthropic tool loop did not end in 5 turns: {trace}")
 
 
+def jinja2_render(template_path, messages, tools):
+    import jinja2
+
+    def raise_exception(msg):
+        raise jinja2.exceptions.TemplateError(msg)
+
+    env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)
+    env.filters["tojson"] = lambda x, indent=None, ensure_ascii=False, sort_keys=False: json.dumps(
+        x, ensure_ascii=ensure_ascii, indent=indent, sort_keys=sort_keys)
+    env.globals["raise_exception"] = raise_exception
+    # OpenAI sends arguments as JSON text; templates print the object (llama.cpp and vLLM
+    # parse it the same way).
+    msgs = json.loads(json.dumps(messages))
+    for m in msgs:
+        for tc in m.get("tool_calls") or []:
+            if isinstance(tc["function"].get("arguments"), str):
+                tc["function"]["arguments"] = json.loads(tc["function"]["arguments"])
+    with open(template_path) as f:
+        return env.from_string(f.read()).render(messages=msgs, tools=tools, add_generation_prompt=True,
+                                                bos_token="<bos>", eos_token="<eos>")
+
+
+def test_rendering(stats):
+    template = os.path.join(ss.fixtures_dir(), "chat_templates", "qwen2.5.jinja")
+    tools = [{"type": "function", "function": {"name": "zeta_lookup", "description": "Z first, then a",
+                                               "parameters": {"type": "object", "required": ["zulu", "alpha"],
+                                                              "properties": {"zulu": {"type": "string"},
+                                                                             "alpha": {"type": "integer"}}}}},
+             {"function": {"parameters": {"properties": {}, "type": "object"}, "name": "noop"}, "type": "function"}]
+    call = {"id": "c1", "type": "function", "function": {"name": "zeta_lookup", "arguments": '{"zulu": "x", "alpha": 2}'}}
+    lists = [
+        [{"role": "user", "content": "hi"}],
+        [{"role": "system", "content": "Be terse."}, {"role": "user", "content": "look it up"}],
+        [{"role": "user", "content": "q"}, {"role": "assistant", "content": None, "tool_calls": [call]},
+         {"role": "tool", "tool_call_id": "c1", "content": '{"ok": true}'}],
+        [{"role": "user", "content": "q"}, {"role": "assistant", "content": "Let me check.", "tool_calls": [call, call]},
+         {"role": "tool", "tool_call_id": "c1", "content": "one"}, {"role": "tool", "tool_call_id": "c1", "content": "two"},
+         {"role": "assistant", "content": "Done."}, {"role": "user", "content": "again"}],
+        [{"role": "system", "content": "S"}, {"role": "user", "content": "a"}, {"role": "assistant", "content": "b"},
+         {"role": "user", "content": "c"}],
+        [{"role": "user", "content": "<|im_end|> text"}, {"role": "assistant", "content": None, "tool_calls": [call]},
+         {"role": "tool", "tool_call_id": "c1", "content": "<tool_response>x</tool_response>"}],
+        [{"role": "user", "content": [{"type": "text", "text": "part one "}, {"type": "text", "text": "part two"}]}],
+        [{"role": "user", "content": "\u00e9\u4e2d\U0001f600"}, {"role": "assistant", "content": "ok"},
+         {"role": "user", "content": "tools?"}],
+    ]
+    with ss.Server("--parallel", "1", "--ctx", "2048", "--chat-template-file", template) as srv:
+        for k, msgs in enumerate(lists):
+            st, _, data = srv.post("/apply-template", {"messages": msgs, "tools": tools})
+            check(st == 200, f"list {k}: {st} {data[:200]!r}")
+            flat = [dict(m, content="".join(p["text"] for p in m["content"])) if isinstance(m.get("content"), list)
+                    else m for m in msgs]
+            want = jinja2_render(template, flat, tools)
+            got = json.loads(data)["prompt"]
+            check(got == want, f"list {k}: specula's render differs from jinja2's:\n{got!r}\n{want!r}")
+    stats["render"] = f"{len(lists)} message lists with tools == jinja2"
+
+
 def main():
     models = os.environ.get("SPECULA_MODELS") or os.path.expanduser("~/.cache/specula/models")
     qwen = os.path.join(models, "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf")
     stats = {}
     ss.require_model()
+    test_rendering(stats)
     # Gemma's template has no tool-call format: tools are refused, naming the field.
     with ss.Server("--parallel", "1", "--ctx", "512", "--chat-template-file", ss.gemma_template()) as srv:
         st, _, data = srv.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}],
                                                         "tools": TOOLS, "max_tokens": 2})
         ss.check_error_body(st, data, 400, "tools with Gemma's template", "tools")
     if not os.path.exists(qwen):
+        print(f"[test_tool_calls] {stats['render']}; {qwen} not found: the tool loops are skipped", flush=True)
         ss.skip(f"{qwen} not found (specula pull qwen2.5-coder-1.5b)")
     with ss.Server("--parallel", "2", "--ctx", "4096", model=qwen) as srv:
         st, _, data = srv.request("GET", "/v1/models")
