@@ -81,8 +81,9 @@ std::variant<CompletionParams, ApiError> parse_messages_request(const std::strin
           (t.contains("input_schema") && !t["input_schema"].is_object()))
         return bad("tools", "'tools' entries must be client tools {name, description, input_schema} (server tools "
                             "are not implemented)");
-      json fn = {{"name", t["name"]}, {"parameters", t.contains("input_schema") ? t["input_schema"] : json::object()}};
+      json fn = {{"name", t["name"]}};  // OpenAI's order: name, description, parameters
       if (t.contains("description")) fn["description"] = t["description"];
+      fn["parameters"] = t.contains("input_schema") ? t["input_schema"] : json::object();
       out.push_back({{"type", "function"}, {"function", fn}});
     }
     if (!out.empty()) c.tools = std::move(out);
