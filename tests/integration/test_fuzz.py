@@ -301,64 +301,53 @@ def check_answer(label, route, body, status, headers, data):
     return str(status)
 
 
+def run_phase(srv, cases, answer):
+    """Sends cases (route, body, label) from 4 threads; `answer` checks each reply. Then the
+    server must be alive, idle, and serve a valid request. Returns (counts, seconds)."""
+    counts = {}
+    t0 = time.time()
+
+    def one(case):
+        route, body, label = case
+        if label == "GET with a body":
+            status, headers, data = srv.request("GET", route, body)
+            check(status == 200, f"GET {route} with a body: {status}")
+            return "get"
+        try:
+            status, headers, data = srv.post(route, body, timeout=120)
+        except Exception as e:  # noqa: BLE001
+            # A reset is acceptable only for a body over the limit that the server
+            # refused before reading it all.
+            if len(body) > MAX_BODY:
+                return "413-reset"
+            raise ss.TestFailure(f"[{label}] {route} body {body[:300]!r}: {type(e).__name__}: {e} (server alive: {srv.alive()})")
+        return answer(label, route, body, status, headers, data)
+
+    with ThreadPoolExecutor(4) as pool:
+        for outcome in pool.map(one, cases):
+            counts[outcome] = counts.get(outcome, 0) + 1
+    elapsed = time.time() - t0
+    check(srv.alive(), "the server died")
+    st, _, data = srv.request("GET", "/health")
+    check(st == 200, f"/health after fuzzing: {st} {data!r}")
+    srv.wait_idle(5.0)
+    st, _, data = srv.post(C, {"prompt": "Hello", "max_tokens": 2})
+    check(st == 200, f"a valid request after fuzzing: {st} {data[:200]!r}")
+    return counts, elapsed
+
+
 def main():
     ss.require_model()
     rng = random.Random(SEED)
     cases = [make_body(rng, k) for k in range(N)]
-    counts = {}
     with ss.Server("--parallel", "4", "--ctx", str(CTX), "--max-body", str(MAX_BODY),
                    "--chat-template-file", ss.gemma_template()) as srv:
-        t0 = time.time()
-
-        def one(case):
-            route, body, label = case
-            try:
-                status, headers, data = srv.post(route, body, timeout=120)
-            except Exception as e:  # noqa: BLE001
-                # A reset is acceptable only for a body over the limit that the server
-                # refused before reading it all.
-                if len(body) > MAX_BODY:
-                    return "413-reset"
-                raise ss.TestFailure(f"[{label}] {route} body {body[:300]!r}: {type(e).__name__}: {e} (server alive: {srv.alive()})")
-            return check_answer(label, route, body, status, headers, data)
-
-        with ThreadPoolExecutor(4) as pool:
-            for outcome in pool.map(one, cases):
-                counts[outcome] = counts.get(outcome, 0) + 1
-        elapsed = time.time() - t0
-        check(srv.alive(), "the server died")
-        st, _, data = srv.request("GET", "/health")
-        check(st == 200, f"/health after fuzzing: {st} {data!r}")
-        srv.wait_idle(5.0)
-        st, _, data = srv.post(C, {"prompt": "Hello", "max_tokens": 2})
-        check(st == 200, f"a valid request after fuzzing: {st} {data[:200]!r}")
+        counts, elapsed = run_phase(srv, cases, check_answer)
         # The other routes.
         model = json.loads(srv.request("GET", "/v1/models")[2])["data"][0]["id"]
         others = [make_other(rng, k, model) for k in range(N_OTHER)]
         others += [(p, b'{"x": 1}', "GET with a body") for p in ("/health", "/v1/models", "/metrics")]
-        other_counts = {}
-        t1 = time.time()
-
-        def other(case):
-            route, body, label = case
-            if label == "GET with a body":
-                status, headers, data = srv.request("GET", route, body)
-                check(status == 200, f"GET {route} with a body: {status}")
-                return "get"
-            try:
-                status, headers, data = srv.post(route, body, timeout=120)
-            except Exception as e:  # noqa: BLE001
-                raise ss.TestFailure(f"[{label}] {route} body {body[:300]!r}: {type(e).__name__}: {e} (server alive: {srv.alive()})")
-            return check_other(label, route, body, status, headers, data)
-
-        with ThreadPoolExecutor(4) as pool:
-            for outcome in pool.map(other, others):
-                other_counts[outcome] = other_counts.get(outcome, 0) + 1
-        elapsed_other = time.time() - t1
-        check(srv.alive(), "the server died on the other routes")
-        srv.wait_idle(5.0)
-        st, _, data = srv.post(C, {"prompt": "Hello", "max_tokens": 2})
-        check(st == 200, f"a valid request after fuzzing the other routes: {st} {data[:200]!r}")
+        other_counts, elapsed_other = run_phase(srv, others, check_other)
     summary = ", ".join(f"{k}: {v}" for k, v in sorted(counts.items()))
     other_summary = ", ".join(f"{k}: {v}" for k, v in sorted(other_counts.items()))
     return (f"{N} completion/chat bodies (seed {SEED}) in {elapsed:.1f}s: {summary}; {len(others)} bodies on the other "
