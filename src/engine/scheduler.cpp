@@ -410,6 +410,7 @@ void Engine::retire(std::vector<std::pair<size_t, Outcome>> ended, const std::st
   state_.filter(keep);
   running_ = std::move(stay);
   const double now = now_seconds();
+  std::vector<std::pair<std::shared_ptr<RequestSink>, RequestSummary>> finishing;
   for (size_t k = 0; k < gone.size(); ++k) {
     Active& a = gone[k];
     if (options_.draft) options_.draft->release(a.p.handle->id());
@@ -433,19 +434,27 @@ void Engine::retire(std::vector<std::pair<size_t, Outcome>> ended, const std::st
     {
       std::lock_guard<std::mutex> lock(wakeup_->mu);
       ++stats_.finished[static_cast<int>(outcomes[k])];
-      stats_.running_rows = static_cast<int64_t>(running_.size());
-      stats_.kv_reserved = reserved_;
-      stats_.kv_bytes = state_.bytes();
     }
+    finishing.emplace_back(a.p.sink, std::move(sum));
+  }
+  // The gauges change once every retired request is counted, and before any consumer
+  // hears of its end: a reader that sees the rows gone also sees all their outcomes, and a
+  // consumer that heard of its end sees its row gone. Memory freed: queued requests
+  // waiting for budget may fit now.
+  {
+    std::lock_guard<std::mutex> lock(wakeup_->mu);
+    stats_.running_rows = static_cast<int64_t>(running_.size());
+    stats_.kv_reserved = reserved_;
+    stats_.kv_bytes = state_.bytes();
+    wakeup_->cv.notify_all();
+  }
+  for (auto& [sink, sum] : finishing) {
     try {
-      a.p.sink->on_finish(sum);
+      sink->on_finish(sum);
     } catch (...) {
       // A consumer's failure ends only its own request, which is over already.
     }
   }
-  // Memory freed: queued requests waiting for budget may fit now.
-  std::lock_guard<std::mutex> lock(wakeup_->mu);
-  wakeup_->cv.notify_all();
 }
 
 }  // namespace specula

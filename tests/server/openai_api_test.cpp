@@ -49,7 +49,7 @@ TEST(OpenAiApi, DefaultsAreLlamaServers) {
 TEST(OpenAiApi, AcceptedForms) {
   CompletionParams c = ok(R"({"prompt": [2, 100, 262143], "max_tokens": 5, "temperature": 0, "seed": -1,
       "stop": ["a", "", "b"], "stream": true, "stream_options": {"include_usage": true}, "logprobs": 3,
-      "top_k": 0, "n": 1, "unknown_field": {"x": [1, 2]}, "model": "m"})");
+      "top_k": 0, "n": 1, "user": {"x": [1, 2]}, "model": "m"})");
   EXPECT_TRUE(c.prompt_is_ids);
   EXPECT_EQ(c.prompt_ids, (std::vector<int32_t>{2, 100, 262143}));
   EXPECT_EQ(*c.max_tokens, 5);
@@ -105,7 +105,9 @@ TEST(OpenAiApi, RefusalsNameTheField) {
       {R"({"prompt": "x", "max_tokens": 99999999999})", Endpoint::kCompletions, "max_tokens"},
       {R"({"prompt": "x", "temperature": "hot"})", Endpoint::kCompletions, "temperature"},
       {R"({"prompt": "x", "temperature": 2.01})", Endpoint::kCompletions, "temperature"},
-      {R"({"prompt": "x", "top_p": 0})", Endpoint::kCompletions, "top_p"},
+      {R"({"prompt": "x", "top_p": -0.1})", Endpoint::kCompletions, "top_p"},
+      {R"({"prompt": "x", "unknown_field": 1})", Endpoint::kCompletions, "unknown_field"},
+      {R"({"prompt": "x", "response_format": {"type": "json_object"}})", Endpoint::kCompletions, "response_format"},
       {R"({"prompt": "x", "min_p": -0.1})", Endpoint::kCompletions, "min_p"},
       {R"({"prompt": "x", "top_k": -2})", Endpoint::kCompletions, "top_k"},
       {R"({"prompt": "x", "seed": 0.5})", Endpoint::kCompletions, "seed"},
@@ -163,7 +165,7 @@ TEST(OpenAiApi, DeepNestingIsRefusedNotRecursed) {
   CompletionParams c = ok("{\"prompt\": \"" + std::string(1000, '[') + "\"}");
   EXPECT_EQ(c.prompt_text.size(), 1000u);
   // Moderate nesting in an ignored field is fine.
-  ok("{\"prompt\": \"x\", \"extra\": " + std::string(30, '[') + std::string(30, ']') + "}");
+  ok("{\"prompt\": \"x\", \"metadata\": " + std::string(30, '[') + std::string(30, ']') + "}");
 }
 
 TEST(OpenAiApi, ErrorMessagesAreShort) {
