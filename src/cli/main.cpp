@@ -772,7 +772,7 @@ int main(int argc, char** argv) {
   serve->add_option("--cache-checkpoint", sv.cache_checkpoint,
                     "For sliding-window and recurrent layers: also store the state every N prompt tokens (default 1024; 0 = only at the prompt's end)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
-  serve->add_option("--api-key", sv.api_key, "Require 'Authorization: Bearer KEY' on every route but /health");
+  serve->add_option("--api-key", sv.api_key, "Require 'Authorization: Bearer KEY' (or 'x-api-key: KEY') on every route but /health");
   serve->add_option("--alias", sv.alias, "Model id clients send as \"model\" (default: the file name without .gguf)");
   serve->add_option("--chat-template-file", sv.chat_template_file, "Jinja chat template to use instead of the model's");
   serve->add_option("--queue", sv.queue, "Requests that may wait for a free row before 429 (default 64)")->check(CLI::Range(0, 100000));
