@@ -273,38 +273,28 @@ std::optional<ApiError> only_fields(const json& j, std::initializer_list<const c
   return std::nullopt;
 }
 
-// The body of /tokenize or /detokenize as an object, or an error.
-std::variant<json, ApiError> json_object_body(const std::string& body) {
-  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object())
-    return ApiError{400, "the request body must be a JSON object", "invalid_request_error", "", ""};
-  return j;
-}
 }  // namespace
 
 // POST /tokenize {"content": TEXT, "add_special": false, "parse_special": true,
 // "with_pieces": false} -> {"tokens": [ids]} (with_pieces: [{"id", "piece"}], the piece
 // as text when it is valid UTF-8, else as a byte array), as llama-server.
 void Server::Impl::handle_tokenize(const http::Request& req, http::Exchange& ex) {
-  auto parsed = json_object_body(req.body);
+  auto parsed = parse_body_object(req.body);
   if (auto* e = std::get_if<ApiError>(&parsed)) return send_error(ex, *e);
   const json& j = std::get<json>(parsed);
   if (auto e = only_fields(j, {"content", "add_special", "parse_special", "with_pieces"}, "/tokenize")) return send_error(ex, *e);
   if (!j.contains("content") || !j["content"].is_string())
     return send_error(ex, ApiError{400, "'content' must be a string", "invalid_request_error", "content", ""});
-  bool flags[3] = {false, true, false};
-  const char* names[3] = {"add_special", "parse_special", "with_pieces"};
-  for (int k = 0; k < 3; ++k) {
-    if (!j.contains(names[k]) || j[names[k]].is_null()) continue;
-    if (!j[names[k]].is_boolean())
-      return send_error(ex, ApiError{400, std::string("'") + names[k] + "' must be a boolean", "invalid_request_error",
-                                     names[k], ""});
-    flags[k] = j[names[k]].get<bool>();
-  }
-  const std::vector<int32_t> ids = tok->encode(j["content"].get<std::string>(), flags[0], flags[1]);
+  bool add_special = false, parse_special = true, with_pieces = false;
+  FieldReader p{j, std::nullopt};
+  p.boolean("add_special", &add_special);
+  p.boolean("parse_special", &parse_special);
+  p.boolean("with_pieces", &with_pieces);
+  if (p.error) return send_error(ex, *p.error);
+  const std::vector<int32_t> ids = tok->encode(j["content"].get<std::string>(), add_special, parse_special);
   json tokens = json::array();
   for (int32_t id : ids) {
-    if (!flags[2]) {
+    if (!with_pieces) {
       tokens.push_back(id);
       continue;
     }
@@ -348,14 +338,8 @@ void Server::Impl::handle_embeddings(const http::Request& req, http::Exchange& e
   auto parsed = parse_body_object(req.body);
   if (auto* e = std::get_if<ApiError>(&parsed)) return send_error(ex, *e);
   const json& j = std::get<json>(parsed);
-  for (auto it = j.begin(); it != j.end(); ++it) {
-    const std::string& k = it.key();
-    if (k == "input" || k == "model" || k == "encoding_format" || k == "pooling" || k == "user" || it.value().is_null())
-      continue;
-    return send_error(ex, ApiError{400, k == "dimensions" ? "'dimensions' (shortened embeddings) is not supported"
-                                                          : "unknown field '" + k + "' for /v1/embeddings",
-                                   "invalid_request_error", k, ""});
-  }
+  if (auto e = only_fields(j, {"input", "model", "encoding_format", "pooling", "user"}, "/v1/embeddings"))
+    return send_error(ex, *e);  // `dimensions` (shortened embeddings) among them
   if (j.contains("model") && !j["model"].is_null() && j["model"] != opt.model_id)
     return send_error(ex, ApiError{400, "model " + shown(j["model"]) + " is not served here; this server serves '" +
                                             opt.model_id + "'",
@@ -492,7 +476,7 @@ void Server::Impl::handle_apply_template(const http::Request& req, http::Exchang
 
 // POST /detokenize {"tokens": [ids]} -> {"content": TEXT} (control tokens rendered).
 void Server::Impl::handle_detokenize(const http::Request& req, http::Exchange& ex) {
-  auto parsed = json_object_body(req.body);
+  auto parsed = parse_body_object(req.body);
   if (auto* e = std::get_if<ApiError>(&parsed)) return send_error(ex, *e);
   const json& j = std::get<json>(parsed);
   if (auto e = only_fields(j, {"tokens"}, "/detokenize")) return send_error(ex, *e);
@@ -602,7 +586,14 @@ class AnswerFormat {
   virtual void error(http::Exchange& ex, const ApiError& e) = 0;
   virtual int unknown_model_status() const { return 400; }
   virtual std::string id_prefix() const = 0;
-  void begin(Generation g) { g_ = std::move(g); }
+  // tools: the format the model writes tool calls in; kNone when the request has no tools.
+  void begin(Generation g, ToolFormat tools) {
+    g_ = std::move(g);
+    std::vector<std::string> names;
+    if (g_.params->tools.is_array())
+      for (const json& t : g_.params->tools) names.push_back(t["function"]["name"].get<std::string>());
+    calls_ = ToolCallStream(tools, std::move(names), g_.params->parallel_tool_calls);
+  }
   // Non-streamed: the whole answer; `u` is the final update, `text`/`lps` everything.
   virtual json whole(const std::string& text, const std::vector<TokenLogprob>& lps, const CompletionStream::Update& u) = 0;
   // Streamed: events before any text, for one update's text, and after the finish
@@ -613,6 +604,7 @@ class AnswerFormat {
 
  protected:
   Generation g_;
+  ToolCallStream calls_;
 };
 
 namespace {
@@ -624,8 +616,7 @@ std::string cut_error_message(const CompletionStream::Update& u) {
 
 class OpenAiFormat : public AnswerFormat {
  public:
-  // tools: the format the model writes tool calls in; kNone when the request has no tools.
-  OpenAiFormat(Endpoint endpoint, ToolFormat tools = ToolFormat::kNone) : endpoint_(endpoint), tools_(tools) {}
+  explicit OpenAiFormat(Endpoint endpoint) : endpoint_(endpoint) {}
   void error(http::Exchange& ex, const ApiError& e) override { send_error(ex, e); }
   std::string id_prefix() const override { return endpoint_ == Endpoint::kChat ? "chatcmpl-" : "cmpl-"; }
 
@@ -636,9 +627,8 @@ class OpenAiFormat : public AnswerFormat {
                     ? chat_response(g_.id, g_.created, g_.model, text, lp, u.finish_reason, usage)
                     : completion_response(g_.id, g_.created, g_.model, text, lp, u.finish_reason, usage);
     body["seed"] = g_.seed;  // the seed this request sampled with (random when not given)
-    if (tools_ != ToolFormat::kNone && u.summary.outcome != Outcome::kLength) {
-      ParsedAnswer a = parse_tool_calls(tools_, text, tool_names());
-      if (!g_.params->parallel_tool_calls && a.calls.size() > 1) a.calls.resize(1);
+    {
+      const ParsedAnswer a = calls_.parse_whole(text, u.summary.outcome == Outcome::kLength);
       if (!a.calls.empty()) {
         json& msg = body["choices"][0]["message"];
         msg["content"] = a.content.empty() ? json(nullptr) : json(a.content);
@@ -659,22 +649,11 @@ class OpenAiFormat : public AnswerFormat {
   }
 
   std::string stream_piece(const CompletionStream::Update& u) override {
-    if (tools_ != ToolFormat::kNone) {
-      // Text goes out until a call's opening tag; from there on it is held for parsing.
-      pending_ += u.text;
-      std::string release;
-      if (!in_call_) {
-        const Release r = releasable_content(tools_, pending_, !released_any_);
-        in_call_ = r.call_started;
-        release = pending_.substr(0, r.content);
-        pending_.erase(0, r.content);
-        released_any_ = released_any_ || !release.empty();
-      }
-      CompletionStream::Update v;
-      v.text = std::move(release);
-      return text_piece(v);
-    }
-    return text_piece(u);
+    // Text goes out until a call's opening; from there on it is held for parsing.
+    CompletionStream::Update v;
+    v.text = calls_.feed(u.text);
+    v.logprobs = u.logprobs;  // (logprobs with tools are refused)
+    return text_piece(v);
   }
 
   std::string text_piece(const CompletionStream::Update& u) {
@@ -700,12 +679,10 @@ class OpenAiFormat : public AnswerFormat {
                                      "server_error", "", ""}));
     } else {
       std::string reason = u.summary.outcome == Outcome::kLength ? "length" : "stop";
-      if (tools_ != ToolFormat::kNone && !pending_.empty()) {
-        ParsedAnswer a =
-            in_call_ && reason != "length" ? parse_tool_calls(tools_, pending_, tool_names()) : ParsedAnswer{pending_, {}};
-        if (!g_.params->parallel_tool_calls && a.calls.size() > 1) a.calls.resize(1);
+      {
+        const ParsedAnswer a = calls_.finish(reason == "length");
         CompletionStream::Update v;
-        v.text = a.calls.empty() ? pending_ : a.content;
+        v.text = a.content;
         out += text_piece(v);
         if (!a.calls.empty()) {
           json delta = {{"tool_calls", tool_calls_json(a.calls, true)}};
@@ -743,23 +720,12 @@ class OpenAiFormat : public AnswerFormat {
     return arr;
   }
   Endpoint endpoint_;
-  ToolFormat tools_;
   bool sent_role_ = false;
   int64_t text_offset_ = 0;
-  std::vector<std::string> tool_names() const {
-    std::vector<std::string> names;
-    if (g_.params->tools.is_array())
-      for (const json& t : g_.params->tools) names.push_back(t["function"]["name"].get<std::string>());
-    return names;
-  }
-  std::string pending_;  // tools: text held back (a possible or begun tool call)
-  bool in_call_ = false;
-  bool released_any_ = false;
 };
 
 class AnthropicFormat : public AnswerFormat {
  public:
-  explicit AnthropicFormat(ToolFormat tools = ToolFormat::kNone) : tools_(tools) {}
   void error(http::Exchange& ex, const ApiError& e) override {
     ex.respond(e.status, "application/json", dump_json(anthropic_error_body(e)));
   }
@@ -767,9 +733,7 @@ class AnthropicFormat : public AnswerFormat {
   std::string id_prefix() const override { return "msg_"; }
 
   json whole(const std::string& text, const std::vector<TokenLogprob>&, const CompletionStream::Update& u) override {
-    ParsedAnswer a{text, {}};
-    if (tools_ != ToolFormat::kNone && u.summary.outcome != Outcome::kLength) a = parse_tool_calls(tools_, text, names());
-    if (!g_.params->parallel_tool_calls && a.calls.size() > 1) a.calls.resize(1);
+    const ParsedAnswer a = calls_.parse_whole(text, u.summary.outcome == Outcome::kLength);
     return anthropic_message(g_.id, g_.model, a.content, a.calls, stop_reason(u, a), u.stop_sequence, usage(u.summary));
   }
   // The text block starts with the first text; tool_use blocks follow it at the end.
@@ -778,29 +742,14 @@ class AnthropicFormat : public AnswerFormat {
     msg["content"] = json::array();
     return anthropic_event({{"type", "message_start"}, {"message", msg}}) + anthropic_event({{"type", "ping"}});
   }
-  std::string stream_piece(const CompletionStream::Update& u) override {
-    std::string text = u.text;
-    if (tools_ != ToolFormat::kNone) {
-      pending_ += u.text;
-      text.clear();
-      if (!in_call_) {
-        const Release r = releasable_content(tools_, pending_, !text_open_);
-        in_call_ = r.call_started;
-        text = pending_.substr(0, r.content);
-        pending_.erase(0, r.content);
-      }
-    }
-    return text_delta(text);
-  }
+  std::string stream_piece(const CompletionStream::Update& u) override { return text_delta(calls_.feed(u.text)); }
   std::string stream_end(const CompletionStream::Update& u) override {
     if (u.summary.outcome == Outcome::kFailed || u.summary.outcome == Outcome::kCancelled)
       return anthropic_event(anthropic_error_body(
           ApiError{u.summary.outcome == Outcome::kFailed ? 500 : 503, cut_error_message(u), "", "", ""}));
     std::string out;
-    ParsedAnswer a{pending_, {}};
-    if (in_call_ && u.summary.outcome != Outcome::kLength) a = parse_tool_calls(tools_, pending_, names());
-    if (!g_.params->parallel_tool_calls && a.calls.size() > 1) a.calls.resize(1);
-    out += text_delta(a.calls.empty() ? pending_ : a.content);
+    const ParsedAnswer a = calls_.finish(u.summary.outcome == Outcome::kLength);
+    out += text_delta(a.content);
     if (!text_open_ && a.calls.empty()) out += text_delta("", true);  // an empty answer is an empty text block
     if (text_open_) out += anthropic_event({{"type", "content_block_stop"}, {"index", index_++}});
     for (size_t k = 0; k < a.calls.size(); ++k) {
@@ -840,19 +789,9 @@ class AnthropicFormat : public AnswerFormat {
   static std::string stop_reason(const CompletionStream::Update& u, const ParsedAnswer& a) {
     return a.calls.empty() ? anthropic_stop_reason(u.finish_reason, u.stop_sequence) : "tool_use";
   }
-  std::vector<std::string> names() const {
-    std::vector<std::string> n;
-    if (g_.params->tools.is_array())
-      for (const json& t : g_.params->tools) n.push_back(t["function"]["name"].get<std::string>());
-    return n;
-  }
-  // Anthropic's input_tokens excludes the tokens read from the cache (the total is the sum).
   static AnthropicUsage usage(const RequestSummary& s) {
     return AnthropicUsage{s.n_prompt - s.cached_tokens, s.n_generated, s.cached_tokens};
   }
-  ToolFormat tools_;
-  std::string pending_;
-  bool in_call_ = false;
   bool text_open_ = false;
   int index_ = 0;
 };
@@ -875,7 +814,7 @@ void Server::Impl::handle_completion(const http::Request& req, http::Exchange& e
   auto parsed = parse_completion_request(req.body, endpoint);
   if (auto* e = std::get_if<ApiError>(&parsed)) return send_error(ex, *e);
   CompletionParams& c = std::get<CompletionParams>(parsed);
-  OpenAiFormat fmt(endpoint, c.tools.is_null() ? ToolFormat::kNone : tool_format);
+  OpenAiFormat fmt(endpoint);
   run_generation(std::move(c), ex, fmt);
 }
 
@@ -883,7 +822,7 @@ void Server::Impl::handle_messages(const http::Request& req, http::Exchange& ex,
   auto parsed = parse_messages_request(req.body, count_tokens);
   if (auto* e = std::get_if<ApiError>(&parsed)) return AnthropicFormat().error(ex, *e);
   CompletionParams& c = std::get<CompletionParams>(parsed);
-  AnthropicFormat fmt(c.tools.is_null() ? ToolFormat::kNone : tool_format);
+  AnthropicFormat fmt;
   if (!count_tokens) return run_generation(std::move(c), ex, fmt);
   std::vector<int32_t> ids;
   if (auto e = build_prompt(c, &ids)) return fmt.error(ex, *e);
@@ -941,7 +880,8 @@ void Server::Impl::run_generation(CompletionParams c, http::Exchange& ex, Answer
     }
     return fmt.error(ex, e);
   }
-  fmt.begin(Generation{fmt.id_prefix() + std::to_string(sub.handle->id()), opt.model_id, unix_now(), n_prompt, seed, &c});
+  fmt.begin(Generation{fmt.id_prefix() + std::to_string(sub.handle->id()), opt.model_id, unix_now(), n_prompt, seed, &c},
+            c.tools.is_null() ? ToolFormat::kNone : tool_format);
   RequestHandle& handle = *sub.handle;
   // However this ends before the finish (client gone, an exception), the request stops
   // generating.

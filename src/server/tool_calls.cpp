@@ -179,4 +179,33 @@ Release releasable_content(ToolFormat format, const std::string& pending, bool a
   return {pending.size() - keep, false};
 }
 
+std::string ToolCallStream::feed(const std::string& text) {
+  if (format_ == ToolFormat::kNone) return text;
+  pending_ += text;
+  if (in_call_) return "";
+  const Release r = releasable_content(format_, pending_, !released_any_);
+  in_call_ = r.call_started;
+  std::string out = pending_.substr(0, r.content);
+  pending_.erase(0, r.content);
+  released_any_ = released_any_ || !out.empty();
+  return out;
+}
+
+ParsedAnswer ToolCallStream::parse(const std::string& text, bool cut_by_length) const {
+  if (format_ == ToolFormat::kNone || cut_by_length) return ParsedAnswer{text, {}};
+  ParsedAnswer a = parse_tool_calls(format_, text, tools_);
+  if (!parallel_ && a.calls.size() > 1) a.calls.resize(1);
+  return a;
+}
+
+ParsedAnswer ToolCallStream::finish(bool cut_by_length) {
+  ParsedAnswer a = in_call_ ? parse(pending_, cut_by_length) : ParsedAnswer{pending_, {}};
+  pending_.clear();
+  return a;
+}
+
+ParsedAnswer ToolCallStream::parse_whole(const std::string& text, bool cut_by_length) const {
+  return parse(text, cut_by_length);
+}
+
 }  // namespace specula::server

@@ -47,4 +47,31 @@ struct Release {
 };
 Release releasable_content(ToolFormat format, const std::string& pending, bool at_start);
 
+// The tool-call side of one answer, streamed or whole, for any API's answer format:
+// text goes out until a possible call starts, the rest is held and parsed at the end;
+// without parallel calls an answer keeps its first call only. Inactive (format kNone):
+// text passes through and there are no calls.
+class ToolCallStream {
+ public:
+  ToolCallStream() = default;
+  ToolCallStream(ToolFormat format, std::vector<std::string> tools, bool parallel)
+      : format_(format), tools_(std::move(tools)), parallel_(parallel) {}
+  // One update's text; returns what can be sent as content now.
+  std::string feed(const std::string& text);
+  // At the end of a stream: the held text as content, or the calls in it (none when the
+  // answer was cut by max_tokens).
+  ParsedAnswer finish(bool cut_by_length);
+  // A whole (non-streamed) answer.
+  ParsedAnswer parse_whole(const std::string& text, bool cut_by_length) const;
+
+ private:
+  ParsedAnswer parse(const std::string& text, bool cut_by_length) const;
+  ToolFormat format_ = ToolFormat::kNone;
+  std::vector<std::string> tools_;
+  bool parallel_ = true;
+  std::string pending_;  // held text: a possible or begun call
+  bool in_call_ = false;
+  bool released_any_ = false;
+};
+
 }  // namespace specula::server

@@ -8,6 +8,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 
 namespace specula::jinja {
 
@@ -150,17 +151,18 @@ Value taint_fresh(Value v) {
     return v;
   }
   if (v.kind == Value::Kind::kList) {
-    List out = *v.list;
-    bool changes = false;
-    for (Value& c : out) {
-      if ((c.kind == Value::Kind::kString && !c.spans) || c.kind == Value::Kind::kList) {
-        Value t = taint_fresh(c);
-        changes = changes || t.spans != c.spans || t.list != c.list;
-        c = std::move(t);
-      }
+    // Copied only when some element changes (the common case, a list of dicts or of
+    // strings that keep their ranges, returns as it is).
+    std::optional<List> out;
+    for (size_t k = 0; k < v.list->size(); ++k) {
+      const Value& c = (*v.list)[k];
+      if (!((c.kind == Value::Kind::kString && !c.spans) || c.kind == Value::Kind::kList)) continue;
+      Value t = taint_fresh(c);
+      if (t.spans == c.spans && t.list == c.list) continue;
+      if (!out) out = *v.list;
+      (*out)[k] = std::move(t);
     }
-    if (!changes) return v;
-    return Value::make_list(std::move(out), v.is_tuple);
+    return out ? Value::make_list(std::move(*out), v.is_tuple) : v;
   }
   return v;
 }
