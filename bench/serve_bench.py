@@ -74,7 +74,8 @@ def start(engine: str, args, C: int) -> tuple[subprocess.Popen, int]:
                "--ctx", str(C * args.ctx), "--threads", str(args.threads), "--alias", "bench"]
     else:
         cmd = [args.llama_server, "-m", args.model, "--port", str(port), "-np", str(C), "-c", str(C * args.ctx),
-               "-t", str(args.threads), "-tb", str(args.threads), "--alias", "bench", "--no-webui", "-cb"]
+               "-t", str(args.threads), "-tb", str(args.threads), "--alias", "bench", "--no-webui", "-cb",
+               *args.llama_extra.split()]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_ready(port, proc)
     return proc, port
@@ -146,6 +147,8 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--specula", default=str(ROOT / "build/release/specula"))
     ap.add_argument("--llama-server", default=None)
+    ap.add_argument("--llama-extra", default="",
+                    help="extra llama-server arguments, e.g. '--no-repack' (its AMX repacking crashes on some CPUs)")
     ap.add_argument("--engines", default="specula,llama")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
