@@ -362,6 +362,20 @@ double weight_bytes(const gguf::GgufFile& f) {
   return b;
 }
 
+// "weights repacked for <isa>: N tensors, X MiB extra memory (packed in Y s)" or why not.
+std::string describe_packed(const ModelInfo& info) {
+  char buf[256];
+  if (info.packed_tensors == 0) {
+    std::snprintf(buf, sizeof buf, "weights used as stored (no repacked gemm for their types in this tier%s)",
+                  std::getenv("SPECULA_REPACK") != nullptr ? ", or SPECULA_REPACK=0" : "");
+  } else {
+    std::snprintf(buf, sizeof buf, "weights repacked for %s: %lld tensors, %.1f MiB extra memory (packed in %.2f s)",
+                  kernels::active().isa, static_cast<long long>(info.packed_tensors),
+                  static_cast<double>(info.packed_bytes) / (1 << 20), info.pack_seconds);
+  }
+  return buf;
+}
+
 int run_bench(const BenchArgs& a) {
   if (a.n_prompt == 0 && a.n_gen == 0) return fail("[cli] bench: nothing to measure (-p and -n are both 0)");
   auto l = load(a.model, a.threads);
@@ -439,8 +453,11 @@ int run_bench(const BenchArgs& a) {
   }
   const int threads = a.threads > 0 ? a.threads : default_thread_count();
   nlohmann::json out = {{"model", model.info().name}, {"threads", threads}, {"isa", kernels::active().isa},
+                        {"cpu_features", kernels::cpu_features()}, {"packed_bytes", model.info().packed_bytes},
                         {"reps", a.reps}, {"kv_cache", cache.describe()},
                         {"kv_bytes_per_token", cache.bytes_per_token()}, {"depth", a.depth}};
+  std::printf("kernels: %s (CPU features: %s); %s\n", kernels::active().isa, kernels::cpu_features(),
+              describe_packed(model.info()).c_str());
   std::printf("KV cache: %s — %.0f bytes per token per request (+%lld fixed per request)\n",
               cache.describe().c_str(), cache.bytes_per_token(), static_cast<long long>(cache.fixed_bytes_per_row()));
   std::printf("| model | threads | isa | test | tokens/s |\n|---|---|---|---|---|\n");
@@ -681,6 +698,8 @@ int run_info(const std::string& file, const CacheArgs& cache) {
     std::printf("KV cache: (model not loadable: %s)\n", model.message().c_str());
     return 0;
   }
+  std::printf("kernels: %s (CPU features: %s)\n%s\n", kernels::active().isa, kernels::cpu_features(),
+              describe_packed((*model)->info()).c_str());
   std::vector<std::pair<std::string, std::string>> types = {{"f16", "f16"}, {"q8_0", "q8_0"}, {"q4_0", "q4_0"}};
   if (cache.type_k != "f16" || cache.type_v != "f16" || cache.delay > 0) types.insert(types.begin(), {cache.type_k, cache.type_v});
   std::printf("KV cache (per request; -ctk/-ctv/--kv-delay choose):\n");

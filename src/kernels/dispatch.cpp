@@ -1,11 +1,13 @@
 // kernels/dispatch.cpp — choose the kernel table once from CPU features.
 // Detection: cpuid leaf 1 (FMA, F16C, OSXSAVE, AVX), xgetbv (YMM state enabled by
-// the OS), leaf 7 (AVX2, BMI2). SPECULA_ISA is read once here, never on the hot path.
+// the OS; opmask/ZMM state for AVX-512), leaf 7 (AVX2, BMI2, AVX512F/DQ/BW/VL, AVX512_VNNI,
+// AMX), leaf 7.1 (AVX-VNNI). SPECULA_ISA is read once here, never on the hot path.
 #include <cpuid.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "kernels/kernels.h"
 #include "kernels/quant_blocks.h"
@@ -13,6 +15,9 @@
 namespace specula::kernels {
 namespace avx2 {
 const KernelTable* table_if_built();  // kernels/avx2/table.cpp
+}
+namespace avx512 {
+const KernelTable* table_if_built();  // kernels/avx512/table.cpp
 }
 
 namespace {
@@ -30,25 +35,93 @@ bool cpu_has_avx2_fma_f16c() {
   return avx2 && bmi2;
 }
 
+uint64_t xcr0() {
+  unsigned a, b, c, d;
+  if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27))) return 0;  // OSXSAVE
+  unsigned lo, hi;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return (static_cast<uint64_t>(hi) << 32) | lo;
+}
+
+// F, DQ, BW, VL and VNNI, with XMM/YMM/opmask/ZMM state enabled by the OS.
+bool cpu_has_avx512_vnni() {
+  if (!cpu_has_avx2_fma_f16c()) return false;
+  if ((xcr0() & 0xE6u) != 0xE6u) return false;
+  unsigned a, b, c, d;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+  const bool f = b & (1u << 16), dq = b & (1u << 17), bw = b & (1u << 30), vl = b & (1u << 31),
+             vnni = c & (1u << 11);
+  return f && dq && bw && vl && vnni;
+}
+
+std::string detect_features() {
+  std::string s;
+  auto add = [&](bool on, const char* name) {
+    if (!on) return;
+    if (!s.empty()) s += ' ';
+    s += name;
+  };
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (__get_cpuid(1, &a, &b, &c, &d)) {
+    add(c & (1u << 28), "avx");
+    add(c & (1u << 12), "fma");
+    add(c & (1u << 29), "f16c");
+  }
+  const uint64_t x = xcr0();
+  const bool zmm = (x & 0xE6u) == 0xE6u;
+  unsigned b7 = 0, c7 = 0, d7 = 0, a71 = 0;
+  if (__get_cpuid_count(7, 0, &a, &b7, &c7, &d7)) {
+    add(b7 & (1u << 5), "avx2");
+    add(zmm && (b7 & (1u << 16)), "avx512f");
+    add(zmm && (b7 & (1u << 30)), "avx512bw");
+    add(zmm && (b7 & (1u << 31)), "avx512vl");
+    add(zmm && (c7 & (1u << 11)), "avx512vnni");
+    unsigned b1, c1, d1;
+    if (__get_cpuid_count(7, 1, &a71, &b1, &c1, &d1)) {
+      add(zmm && (a71 & (1u << 5)), "avx512bf16");
+      add(a71 & (1u << 4), "avx_vnni");
+    }
+    add(d7 & (1u << 24), "amx");
+  }
+  return s.empty() ? "none" : s;
+}
+
+const KernelTable& best() {
+  if (const KernelTable* t = avx512_table()) return *t;
+  if (const KernelTable* t = avx2_table()) return *t;
+  return generic_table();
+}
+
 const KernelTable& choose() {
   const char* env = std::getenv("SPECULA_ISA");
-  const KernelTable* avx2 = avx2_table();
   if (env != nullptr && *env != '\0') {
     if (std::strcmp(env, "generic") == 0) return generic_table();
-    if (std::strcmp(env, "avx2") == 0) {
-      if (avx2 != nullptr) return *avx2;
-      std::fprintf(stderr, "[kernels] SPECULA_ISA=avx2 but this CPU lacks AVX2/FMA/F16C; using generic\n");
-      return generic_table();
+    if (std::strcmp(env, "avx2") == 0 || std::strcmp(env, "avx512") == 0) {
+      const KernelTable* t = std::strcmp(env, "avx2") == 0 ? avx2_table() : avx512_table();
+      if (t != nullptr) return *t;
+      std::fprintf(stderr, "[kernels] SPECULA_ISA=%s but this CPU lacks it (features: %s); using %s\n", env,
+                   cpu_features(), best().isa);
+      return best();
     }
-    std::fprintf(stderr, "[kernels] SPECULA_ISA=%s is not one of generic, avx2; detecting\n", env);
+    std::fprintf(stderr, "[kernels] SPECULA_ISA=%s is not one of generic, avx2, avx512; detecting\n", env);
   }
-  return avx2 != nullptr ? *avx2 : generic_table();
+  return best();
 }
 }  // namespace
 
 const KernelTable* avx2_table() {
   static const KernelTable* t = cpu_has_avx2_fma_f16c() ? avx2::table_if_built() : nullptr;
   return t;
+}
+
+const KernelTable* avx512_table() {
+  static const KernelTable* t = cpu_has_avx512_vnni() ? avx512::table_if_built() : nullptr;
+  return t;
+}
+
+const char* cpu_features() {
+  static const std::string s = detect_features();
+  return s.c_str();
 }
 
 const KernelTable& active() {

@@ -2,9 +2,10 @@
 //
 // Declared once here, implemented per ISA in its own translation unit and namespace
 // (kernels/generic/*.cpp: specula::kernels::generic, the readable reference;
-// kernels/avx2/*.cpp: specula::kernels::avx2, compiled with -mavx2 -mfma -mf16c).
-// `active()` picks one table at first use from cpuid + OS support (XSAVE/YMM
-// state); `SPECULA_ISA=generic` forces the fallback. Kernels never allocate.
+// kernels/avx2/*.cpp: specula::kernels::avx2, compiled with -mavx2 -mfma -mf16c;
+// kernels/avx512/*.cpp: specula::kernels::avx512, -mavx512f/bw/vl/dq/vnni).
+// `active()` picks one table at first use from cpuid + OS support (XSAVE/YMM/ZMM
+// state); `SPECULA_ISA=generic|avx2|avx512` forces a tier. Kernels never allocate.
 //
 // Weight matrices are row-major `[N, K]` rows of `w_type` (K a multiple of the
 // block size). Activations `x [M, K]` f32 are first quantized row by row to the
@@ -38,6 +39,24 @@ struct TypeKernels {
   //  xq: m rows of vec_dot_type, xq_stride bytes apart, K elements each
   void (*gemm)(int64_t K, const void* w, size_t w_stride, int64_t n_rows, const void* xq,
                size_t xq_stride, int64_t m, float* y, int64_t ldy) = nullptr;
+
+  // Repacked weights (optional; a tier sets all four or none). The packed form of an
+  // [N, K] matrix interleaves `pack_rows` weight rows so that one vector register holds
+  // the same few columns of every row of the group (a layout of this table's own, made
+  // once at load from the GGUF rows; the file stays the source of truth).
+  //  packed_bytes(N, K): size of the packed form (groups of pack_rows rows; the last
+  //    group zero-padded), 64-byte aligned pieces.
+  //  pack(w, w_stride, N, K, g0, g1, out): writes groups [g0, g1) of the packed form of
+  //    the N rows at w into out (the whole packed buffer); groups are independent, so
+  //    threads may pack disjoint ranges.
+  //  gemm_packed(K, packed, r0, n_rows, xq, xq_stride, m, y, ldy): as gemm for weight
+  //    rows [r0, r0 + n_rows) of the packed matrix (r0 a multiple of pack_rows);
+  //    y[i * ldy + r] for r in [0, n_rows) (y points at row r0's output).
+  int pack_rows = 0;
+  size_t (*packed_bytes)(int64_t N, int64_t K) = nullptr;
+  void (*pack)(const void* w, size_t w_stride, int64_t N, int64_t K, int64_t g0, int64_t g1, void* out) = nullptr;
+  void (*gemm_packed)(int64_t K, const void* packed, int64_t r0, int64_t n_rows, const void* xq, size_t xq_stride,
+                      int64_t m, float* y, int64_t ldy) = nullptr;
 };
 
 struct KernelTable {
@@ -61,6 +80,13 @@ struct KernelTable {
   // so decoding a half row to f32 and calling these is bitwise the half kernels' result.
   void (*dot_f32_multi)(int64_t n, const float* a, int64_t nq, const float* const* b, float* s) = nullptr;
   void (*axpy_f32_multi)(int64_t n, const float* alpha, const float* x, int64_t nq, float* const* y) = nullptr;
+  // Attention P·V over a block of f32 value rows v[k] (n floats each, v_stride floats
+  // apart), each query q with its own key range: for k = k0[q] .. k1[q]-1 in order,
+  // y[q][i] takes the contribution p[q][k - k0[q]] * v[k][i] by exactly the operation
+  // axpy_f32_multi applies, so a block gives bitwise the per-key calls' result (the
+  // accumulators stay in registers across the block instead of memory).
+  void (*pv_f32_rows)(int64_t n, const float* v, int64_t v_stride, int64_t nq, const float* const* p,
+                      const int64_t* k0, const int64_t* k1, float* const* y) = nullptr;
   // Gated GELU, tanh form (Hendrycks & Gimpel 2016):
   // out[i] = 0.5*g*(1 + tanh(sqrt(2/pi)*(g + 0.044715*g^3))) * up[i], g = gate[i]; out may alias gate.
   void (*gelu_tanh_mul)(int64_t n, const float* gate, const float* up, float* out) = nullptr;
@@ -92,9 +118,17 @@ struct KernelTable {
 const KernelTable& generic_table();
 // The AVX2+FMA+F16C table, or nullptr if this CPU/OS cannot run it or it was not built.
 const KernelTable* avx2_table();
-// The table in use: chosen once (SPECULA_ISA=generic|avx2 overrides detection;
-// an unavailable ISA named there falls back to generic with a warning on stderr).
+// The AVX-512 table (F, BW, VL, DQ and VNNI, with the OS saving ZMM state), or nullptr.
+// Its K-quant gemms run on repacked weights with vpdpbusd; other types use the AVX2
+// kernels.
+const KernelTable* avx512_table();
+// The table in use: chosen once, the best this CPU runs (SPECULA_ISA=generic|avx2|avx512
+// overrides detection; an unavailable ISA named there falls back to the best available
+// with a warning on stderr).
 const KernelTable& active();
+// The CPU features detection saw, for `specula info` / `bench` (e.g. "avx2 fma f16c
+// avx512f avx512bw avx512vl avx512vnni avx_vnni amx").
+const char* cpu_features();
 
 // Bytes of one quantized activation row of K elements for weights of type w.
 size_t activation_row_bytes(DType w, int64_t K);

@@ -11,6 +11,7 @@
 #include "model/attention.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 
 #include "core/fp16.h"
@@ -20,6 +21,7 @@ namespace specula {
 namespace {
 
 constexpr int64_t kQueryBlock = 32;  // queries processed together (bounds the scores buffer)
+constexpr int64_t kKeyBlock = 64;    // value rows decoded together for the P·V product
 
 struct Query {
   int64_t m = 0, h = 0;   // token index in the step, query head
@@ -76,15 +78,19 @@ void attention(ThreadPool& pool, const AttentionArgs& a, StateRows& state, const
 
   const KvRowView* views = scratch.views.data();
   const int64_t n_tasks = static_cast<int64_t>(tasks.size());
-  pool.run([&](int ith, int nth) {
-    auto [t0, t1] = ThreadPool::split(n_tasks, ith, nth);
-    thread_local std::vector<float> qs, scores, acc, sbuf, pbuf, inv, kvbuf;
+  // Tasks are taken dynamically (causal tasks differ in cost); a task's result does not
+  // depend on the thread that runs it.
+  std::atomic<int64_t> next_task{0};
+  pool.run([&](int, int) {
+    thread_local std::vector<float> qs, scores, acc, sbuf, pbuf, inv, kvbuf, vblock;
     thread_local std::vector<const float*> qptr;
     thread_local std::vector<float*> aptr;
     thread_local std::vector<Query> qv;
-    thread_local std::vector<int64_t> live;
+    thread_local std::vector<int64_t> live, k0, k1;
     kvbuf.resize(static_cast<size_t>(hd));
-    for (int64_t ti = t0; ti < t1; ++ti) {
+    for (;;) {
+      const int64_t ti = next_task.fetch_add(1, std::memory_order_relaxed);
+      if (ti >= n_tasks) break;
       const Task& task = tasks[static_cast<size_t>(ti)];
       const KvRowView& vw = views[task.b];
       const int64_t base = vw.base;
@@ -161,7 +167,35 @@ void attention(ThreadPool& pool, const AttentionArgs& a, StateRows& state, const
         for (int64_t k = 0; k < n_keys; ++k) mx = std::max(mx, s[k]);
         inv[i] = 1.0f / kt.exp_sub_sum(n_keys, mx, s);
       }
-      for (int64_t j = jlo; j <= jhi; ++j) {
+      if (vw.delay == 0) {
+        // One value tier: blocks of kKeyBlock decoded value rows, each query's
+        // accumulator held in registers across the block (pv_f32_rows: bitwise the
+        // per-key axpy below). Probabilities in place of the scores.
+        for (int64_t i = 0; i < nq; ++i) {
+          float* s = scores.data() + i * span + (qv[i].lo - jlo);
+          const int64_t n_keys = qv[i].p - qv[i].lo + 1;
+          for (int64_t k = 0; k < n_keys; ++k) s[k] = fp16_to_fp32(fp32_to_fp16(s[k] * inv[i]));
+        }
+        vblock.resize(static_cast<size_t>(kKeyBlock * hd));
+        k0.resize(static_cast<size_t>(nq));
+        k1.resize(static_cast<size_t>(nq));
+        for (int64_t jb = jlo; jb <= jhi; jb += kKeyBlock) {
+          const int64_t je = std::min(jhi + 1, jb + kKeyBlock);
+          for (int64_t j = jb; j < je; ++j) vc.decode(vw.v.at(j, base, g), vblock.data() + (j - jb) * hd);
+          int64_t n_live = 0;
+          for (int64_t i = 0; i < nq; ++i) {
+            const int64_t kb = std::max(qv[i].lo, jb), ke = std::min(qv[i].p + 1, je);
+            if (ke <= kb) continue;
+            k0[n_live] = kb - jb;
+            k1[n_live] = ke - jb;
+            qptr[n_live] = scores.data() + i * span + (kb - jlo);
+            aptr[n_live] = acc.data() + i * hd;
+            ++n_live;
+          }
+          if (n_live > 0) kt.pv_f32_rows(hd, vblock.data(), hd, n_live, qptr.data(), k0.data(), k1.data(), aptr.data());
+        }
+      }
+      for (int64_t j = jlo; j <= jhi && vw.delay > 0; ++j) {
         int64_t n_live = 0, n_rec = 0;
         for (int64_t i = 0; i < nq; ++i) {
           if (j < qv[i].lo || j > qv[i].p) continue;

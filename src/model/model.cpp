@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <chrono>
 #include <cstdio>
 #include <map>
 #include <mutex>
@@ -44,6 +46,8 @@ Result<std::unique_ptr<Model>> load_model(const std::string& path, const ModelOp
                           : std::make_shared<ThreadPool>(options.n_threads > 0 ? options.n_threads
                                                                                : default_thread_count());
   ctx.kernels = &kernels::active();
+  const char* env = std::getenv("SPECULA_REPACK");
+  ctx.repack = options.repack && !(env != nullptr && std::string(env) == "0");
   return it->second(std::move(ctx));
 }
 
@@ -254,6 +258,43 @@ Result<TensorView> output_weight(const gguf::GgufFile& f, const kernels::KernelT
                                  int64_t n_vocab, const TensorView& tok_embd) {
   if (f.find_tensor("output.weight") == nullptr) return tok_embd;
   return weight_2d(f, kt, "output.weight", n_embd, n_vocab);
+}
+
+void pack_weights(ModelContext& ctx, const std::vector<TensorView*>& matrices) {
+  if (!ctx.repack) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  const kernels::KernelTable& kt = *ctx.kernels;
+  std::vector<std::pair<const void*, const void*>> done;  // data -> packed (a view listed twice)
+  for (TensorView* v : matrices) {
+    const kernels::TypeKernels& tk = kt.of(v->dtype);
+    if (tk.pack == nullptr || v->packed != nullptr) continue;
+    auto seen = std::find_if(done.begin(), done.end(), [&](const auto& d) { return d.first == v->data; });
+    if (seen != done.end()) {
+      v->packed = seen->second;
+      continue;
+    }
+    const size_t bytes = tk.packed_bytes(v->rows, v->cols);
+    std::unique_ptr<uint8_t, AlignedFree> buf(static_cast<uint8_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)));
+    SPECULA_CHECK(buf != nullptr);
+    const int64_t groups = (v->rows + tk.pack_rows - 1) / tk.pack_rows;
+    uint8_t* out = buf.get();
+    ctx.pool->run([&](int ith, int nth) {
+      auto [g0, g1] = ThreadPool::split(groups, ith, nth);
+      if (g1 > g0) tk.pack(v->data, v->row_stride, v->rows, v->cols, g0, g1, out);
+    });
+    v->packed = out;
+    done.emplace_back(v->data, out);
+    ctx.packed->bytes += bytes;
+    ctx.packed->tensors += 1;
+    ctx.packed->buffers.push_back(std::move(buf));
+  }
+  ctx.packed->seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void note_packed(const ModelContext& ctx, ModelInfo& info) {
+  info.packed_tensors = ctx.packed->tensors;
+  info.packed_bytes = ctx.packed->bytes;
+  info.pack_seconds = ctx.packed->seconds;
 }
 
 }  // namespace specula

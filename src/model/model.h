@@ -39,6 +39,10 @@ struct ModelInfo {
   int64_t n_embd = 0;
   int64_t n_layers = 0;
   int64_t n_ctx_train = 0;
+  // Weights repacked at load (pack_weights): count, bytes (extra memory) and seconds.
+  int64_t packed_tensors = 0;
+  size_t packed_bytes = 0;
+  double pack_seconds = 0;
 };
 
 // One forward step: B rows, each appending T tokens (or n_tokens[b] when ragged).
@@ -82,6 +86,19 @@ struct ModelOptions {
   // Share a thread pool between models used one after the other from one thread (a
   // speculative target and its draft), so two pools never spin against each other.
   std::shared_ptr<ThreadPool> pool;
+  // Repack the matmul weights whose type the kernel table has a packed gemm for (extra
+  // memory: about the size of those weights; ModelInfo::packed_bytes). Also off when the
+  // environment sets SPECULA_REPACK=0.
+  bool repack = true;
+};
+
+// Weight matrices repacked at load for the kernel table's packed gemms (kernels.h);
+// the buffers live as long as the model.
+struct PackedWeights {
+  std::vector<std::unique_ptr<uint8_t, AlignedFree>> buffers;
+  size_t bytes = 0;    // total size of the packed copies
+  int64_t tensors = 0;
+  double seconds = 0;  // time spent packing
 };
 
 // Context handed to architecture factories.
@@ -89,6 +106,8 @@ struct ModelContext {
   std::shared_ptr<gguf::GgufFile> file;
   std::shared_ptr<ThreadPool> pool;
   const kernels::KernelTable* kernels = nullptr;
+  bool repack = true;  // ModelOptions::repack
+  std::shared_ptr<PackedWeights> packed = std::make_shared<PackedWeights>();
 };
 
 using ArchitectureFactory = std::function<Result<std::unique_ptr<Model>>(ModelContext)>;
@@ -162,6 +181,12 @@ Status load_weights(const gguf::GgufFile& f, const kernels::KernelTable& kt, std
 // file ties them (no output.weight).
 Result<TensorView> output_weight(const gguf::GgufFile& f, const kernels::KernelTable& kt, int64_t n_embd,
                                  int64_t n_vocab, const TensorView& tok_embd);
+// Repacks each matrix (a view used only as a matmul weight; the same view may appear twice)
+// whose type ctx.kernels has a packed gemm for, on ctx.pool's threads, and sets its
+// `packed`; records the totals in ctx.packed (copy them to ModelInfo with
+// note_packed). Does nothing when ctx.repack is false.
+void pack_weights(ModelContext& ctx, const std::vector<TensorView*>& matrices);
+void note_packed(const ModelContext& ctx, ModelInfo& info);
 // A 1-D tensor of n elements converted to f32 (norm weights).
 Result<std::vector<float>> weight_1d_f32(const gguf::GgufFile& f, const kernels::KernelTable& kt,
                                          const std::string& name, int64_t n);

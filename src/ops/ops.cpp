@@ -39,13 +39,17 @@ void matmul(ThreadPool& pool, const kernels::KernelTable& kt, const TensorView& 
     auto [m0, m1] = ThreadPool::split(M, ith, nth);
     for (int64_t i = m0; i < m1; ++i) ak.quantize_row(x + i * K, xq + i * xq_stride, K);
   });
+  const bool packed = w.packed != nullptr && tk.gemm_packed != nullptr;
+  SPECULA_CHECK(!packed || chunk % tk.pack_rows == 0);
   pool.run([&](int, int) {
     for (;;) {
       const int64_t c = next.fetch_add(1, std::memory_order_relaxed);
       if (c >= n_chunks) break;
       const int64_t r0 = c * chunk, r1 = std::min(N, r0 + chunk);
-      tk.gemm(K, wdata + static_cast<size_t>(r0) * w.row_stride, w.row_stride, r1 - r0, xq,
-              xq_stride, M, y + r0, N);
+      if (packed)
+        tk.gemm_packed(K, w.packed, r0, r1 - r0, xq, xq_stride, M, y + r0, N);
+      else
+        tk.gemm(K, wdata + static_cast<size_t>(r0) * w.row_stride, w.row_stride, r1 - r0, xq, xq_stride, M, y + r0, N);
     }
   });
 }

@@ -151,5 +151,59 @@ TEST(AttentionKernels, MultiQueryEqualsSingleQuery) {
   }
 }
 
+// pv_f32_rows (a block of value rows, per-query key ranges) is bitwise the per-key
+// axpy_f32_multi calls in key order, and dot_f32_multi for any number of queries (the
+// four-at-a-time path and the tail) is bitwise each query alone — in every table here.
+TEST(AttentionKernels, BlockedPvAndMultiDotEqualPerKeyCalls) {
+  std::vector<const KernelTable*> tables = {&generic_table()};
+  if (avx2_table() != nullptr) tables.push_back(avx2_table());
+  if (avx512_table() != nullptr) tables.push_back(avx512_table());
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  for (const KernelTable* k : tables) {
+    SCOPED_TRACE(k->isa);
+    for (int64_t n : {8, 37, 64, 128, 200, 256}) {
+      const int64_t nk = 23, vs = n + 5;
+      std::vector<float> v(static_cast<size_t>(nk * vs));
+      for (auto& x : v) x = nd(rng);
+      for (int64_t nq : {1, 3, 4, 5, 9}) {
+        std::vector<std::vector<float>> y1(nq, std::vector<float>(static_cast<size_t>(n))), p(nq);
+        std::vector<int64_t> k0(nq), k1(nq);
+        for (int64_t q = 0; q < nq; ++q) {
+          for (auto& x : y1[q]) x = nd(rng);
+          k0[q] = q % 4;
+          k1[q] = nk - (q * 3) % 7;
+          p[q].resize(static_cast<size_t>(k1[q] - k0[q]));
+          for (auto& x : p[q]) x = nd(rng);
+        }
+        auto y2 = y1;
+        std::vector<float*> yp;
+        std::vector<const float*> pp;
+        for (int64_t q = 0; q < nq; ++q) {
+          yp.push_back(y2[q].data());
+          pp.push_back(p[q].data());
+          for (int64_t kk = k0[q]; kk < k1[q]; ++kk) {
+            float* yq = y1[q].data();
+            k->axpy_f32_multi(n, &p[q][kk - k0[q]], v.data() + kk * vs, 1, &yq);
+          }
+        }
+        k->pv_f32_rows(n, v.data(), vs, nq, pp.data(), k0.data(), k1.data(), yp.data());
+        for (int64_t q = 0; q < nq; ++q)
+          for (int64_t j = 0; j < n; ++j) ASSERT_EQ(y1[q][j], y2[q][j]) << "pv n=" << n << " nq=" << nq << " q=" << q;
+        // dot_f32_multi against each query alone.
+        std::vector<const float*> bq;
+        for (int64_t q = 0; q < nq; ++q) bq.push_back(y1[q].data());
+        std::vector<float> s(static_cast<size_t>(nq));
+        k->dot_f32_multi(n, v.data(), nq, bq.data(), s.data());
+        for (int64_t q = 0; q < nq; ++q) {
+          float one;
+          k->dot_f32_multi(n, v.data(), 1, &bq[q], &one);
+          ASSERT_EQ(s[q], one) << "dot n=" << n << " nq=" << nq << " q=" << q;
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace specula::kernels

@@ -16,6 +16,7 @@
 #include "core/fp16.h"
 #include "kernels/kernels.h"
 #include "kernels/quant_blocks.h"
+#include "kernel_test_util.h"
 
 namespace specula::kernels {
 namespace {
@@ -26,99 +27,6 @@ const DType kWeightTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q4_0
 
 #define SKIP_WITHOUT_AVX2()                                          \
   if (avx2_table() == nullptr) GTEST_SKIP() << "no AVX2/FMA/F16C on this CPU"
-
-uint16_t rand_half(std::mt19937& rng, float lo, float hi) {
-  return fp32_to_fp16(std::uniform_real_distribution<float>(lo, hi)(rng));
-}
-
-// n_rows rows of K elements of type t with random quants and finite scales.
-std::vector<uint8_t> random_weights(DType t, int64_t K, int64_t n_rows, std::mt19937& rng) {
-  const size_t rb = row_bytes(t, K);
-  std::vector<uint8_t> w(rb * static_cast<size_t>(n_rows));
-  std::uniform_int_distribution<int> byte(0, 255);
-  for (auto& b : w) b = static_cast<uint8_t>(byte(rng));
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  const int64_t n = K * n_rows;
-  switch (t) {
-    case DType::F32: {
-      auto* f = reinterpret_cast<float*>(w.data());
-      for (int64_t i = 0; i < n; ++i) f[i] = nd(rng);
-      break;
-    }
-    case DType::F16: {
-      auto* h = reinterpret_cast<uint16_t*>(w.data());
-      for (int64_t i = 0; i < n; ++i) h[i] = fp32_to_fp16(nd(rng));
-      break;
-    }
-    case DType::BF16: {
-      auto* h = reinterpret_cast<uint16_t*>(w.data());
-      for (int64_t i = 0; i < n; ++i) h[i] = fp32_to_bf16(nd(rng));
-      break;
-    }
-    case DType::Q4_0:
-      for (auto* b = reinterpret_cast<BlockQ4_0*>(w.data()); b < reinterpret_cast<BlockQ4_0*>(w.data() + w.size()); ++b)
-        b->d = rand_half(rng, -0.1f, 0.1f);
-      break;
-    case DType::Q4_1:
-      for (auto* b = reinterpret_cast<BlockQ4_1*>(w.data()); b < reinterpret_cast<BlockQ4_1*>(w.data() + w.size()); ++b) {
-        b->d = rand_half(rng, 0.0f, 0.1f);
-        b->m = rand_half(rng, -1.0f, 0.0f);
-      }
-      break;
-    case DType::Q5_0:
-      for (auto* b = reinterpret_cast<BlockQ5_0*>(w.data()); b < reinterpret_cast<BlockQ5_0*>(w.data() + w.size()); ++b)
-        b->d = rand_half(rng, -0.1f, 0.1f);
-      break;
-    case DType::Q5_1:
-      for (auto* b = reinterpret_cast<BlockQ5_1*>(w.data()); b < reinterpret_cast<BlockQ5_1*>(w.data() + w.size()); ++b) {
-        b->d = rand_half(rng, 0.0f, 0.1f);
-        b->m = rand_half(rng, -1.0f, 0.0f);
-      }
-      break;
-    case DType::Q8_0:
-      for (auto* b = reinterpret_cast<BlockQ8_0*>(w.data()); b < reinterpret_cast<BlockQ8_0*>(w.data() + w.size()); ++b)
-        b->d = rand_half(rng, -0.01f, 0.01f);
-      break;
-    case DType::Q4_K:
-      for (auto* b = reinterpret_cast<BlockQ4_K*>(w.data()); b < reinterpret_cast<BlockQ4_K*>(w.data() + w.size()); ++b) {
-        b->d = rand_half(rng, 0.0f, 0.01f);
-        b->dmin = rand_half(rng, 0.0f, 0.01f);
-      }
-      break;
-    case DType::Q5_K:
-      for (auto* b = reinterpret_cast<BlockQ5_K*>(w.data()); b < reinterpret_cast<BlockQ5_K*>(w.data() + w.size()); ++b) {
-        b->d = rand_half(rng, 0.0f, 0.01f);
-        b->dmin = rand_half(rng, 0.0f, 0.01f);
-      }
-      break;
-    case DType::Q6_K:
-      for (auto* b = reinterpret_cast<BlockQ6_K*>(w.data()); b < reinterpret_cast<BlockQ6_K*>(w.data() + w.size()); ++b)
-        b->d = rand_half(rng, -0.01f, 0.01f);
-      break;
-    default:
-      ADD_FAILURE() << "unexpected type";
-  }
-  return w;
-}
-
-std::vector<float> random_floats(int64_t n, std::mt19937& rng) {
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  std::vector<float> x(static_cast<size_t>(n));
-  for (auto& v : x) v = nd(rng);
-  return x;
-}
-
-// m activation rows of K, quantized by the generic quantizer to vec_dot_type of w.
-std::vector<uint8_t> quantized_acts(DType w, int64_t K, int64_t m, std::mt19937& rng) {
-  const DType vt = generic_table().of(w).vec_dot_type;
-  const size_t rb = row_bytes(vt, K);
-  std::vector<uint8_t> xq(rb * static_cast<size_t>(m));
-  const std::vector<float> x = random_floats(K * m, rng);
-  for (int64_t i = 0; i < m; ++i) {
-    generic_table().of(vt).quantize_row(x.data() + i * K, xq.data() + rb * static_cast<size_t>(i), K);
-  }
-  return xq;
-}
 
 int64_t test_k(DType t) {
   const int64_t bs = dtype_info(t).block_size;

@@ -120,7 +120,26 @@ void axpy_f16_f32_multi(int64_t n, const float* alpha, const uint16_t* x, int64_
 // these kernels, so the result never depends on whether the compiler vectorized a tail.
 void dot_f32_multi(int64_t n, const float* a, int64_t nq, const float* const* b, float* s) {
   const int64_t n16 = n / 16 * 16;
-  for (int64_t q = 0; q < nq; ++q) {
+  int64_t q = 0;
+  // Four queries at a time: eight independent FMA chains hide the FMA latency; each
+  // query's own operations are those of the one-query loop below.
+  for (; q + 4 <= nq; q += 4) {
+    __m256 acc0[4], acc1[4];
+    for (int k = 0; k < 4; ++k) acc0[k] = acc1[k] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n16; i += 16) {
+      const __m256 a0 = _mm256_loadu_ps(a + i), a1 = _mm256_loadu_ps(a + i + 8);
+      for (int k = 0; k < 4; ++k) {
+        acc0[k] = _mm256_fmadd_ps(a0, _mm256_loadu_ps(b[q + k] + i), acc0[k]);
+        acc1[k] = _mm256_fmadd_ps(a1, _mm256_loadu_ps(b[q + k] + i + 8), acc1[k]);
+      }
+    }
+    for (int k = 0; k < 4; ++k) {
+      float sum = hsum(_mm256_add_ps(acc0[k], acc1[k]));
+      for (int64_t i = n16; i < n; ++i) sum = std::fma(a[i], b[q + k][i], sum);
+      s[q + k] = sum;
+    }
+  }
+  for (; q < nq; ++q) {
     const float* bq = b[q];
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
     for (int64_t i = 0; i < n16; i += 16) {
@@ -141,6 +160,43 @@ void axpy_f32_multi(int64_t n, const float* alpha, const float* x, int64_t nq, f
     for (int64_t i = 0; i < n8; i += 8)
       _mm256_storeu_ps(yq + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(yq + i)));
     for (int64_t i = n8; i < n; ++i) yq[i] = std::fma(alpha[q], x[i], yq[i]);
+  }
+}
+
+void pv_f32_rows(int64_t n, const float* v, int64_t v_stride, int64_t nq, const float* const* p, const int64_t* k0,
+                 const int64_t* k1, float* const* y) {
+  const int64_t n32 = n / 32 * 32, n8 = n / 8 * 8;
+  for (int64_t q = 0; q < nq; ++q) {
+    const float* pq = p[q];  // pq[k - kb] for k in [kb, ke)
+    float* yq = y[q];
+    const int64_t kb = k0[q], ke = k1[q];
+    int64_t i = 0;
+    for (; i < n32; i += 32) {
+      __m256 a0 = _mm256_loadu_ps(yq + i), a1 = _mm256_loadu_ps(yq + i + 8), a2 = _mm256_loadu_ps(yq + i + 16),
+             a3 = _mm256_loadu_ps(yq + i + 24);
+      for (int64_t k = kb; k < ke; ++k) {
+        const float* vk = v + k * v_stride + i;
+        const __m256 pk = _mm256_set1_ps(pq[k - kb]);
+        a0 = _mm256_fmadd_ps(pk, _mm256_loadu_ps(vk), a0);
+        a1 = _mm256_fmadd_ps(pk, _mm256_loadu_ps(vk + 8), a1);
+        a2 = _mm256_fmadd_ps(pk, _mm256_loadu_ps(vk + 16), a2);
+        a3 = _mm256_fmadd_ps(pk, _mm256_loadu_ps(vk + 24), a3);
+      }
+      _mm256_storeu_ps(yq + i, a0);
+      _mm256_storeu_ps(yq + i + 8, a1);
+      _mm256_storeu_ps(yq + i + 16, a2);
+      _mm256_storeu_ps(yq + i + 24, a3);
+    }
+    for (; i < n8; i += 8) {
+      __m256 a0 = _mm256_loadu_ps(yq + i);
+      for (int64_t k = kb; k < ke; ++k) a0 = _mm256_fmadd_ps(_mm256_set1_ps(pq[k - kb]), _mm256_loadu_ps(v + k * v_stride + i), a0);
+      _mm256_storeu_ps(yq + i, a0);
+    }
+    for (; i < n; ++i) {
+      float a0 = yq[i];
+      for (int64_t k = kb; k < ke; ++k) a0 = std::fma(pq[k - kb], v[k * v_stride + i], a0);
+      yq[i] = a0;
+    }
   }
 }
 

@@ -39,6 +39,12 @@ void axpy_f32_multi(int64_t n, const float* alpha, const float* x, int64_t nq, f
     for (int64_t i = 0; i < n; ++i) y[q][i] += alpha[q] * x[i];
 }
 
+void pv_f32_rows(int64_t n, const float* v, int64_t v_stride, int64_t nq, const float* const* p, const int64_t* k0,
+                 const int64_t* k1, float* const* y) {
+  for (int64_t q = 0; q < nq; ++q)
+    for (int64_t k = k0[q]; k < k1[q]; ++k) axpy_f32_multi(n, p[q] + (k - k0[q]), v + k * v_stride, 1, y + q);
+}
+
 void gelu_tanh_mul(int64_t n, const float* gate, const float* up, float* out) {
   constexpr float kSqrt2OverPi = 0.79788456080286535588f;
   for (int64_t i = 0; i < n; ++i) {

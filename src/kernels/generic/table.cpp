@@ -13,6 +13,8 @@ void dot_f16_f32_multi(int64_t n, const uint16_t* a, int64_t nq, const float* co
 void axpy_f16_f32_multi(int64_t n, const float* alpha, const uint16_t* x, int64_t nq, float* const* y);
 void dot_f32_multi(int64_t n, const float* a, int64_t nq, const float* const* b, float* s);
 void axpy_f32_multi(int64_t n, const float* alpha, const float* x, int64_t nq, float* const* y);
+void pv_f32_rows(int64_t n, const float* v, int64_t v_stride, int64_t nq, const float* const* p, const int64_t* k0,
+                 const int64_t* k1, float* const* y);
 void gelu_tanh_mul(int64_t n, const float* gate, const float* up, float* out);
 float exp_sub_sum(int64_t n, float max, float* x);
 }  // namespace specula::kernels::generic
@@ -49,6 +51,7 @@ const KernelTable& generic_table() {
     k.axpy_f16_f32_multi = g::axpy_f16_f32_multi;
     k.dot_f32_multi = g::dot_f32_multi;
     k.axpy_f32_multi = g::axpy_f32_multi;
+    k.pv_f32_rows = g::pv_f32_rows;
     k.gelu_tanh_mul = g::gelu_tanh_mul;
     k.exp_sub_sum = g::exp_sub_sum;
     return k;

@@ -1,0 +1,22 @@
+// kernels/avx512/avx512.h — internal header of the AVX-512 (F/BW/VL/DQ + VNNI) kernels:
+// entry points wired by table.cpp. Only for translation units compiled with the
+// avx512 flags (CMakeLists.txt). Packed layouts and arithmetic: gemm_kquant.cpp.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace specula::kernels::avx512 {
+
+constexpr int kPackRows = 16;  // weight rows per packed group (one per 32-bit lane of a ZMM register)
+
+size_t packed_bytes_q4_k(int64_t N, int64_t K);
+size_t packed_bytes_q6_k(int64_t N, int64_t K);
+void pack_q4_k(const void* w, size_t w_stride, int64_t N, int64_t K, int64_t g0, int64_t g1, void* out);
+void pack_q6_k(const void* w, size_t w_stride, int64_t N, int64_t K, int64_t g0, int64_t g1, void* out);
+void gemm_packed_q4_k(int64_t K, const void* packed, int64_t r0, int64_t n_rows, const void* xq, size_t xq_stride,
+                      int64_t m, float* y, int64_t ldy);
+void gemm_packed_q6_k(int64_t K, const void* packed, int64_t r0, int64_t n_rows, const void* xq, size_t xq_stride,
+                      int64_t m, float* y, int64_t ldy);
+
+}  // namespace specula::kernels::avx512

@@ -1,0 +1,374 @@
+// kernels/avx512/gemm_kquant.cpp — AVX-512 VNNI gemm for Q4_K and Q6_K weights on a
+// repacked layout, with Q8_K activations.
+//
+// Layout (this tier's own, made at load by pack_*): rows go in groups of 16; a group's
+// super-blocks follow one another along K. In each packed super-block, a 64-byte chunk
+// holds the same 4 consecutive columns of the 16 rows (row r in bytes 4r..4r+3), so one
+// `vpdpbusd` multiplies 4 columns of 16 rows by 4 activation bytes broadcast to every
+// lane: 16 outputs in the lanes of one register, no horizontal sums, no shuffles. The
+// bytes are the GGUF block's own bytes regrouped (nibble pairs stay paired), with the
+// 6-bit Q4_K scales/mins unpacked to bytes; a packed group is 2.8% (Q4_K) / 1% (Q6_K)
+// larger than the 16 rows it holds.
+//
+// Arithmetic per output element y[i, r] (the same for every tile shape, m and thread
+// split, so results are batch invariant; K-quant block formulas as in the GGUF format /
+// llama.cpp's ggml_vec_dot_q*_K_q8_K, facts only):
+//   Q4_K: per super-block b, exact int32 A = sum_j sc_j * sum_{k in j} q_k x_k and
+//         Mn = sum_j m_j * (x bsum over sub-block j), then
+//         acc = fma(float(A), d_r * d_x, acc); acc = fnma(float(Mn), dmin_r * d_x, acc).
+//   Q6_K: exact int32 A = sum_j sc_j * sum_{k in j} q_k x_k - 32 * sum_j sc_j * bsum_j,
+//         then acc = fma(float(A), d_r * d_x, acc).
+// (unsigned weight quants times signed activation bytes: vpdpbusd; sub-block scales by
+// vpmulld; min / centring terms from the activation bsums by vpdpwssd.)
+// Does not thread (ops::matmul splits rows in multiples of 16) and never allocates.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("fp-contract=off")
+// GCC 12's AVX-512 conversion intrinsics start from an undefined vector (_mm512_undefined_*)
+// and warn about it under -Wmaybe-uninitialized.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/avx512/avx512.h"
+#include "kernels/quant_blocks.h"
+
+namespace specula::kernels::avx512 {
+namespace {
+
+constexpr int kRows = kPackRows;
+
+// One packed Q4_K super-block of 16 rows.
+struct alignas(64) PackQ4K {
+  uint16_t d[kRows];       // fp16 d of each row
+  uint16_t dmin[kRows];    // fp16 dmin
+  uint8_t sc[8][kRows];    // sub-block scale j of row r (6 bits)
+  uint8_t mn[4][kRows][2]; // (min 2i, min 2i+1) of row r
+  uint8_t qs[4][8][64];    // [p][t]: row r's qs bytes 32p + 4t .. +3 (low nibble: sub-block 2p, high: 2p+1)
+};
+static_assert(sizeof(PackQ4K) == 2368, "packed Q4_K layout");
+
+// One packed Q6_K super-block of 16 rows.
+struct alignas(64) PackQ6K {
+  int8_t sc[8][kRows][2];     // (scale 2i, scale 2i+1) of row r
+  uint8_t ql[2][2][8][64];    // [h][s][u]: row r's ql bytes 64h + 32s + 4u .. +3
+  uint8_t qh[2][8][64];       // [h][u]: row r's qh bytes 32h + 4u .. +3
+  uint16_t d[kRows];          // fp16 d
+  uint8_t pad[32];
+};
+static_assert(sizeof(PackQ6K) == 3392, "packed Q6_K layout");
+
+// Decode streams weights from memory once: prefetch kAhead super-blocks ahead in each of
+// the tile's group streams (a prefetch past the end of the buffer is harmless).
+constexpr int kAhead = 1;
+template <int RG, class Pack>
+inline void prefetch_ahead(const Pack* const* wg, int64_t b) {
+  for (int g = 0; g < RG; ++g) {
+    const char* p = reinterpret_cast<const char*>(wg[g] + b + kAhead);
+    for (size_t o = 0; o < sizeof(Pack); o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
+  }
+}
+
+inline __m512i bcast32(const void* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+
+// ---- packing ----
+
+void pack_q4_k_group(const uint8_t* w, size_t w_stride, int64_t N, int64_t nb, int64_t g, PackQ4K* out) {
+  std::memset(static_cast<void*>(out), 0, sizeof(PackQ4K) * static_cast<size_t>(nb));
+  for (int l = 0; l < kRows; ++l) {
+    const int64_t row = g * kRows + l;
+    if (row >= N) break;
+    const auto* src = reinterpret_cast<const BlockQ4_K*>(w + static_cast<size_t>(row) * w_stride);
+    for (int64_t b = 0; b < nb; ++b) {
+      const BlockQ4_K& s = src[b];
+      PackQ4K& p = out[b];
+      p.d[l] = s.d;
+      p.dmin[l] = s.dmin;
+      for (int j = 0; j < 8; ++j) {
+        int sc, m;
+        if (j < 4) {
+          sc = s.scales[j] & 63;
+          m = s.scales[j + 4] & 63;
+        } else {
+          sc = (s.scales[j + 4] & 0x0F) | ((s.scales[j - 4] >> 6) << 4);
+          m = (s.scales[j + 4] >> 4) | ((s.scales[j] >> 6) << 4);
+        }
+        p.sc[j][l] = static_cast<uint8_t>(sc);
+        p.mn[j / 2][l][j % 2] = static_cast<uint8_t>(m);
+      }
+      for (int q = 0; q < 4; ++q)
+        for (int t = 0; t < 8; ++t) std::memcpy(&p.qs[q][t][4 * l], s.qs + 32 * q + 4 * t, 4);
+    }
+  }
+}
+
+void pack_q6_k_group(const uint8_t* w, size_t w_stride, int64_t N, int64_t nb, int64_t g, PackQ6K* out) {
+  std::memset(static_cast<void*>(out), 0, sizeof(PackQ6K) * static_cast<size_t>(nb));
+  for (int l = 0; l < kRows; ++l) {
+    const int64_t row = g * kRows + l;
+    if (row >= N) break;
+    const auto* src = reinterpret_cast<const BlockQ6_K*>(w + static_cast<size_t>(row) * w_stride);
+    for (int64_t b = 0; b < nb; ++b) {
+      const BlockQ6_K& s = src[b];
+      PackQ6K& p = out[b];
+      p.d[l] = s.d;
+      for (int i = 0; i < 8; ++i) {
+        p.sc[i][l][0] = s.scales[2 * i];
+        p.sc[i][l][1] = s.scales[2 * i + 1];
+      }
+      for (int h = 0; h < 2; ++h)
+        for (int u = 0; u < 8; ++u) {
+          for (int s2 = 0; s2 < 2; ++s2) std::memcpy(&p.ql[h][s2][u][4 * l], s.ql + 64 * h + 32 * s2 + 4 * u, 4);
+          std::memcpy(&p.qh[h][u][4 * l], s.qh + 32 * h + 4 * u, 4);
+        }
+    }
+  }
+}
+
+// ---- tiles: RG groups of 16 rows x C activation rows; acc[g * C + c] ----
+
+template <int RG, int C>
+struct Q4KTile {
+  using Pack = PackQ4K;
+  static inline void run(const Pack* const* wg, int64_t nb, const BlockQ8_K* const* x, __m512* acc) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    for (int64_t b = 0; b < nb; ++b) {
+      if constexpr (C == 1) prefetch_ahead<RG>(wg, b);
+      __m512i A[RG][C];
+      for (int g = 0; g < RG; ++g)
+        for (int c = 0; c < C; ++c) A[g][c] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+      for (int j = 0; j < 8; ++j) {
+        const int p = j >> 1, hi = j & 1;
+        __m512i is[RG][C];
+        for (int g = 0; g < RG; ++g)
+          for (int c = 0; c < C; ++c) is[g][c] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+        for (int t = 0; t < 8; ++t) {
+          __m512i q[RG];
+          for (int g = 0; g < RG; ++g) {
+            const __m512i v = _mm512_load_si512(wg[g][b].qs[p][t]);
+            q[g] = hi ? _mm512_and_si512(_mm512_srli_epi16(v, 4), m4) : _mm512_and_si512(v, m4);
+          }
+          for (int c = 0; c < C; ++c) {
+            const __m512i xb = bcast32(x[c][b].qs + 64 * p + 32 * hi + 4 * t);
+            for (int g = 0; g < RG; ++g) is[g][c] = _mm512_dpbusd_epi32(is[g][c], q[g], xb);
+          }
+        }
+        for (int g = 0; g < RG; ++g) {
+          const __m512i scv = _mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(wg[g][b].sc[j])));
+          for (int c = 0; c < C; ++c) A[g][c] = _mm512_add_epi32(A[g][c], _mm512_mullo_epi32(is[g][c], scv));
+        }
+      }
+      // Sub-block sums of the activations, paired for vpdpwssd: (bsum32 2i, bsum32 2i+1).
+      int32_t bp[C][4];
+      for (int c = 0; c < C; ++c) {
+        const int16_t* bs = x[c][b].bsums;
+        for (int i = 0; i < 4; ++i) {
+          const int s0 = bs[4 * i] + bs[4 * i + 1], s1 = bs[4 * i + 2] + bs[4 * i + 3];
+          bp[c][i] = static_cast<int32_t>(static_cast<uint32_t>(static_cast<uint16_t>(s0)) |
+                                          (static_cast<uint32_t>(static_cast<uint16_t>(s1)) << 16));
+        }
+      }
+      for (int g = 0; g < RG; ++g) {
+        const Pack& w = wg[g][b];
+        const __m512 dv = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(w.d)));
+        const __m512 dmv = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(w.dmin)));
+        __m512i mn[4];
+        for (int i = 0; i < 4; ++i) mn[i] = _mm512_cvtepu8_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(w.mn[i])));
+        for (int c = 0; c < C; ++c) {
+          __m512i M = _mm512_setzero_si512();
+          for (int i = 0; i < 4; ++i) M = _mm512_dpwssd_epi32(M, mn[i], _mm512_set1_epi32(bp[c][i]));
+          const __m512 dx = _mm512_set1_ps(x[c][b].d);
+          __m512& a = acc[g * C + c];
+          a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(A[g][c]), _mm512_mul_ps(dv, dx), a);
+          a = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(M), _mm512_mul_ps(dmv, dx), a);
+        }
+      }
+    }
+  }
+};
+
+template <int RG, int C>
+struct Q6KTile {
+  using Pack = PackQ6K;
+  static inline void run(const Pack* const* wg, int64_t nb, const BlockQ8_K* const* x, __m512* acc) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+    for (int64_t b = 0; b < nb; ++b) {
+      if constexpr (C == 1) prefetch_ahead<RG>(wg, b);
+      __m512i A[RG][C];
+      for (int g = 0; g < RG; ++g)
+        for (int c = 0; c < C; ++c) A[g][c] = _mm512_setzero_si512();
+      for (int h = 0; h < 2; ++h) {
+#pragma GCC unroll 2
+        for (int half = 0; half < 2; ++half) {
+          // Sub-blocks j = 8h + 2s + half for quarters s = 0..3 (columns 128h + 32s + 16 half ..).
+          __m512i is[4][RG][C];
+          for (int s = 0; s < 4; ++s)
+            for (int g = 0; g < RG; ++g)
+              for (int c = 0; c < C; ++c) is[s][g][c] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+          for (int uu = 0; uu < 4; ++uu) {
+            const int u = 4 * half + uu;
+            __m512i q[4][RG];
+            for (int g = 0; g < RG; ++g) {
+              const __m512i l0 = _mm512_load_si512(wg[g][b].ql[h][0][u]);
+              const __m512i l1 = _mm512_load_si512(wg[g][b].ql[h][1][u]);
+              const __m512i hb = _mm512_load_si512(wg[g][b].qh[h][u]);
+              q[0][g] = _mm512_or_si512(_mm512_and_si512(l0, m4), _mm512_and_si512(_mm512_slli_epi16(hb, 4), m30));
+              q[1][g] = _mm512_or_si512(_mm512_and_si512(l1, m4), _mm512_and_si512(_mm512_slli_epi16(hb, 2), m30));
+              q[2][g] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l0, 4), m4), _mm512_and_si512(hb, m30));
+              q[3][g] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l1, 4), m4),
+                                        _mm512_and_si512(_mm512_srli_epi16(hb, 2), m30));
+            }
+            for (int c = 0; c < C; ++c)
+              for (int s = 0; s < 4; ++s) {
+                const __m512i xb = bcast32(x[c][b].qs + 128 * h + 32 * s + 4 * u);
+                for (int g = 0; g < RG; ++g) is[s][g][c] = _mm512_dpbusd_epi32(is[s][g][c], q[s][g], xb);
+              }
+          }
+          for (int s = 0; s < 4; ++s) {
+            const int j = 8 * h + 2 * s + half;
+            for (int g = 0; g < RG; ++g) {
+              const __m512i pr = _mm512_cvtepi8_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(wg[g][b].sc[j >> 1])));
+              const __m512i scv = (j & 1) ? _mm512_srai_epi32(pr, 16) : _mm512_srai_epi32(_mm512_slli_epi32(pr, 16), 16);
+              for (int c = 0; c < C; ++c) A[g][c] = _mm512_add_epi32(A[g][c], _mm512_mullo_epi32(is[s][g][c], scv));
+            }
+          }
+        }
+      }
+      for (int g = 0; g < RG; ++g) {
+        const Pack& w = wg[g][b];
+        const __m512 dv = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(w.d)));
+        for (int c = 0; c < C; ++c) {
+          // Centring: 32 * sum_j sc_j * bsums_j.
+          __m512i cn = _mm512_setzero_si512();
+          for (int i = 0; i < 8; ++i)
+            cn = _mm512_dpwssd_epi32(cn, _mm512_cvtepi8_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(w.sc[i]))),
+                                     bcast32(x[c][b].bsums + 2 * i));
+          const __m512i v = _mm512_sub_epi32(A[g][c], _mm512_slli_epi32(cn, 5));
+          __m512& a = acc[g * C + c];
+          a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v), _mm512_mul_ps(dv, _mm512_set1_ps(x[c][b].d)), a);
+        }
+      }
+    }
+  }
+};
+
+// ---- driver ----
+
+template <template <int, int> class Tile, int RG, int C>
+inline void run_tile(const uint8_t* base, size_t group_bytes, const int64_t* groups, int64_t nb, const uint8_t* xb,
+                     size_t xs, int64_t i0, int64_t n_rows, float* y, int64_t ldy) {
+  using Pack = typename Tile<1, 1>::Pack;
+  const Pack* wg[RG];
+  const BlockQ8_K* x[C];
+  __m512 acc[RG * C];
+  for (int g = 0; g < RG; ++g) wg[g] = reinterpret_cast<const Pack*>(base + static_cast<size_t>(groups[g]) * group_bytes);
+  for (int c = 0; c < C; ++c) x[c] = reinterpret_cast<const BlockQ8_K*>(xb + static_cast<size_t>(i0 + c) * xs);
+  for (int k = 0; k < RG * C; ++k) acc[k] = _mm512_setzero_ps();
+  Tile<RG, C>::run(wg, nb, x, acc);
+  for (int g = 0; g < RG; ++g) {
+    const int64_t r = groups[g] * kRows;
+    const int64_t valid = std::min<int64_t>(kRows, n_rows - r);
+    const __mmask16 mask = valid >= kRows ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << valid) - 1);
+    for (int c = 0; c < C; ++c) _mm512_mask_storeu_ps(y + (i0 + c) * ldy + r, mask, acc[g * C + c]);
+  }
+}
+
+// Runs Tile<rg, c> for runtime rg <= RG, c <= C.
+template <template <int, int> class Tile, int RG, int C>
+inline void run_tile_rc(int rg, int c, const uint8_t* base, size_t group_bytes, const int64_t* groups, int64_t nb,
+                        const uint8_t* xb, size_t xs, int64_t i0, int64_t n_rows, float* y, int64_t ldy) {
+  if constexpr (RG > 1) {
+    if (rg < RG) return run_tile_rc<Tile, RG - 1, C>(rg, c, base, group_bytes, groups, nb, xb, xs, i0, n_rows, y, ldy);
+  }
+  if constexpr (C > 1) {
+    if (c < C) return run_tile_rc<Tile, RG, C - 1>(rg, c, base, group_bytes, groups, nb, xb, xs, i0, n_rows, y, ldy);
+  }
+  run_tile<Tile, RG, C>(base, group_bytes, groups, nb, xb, xs, i0, n_rows, y, ldy);
+}
+
+// RP x CP: prefill tile; CS: widest tile for 2 <= m <= 8 (one group).
+template <template <int, int> class Tile, int RP, int CP, int CS>
+void gemm_packed_driver(int64_t K, const void* packed, int64_t r0, int64_t n_rows, const void* xq, size_t xq_stride,
+                        int64_t m, float* y, int64_t ldy) {
+  using Pack = typename Tile<1, 1>::Pack;
+  const int64_t nb = K / kQKK;
+  const size_t group_bytes = sizeof(Pack) * static_cast<size_t>(nb);
+  const uint8_t* base = static_cast<const uint8_t*>(packed) + static_cast<size_t>(r0 / kRows) * group_bytes;
+  const auto* xb = static_cast<const uint8_t*>(xq);
+  const int64_t ng = (n_rows + kRows - 1) / kRows;
+  if (m == 1) {
+    // Decode: four groups from four stretches of the range per pass (four sequential
+    // memory streams per thread keep more requests in flight).
+    const int64_t q = ng / 4;
+    for (int64_t i = 0; i < q; ++i) {
+      const int64_t groups[4] = {i, i + q, i + 2 * q, i + 3 * q};
+      run_tile<Tile, 4, 1>(base, group_bytes, groups, nb, xb, xq_stride, 0, n_rows, y, ldy);
+    }
+    for (int64_t g = 4 * q; g < ng; ++g) run_tile<Tile, 1, 1>(base, group_bytes, &g, nb, xb, xq_stride, 0, n_rows, y, ldy);
+    return;
+  }
+  if (m <= 8) {
+    for (int64_t g = 0; g < ng; ++g)
+      for (int64_t i0 = 0; i0 < m; i0 += CS) {
+        const int c = static_cast<int>(std::min<int64_t>(CS, m - i0));
+        run_tile_rc<Tile, 1, CS>(1, c, base, group_bytes, &g, nb, xb, xq_stride, i0, n_rows, y, ldy);
+      }
+    return;
+  }
+  constexpr int64_t MC = 64;
+  for (int64_t i0 = 0; i0 < m; i0 += MC) {
+    const int64_t i1 = std::min<int64_t>(m, i0 + MC);
+    for (int64_t g0 = 0; g0 < ng; g0 += RP) {
+      int64_t groups[RP];
+      const int rg = static_cast<int>(std::min<int64_t>(RP, ng - g0));
+      for (int g = 0; g < rg; ++g) groups[g] = g0 + g;
+      for (int64_t i = i0; i < i1; i += CP) {
+        const int c = static_cast<int>(std::min<int64_t>(CP, i1 - i));
+        run_tile_rc<Tile, RP, CP>(rg, c, base, group_bytes, groups, nb, xb, xq_stride, i, n_rows, y, ldy);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+size_t packed_bytes_q4_k(int64_t N, int64_t K) {
+  return static_cast<size_t>((N + kRows - 1) / kRows) * static_cast<size_t>(K / kQKK) * sizeof(PackQ4K);
+}
+size_t packed_bytes_q6_k(int64_t N, int64_t K) {
+  return static_cast<size_t>((N + kRows - 1) / kRows) * static_cast<size_t>(K / kQKK) * sizeof(PackQ6K);
+}
+
+void pack_q4_k(const void* w, size_t w_stride, int64_t N, int64_t K, int64_t g0, int64_t g1, void* out) {
+  const int64_t nb = K / kQKK;
+  for (int64_t g = g0; g < g1; ++g)
+    pack_q4_k_group(static_cast<const uint8_t*>(w), w_stride, N, nb, g, static_cast<PackQ4K*>(out) + g * nb);
+}
+void pack_q6_k(const void* w, size_t w_stride, int64_t N, int64_t K, int64_t g0, int64_t g1, void* out) {
+  const int64_t nb = K / kQKK;
+  for (int64_t g = g0; g < g1; ++g)
+    pack_q6_k_group(static_cast<const uint8_t*>(w), w_stride, N, nb, g, static_cast<PackQ6K*>(out) + g * nb);
+}
+
+void gemm_packed_q4_k(int64_t K, const void* packed, int64_t r0, int64_t n_rows, const void* xq, size_t xq_stride,
+                      int64_t m, float* y, int64_t ldy) {
+  gemm_packed_driver<Q4KTile, 2, 4, 8>(K, packed, r0, n_rows, xq, xq_stride, m, y, ldy);
+}
+void gemm_packed_q6_k(int64_t K, const void* packed, int64_t r0, int64_t n_rows, const void* xq, size_t xq_stride,
+                      int64_t m, float* y, int64_t ldy) {
+  gemm_packed_driver<Q6KTile, 1, 6, 4>(K, packed, r0, n_rows, xq, xq_stride, m, y, ldy);
+}
+
+}  // namespace specula::kernels::avx512
