@@ -10,6 +10,7 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/thread_pool.h"
 #include "core/fp16.h"
 #include "kernels/kernels.h"
 
@@ -181,6 +183,16 @@ void BM_Avx512_Q4_K_QwenFfnUp(benchmark::State& state) { run_packed(state, DType
 BENCHMARK(BM_Avx512_Q4_K_QwenFfnUp)->DenseRange(1, 8)->Arg(64)->Arg(512)->Unit(benchmark::kMicrosecond);
 void BM_Avx512_Q6_K_QwenFfnDown(benchmark::State& state) { run_packed(state, DType::Q6_K, 1536, 8960); }
 BENCHMARK(BM_Avx512_Q6_K_QwenFfnDown)->DenseRange(1, 8)->Arg(64)->Arg(512)->Unit(benchmark::kMicrosecond);
+
+// The thread pool's cost per job (one synchronisation: publish, run an empty job on
+// every thread, wait), with 2 threads — decode issues one or two per matmul.
+void BM_PoolRun(benchmark::State& state) {
+  ThreadPool pool(static_cast<int>(state.range(0)));
+  std::atomic<int64_t> sink{0};
+  for (auto _ : state) pool.run([&](int ith, int) { sink.fetch_add(ith, std::memory_order_relaxed); });
+  benchmark::DoNotOptimize(sink.load());
+}
+BENCHMARK(BM_PoolRun)->Arg(2)->Unit(benchmark::kMicrosecond);
 
 // Reference point: the generic table on one shape.
 void BM_Generic_Q5_0_FfnUp(benchmark::State& state) { run_gemm(state, &generic_table(), DType::Q5_0, 2048, 640); }

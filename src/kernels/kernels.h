@@ -87,9 +87,17 @@ struct KernelTable {
   // accumulators stay in registers across the block instead of memory).
   void (*pv_f32_rows)(int64_t n, const float* v, int64_t v_stride, int64_t nq, const float* const* p,
                       const int64_t* k0, const int64_t* k1, float* const* y) = nullptr;
+  // Attention Q·K over a block of nk <= 16 f32 key rows (n floats each, contiguous):
+  // s[q][j] for j < nk is bitwise dot_f32_multi(n, k + j * n, 1, &q[q], ...) — the
+  // block form only lets a tier keep the keys in lanes (avx512 transposes them) instead
+  // of reducing each dot horizontally.
+  void (*qk_rows16)(int64_t n, const float* k, int64_t nk, int64_t nq, const float* const* q, float* const* s) = nullptr;
   // Gated GELU, tanh form (Hendrycks & Gimpel 2016):
   // out[i] = 0.5*g*(1 + tanh(sqrt(2/pi)*(g + 0.044715*g^3))) * up[i], g = gate[i]; out may alias gate.
   void (*gelu_tanh_mul)(int64_t n, const float* gate, const float* up, float* out) = nullptr;
+  // x[i] = half(x[i] * alpha) as f32: the product rounded to IEEE half (nearest, ties to
+  // even), as attention rounds its probabilities before weighting V.
+  void (*scale_round_f16)(int64_t n, float alpha, float* x) = nullptr;
   // exp(x[i] - max) in place, returns the sum (softmax numerator).
   float (*exp_sub_sum)(int64_t n, float max, float* x) = nullptr;
 

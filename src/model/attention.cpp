@@ -2,9 +2,11 @@
 //
 // Work is split by (batch row, kv head): the queries that read one kv head — the
 // group's query heads for each of the row's new tokens — walk its keys and values
-// together, so each stored K/V vector is decoded once for all of them
-// (KernelTable::dot_f32_multi / axpy_f32_multi). Per query the operations are exactly
-// those of a lone query (same dot, same softmax, same V accumulation order), so results
+// together, so each stored K/V vector is decoded once for all of them. With one storage
+// tier (no delayed quantization) keys go in blocks of 16 (qk_rows16) and
+// values in blocks of 64 (pv_f32_rows), accumulators in registers; with two tiers key
+// by key (dot_f32_multi / axpy_f32_multi). Per query the operations are exactly those
+// of a lone query (same dot chain, same softmax, same V accumulation order), so results
 // do not depend on how queries are grouped, the batch, or the thread count.
 // With delayed quantization a key is decoded from the f16 tier for the queries within
 // `delay` positions of it and from the quantized tier for the others (two calls).
@@ -20,7 +22,7 @@
 namespace specula {
 namespace {
 
-constexpr int64_t kQueryBlock = 32;  // queries processed together (bounds the scores buffer)
+constexpr int64_t kQueryBlock = 64;  // queries processed together (bounds the scores buffer)
 constexpr int64_t kKeyBlock = 64;    // value rows decoded together for the P·V product
 
 struct Query {
@@ -82,7 +84,7 @@ void attention(ThreadPool& pool, const AttentionArgs& a, StateRows& state, const
   // depend on the thread that runs it.
   std::atomic<int64_t> next_task{0};
   pool.run([&](int, int) {
-    thread_local std::vector<float> qs, scores, acc, sbuf, pbuf, inv, kvbuf, vblock;
+    thread_local std::vector<float> qs, scores, acc, sbuf, pbuf, inv, kvbuf, vblock, ktbuf, sblk;
     thread_local std::vector<const float*> qptr;
     thread_local std::vector<float*> aptr;
     thread_local std::vector<Query> qv;
@@ -138,7 +140,32 @@ void attention(ThreadPool& pool, const AttentionArgs& a, StateRows& state, const
       // queries in `live` are split: [0, n_rec) see key j within `delay` positions and
       // read the f16 tier, [n_rec, n_live) read the quantized tier (queries are in
       // position order, so the ones closest to j come first).
-      for (int64_t j = jlo; j <= jhi; ++j) {
+      if (vw.delay == 0) {
+        // One key tier: blocks of 16 decoded keys against every query that sees one of
+        // them (qk_rows16: bitwise the per-key dot_f32_multi).
+        ktbuf.resize(static_cast<size_t>(16 * hd));
+        sblk.resize(static_cast<size_t>(16 * nq));
+        for (int64_t jb = jlo; jb <= jhi; jb += 16) {
+          const int64_t je = std::min(jhi + 1, jb + 16);
+          for (int64_t j = jb; j < je; ++j) kc.decode(vw.k.at(j, base, g), ktbuf.data() + (j - jb) * hd);
+          int64_t n_live = 0;
+          for (int64_t i = 0; i < nq; ++i) {
+            if (qv[i].p < jb || qv[i].lo >= je) continue;
+            live[n_live] = i;
+            qptr[n_live] = qs.data() + i * hd;
+            aptr[n_live] = sblk.data() + n_live * 16;
+            ++n_live;
+          }
+          if (n_live == 0) continue;
+          kt.qk_rows16(hd, ktbuf.data(), je - jb, n_live, qptr.data(), aptr.data());
+          for (int64_t k = 0; k < n_live; ++k) {
+            const Query& qq = qv[live[k]];
+            const int64_t kb = std::max(qq.lo, jb), ke = std::min(qq.p + 1, je);
+            std::copy(aptr[k] + (kb - jb), aptr[k] + (ke - jb), scores.data() + live[k] * span + (kb - jlo));
+          }
+        }
+      }
+      for (int64_t j = jlo; j <= jhi && vw.delay > 0; ++j) {
         int64_t n_live = 0, n_rec = 0;
         for (int64_t i = 0; i < nq; ++i) {
           if (j < qv[i].lo || j > qv[i].p) continue;
@@ -174,7 +201,7 @@ void attention(ThreadPool& pool, const AttentionArgs& a, StateRows& state, const
         for (int64_t i = 0; i < nq; ++i) {
           float* s = scores.data() + i * span + (qv[i].lo - jlo);
           const int64_t n_keys = qv[i].p - qv[i].lo + 1;
-          for (int64_t k = 0; k < n_keys; ++k) s[k] = fp16_to_fp32(fp32_to_fp16(s[k] * inv[i]));
+          kt.scale_round_f16(n_keys, inv[i], s);
         }
         vblock.resize(static_cast<size_t>(kKeyBlock * hd));
         k0.resize(static_cast<size_t>(nq));

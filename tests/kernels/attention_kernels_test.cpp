@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -152,8 +153,9 @@ TEST(AttentionKernels, MultiQueryEqualsSingleQuery) {
 }
 
 // pv_f32_rows (a block of value rows, per-query key ranges) is bitwise the per-key
-// axpy_f32_multi calls in key order, and dot_f32_multi for any number of queries (the
-// four-at-a-time path and the tail) is bitwise each query alone — in every table here.
+// axpy_f32_multi calls in key order, dot_f32_multi for any number of queries (the
+// four-at-a-time path and the tail) is bitwise each query alone, and qk_rows16 is
+// bitwise the per-key dot — in every table here; avx2 and avx512 also agree bitwise.
 TEST(AttentionKernels, BlockedPvAndMultiDotEqualPerKeyCalls) {
   std::vector<const KernelTable*> tables = {&generic_table()};
   if (avx2_table() != nullptr) tables.push_back(avx2_table());
@@ -200,6 +202,94 @@ TEST(AttentionKernels, BlockedPvAndMultiDotEqualPerKeyCalls) {
           k->dot_f32_multi(n, v.data(), 1, &bq[q], &one);
           ASSERT_EQ(s[q], one) << "dot n=" << n << " nq=" << nq << " q=" << q;
         }
+        // qk_rows16 over 16 and 11 contiguous key rows: bitwise the per-key dot.
+        for (int64_t nk : {16, 11}) {
+          std::vector<float> keys(static_cast<size_t>(nk * n));
+          for (auto& x : keys) x = nd(rng);
+          std::vector<std::vector<float>> sb(nq, std::vector<float>(16, -1.0f));
+          std::vector<float*> sp;
+          for (auto& r : sb) sp.push_back(r.data());
+          k->qk_rows16(n, keys.data(), nk, nq, bq.data(), sp.data());
+          for (int64_t q = 0; q < nq; ++q)
+            for (int64_t j = 0; j < 16; ++j) {
+              if (j >= nk) {
+                ASSERT_EQ(sb[q][j], -1.0f) << "qk_rows16 wrote past nk";
+                continue;
+              }
+              float one;
+              k->dot_f32_multi(n, keys.data() + j * n, 1, &bq[q], &one);
+              ASSERT_EQ(sb[q][j], one) << "qk n=" << n << " nk=" << nk << " q=" << q << " key " << j;
+            }
+        }
+      }
+    }
+  }
+}
+
+TEST(AttentionKernels, Avx512BlockedKernelsEqualAvx2Bitwise) {
+  if (avx2_table() == nullptr || avx512_table() == nullptr) GTEST_SKIP() << "needs AVX2 and AVX-512 (" << cpu_features() << ")";
+  const KernelTable& a = *avx2_table();
+  const KernelTable& b = *avx512_table();
+  std::mt19937 rng(13);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  for (int64_t n : {37, 128, 256, 80}) {
+    const int64_t nq = 6, nk = 13;
+    std::vector<float> keys(static_cast<size_t>(nk * n));
+    for (auto& x : keys) x = nd(rng);
+    std::vector<std::vector<float>> qs(nq, std::vector<float>(static_cast<size_t>(n)));
+    std::vector<const float*> qp;
+    for (auto& q : qs) {
+      for (auto& x : q) x = nd(rng);
+      qp.push_back(q.data());
+    }
+    std::vector<std::vector<float>> sa(nq, std::vector<float>(16)), sb = sa;
+    std::vector<float*> pa, pb;
+    for (int64_t i = 0; i < nq; ++i) {
+      pa.push_back(sa[i].data());
+      pb.push_back(sb[i].data());
+    }
+    a.qk_rows16(n, keys.data(), nk, nq, qp.data(), pa.data());
+    b.qk_rows16(n, keys.data(), nk, nq, qp.data(), pb.data());
+    for (int64_t i = 0; i < nq; ++i)
+      for (int64_t j = 0; j < nk; ++j) ASSERT_EQ(sa[i][j], sb[i][j]) << "qk n=" << n;
+    std::vector<const float*> pp;
+    std::vector<int64_t> k0(nq, 1), k1(nq, nk);
+    std::vector<std::vector<float>> ya = qs, yb = qs, pr(nq, std::vector<float>(static_cast<size_t>(nk)));
+    std::vector<float*> yap, ybp;
+    for (int64_t i = 0; i < nq; ++i) {
+      for (auto& x : pr[i]) x = nd(rng);
+      pp.push_back(pr[i].data());
+      yap.push_back(ya[i].data());
+      ybp.push_back(yb[i].data());
+    }
+    a.pv_f32_rows(n, keys.data(), n, nq, pp.data(), k0.data(), k1.data(), yap.data());
+    b.pv_f32_rows(n, keys.data(), n, nq, pp.data(), k0.data(), k1.data(), ybp.data());
+    for (int64_t i = 0; i < nq; ++i)
+      for (int64_t d = 0; d < n; ++d) ASSERT_EQ(ya[i][d], yb[i][d]) << "pv n=" << n;
+  }
+}
+
+// scale_round_f16 is bitwise the software half round trip of the product, across the
+// normal, subnormal, underflow and overflow ranges of half (probabilities are in [0, 1]).
+TEST(AttentionKernels, ScaleRoundF16IsBitExact) {
+  std::vector<const KernelTable*> tables = {&generic_table()};
+  if (avx2_table() != nullptr) tables.push_back(avx2_table());
+  if (avx512_table() != nullptr) tables.push_back(avx512_table());
+  std::mt19937 rng(17);
+  std::uniform_real_distribution<float> ex(-30.0f, 17.0f), sg(-1.0f, 1.0f);
+  std::vector<float> x(1003);
+  for (auto& v : x) v = std::copysign(std::exp2(ex(rng)), sg(rng));
+  x[0] = 0.0f;
+  x[1] = std::ldexp(1.0f, -25);  // halfway to the smallest subnormal: ties to even (0)
+  x[2] = 65520.0f;               // rounds to infinity
+  for (const KernelTable* k : tables) {
+    SCOPED_TRACE(k->isa);
+    for (float alpha : {1.0f, 0.37f, 3.0f}) {
+      std::vector<float> y = x;
+      k->scale_round_f16(static_cast<int64_t>(y.size()), alpha, y.data());
+      for (size_t i = 0; i < x.size(); ++i) {
+        const float want = fp16_to_fp32(fp32_to_fp16(x[i] * alpha));
+        ASSERT_EQ(std::memcmp(&y[i], &want, 4), 0) << "x=" << x[i] << " alpha=" << alpha << ": " << y[i] << " vs " << want;
       }
     }
   }

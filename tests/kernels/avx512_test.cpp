@@ -24,7 +24,7 @@ namespace {
 #define SKIP_WITHOUT_AVX512() \
   if (avx512_table() == nullptr) GTEST_SKIP() << "no AVX-512 F/BW/VL/DQ + VNNI on this CPU (" << cpu_features() << ")"
 
-const DType kPackedTypes[] = {DType::Q4_K, DType::Q6_K};
+const DType kPackedTypes[] = {DType::Q4_K, DType::Q6_K, DType::Q4_0, DType::Q5_0, DType::Q8_0};
 
 // The packed form of w [N, K] in a 64-byte aligned buffer (gemm_packed's requirement),
 // packed in two group ranges as two threads would.
@@ -44,7 +44,7 @@ void packed_gemm(const TypeKernels& tk, const Packed& p, int64_t K, int64_t r0, 
   tk.gemm_packed(K, p.buf.get(), r0, n_rows, xq.data(), xs, m, y.data() + r0, ldy);
 }
 
-TEST(Avx512Kernels, TableIsAvx2PlusPackedKQuants) {
+TEST(Avx512Kernels, TableIsAvx2PlusPackedGemms) {
   SKIP_WITHOUT_AVX512();
   const KernelTable& a = *avx512_table();
   EXPECT_STREQ(a.isa, "avx512");
@@ -68,7 +68,8 @@ TEST(Avx512Kernels, PackedGemmMatchesGeneric) {
   const KernelTable& k = *avx512_table();
   for (DType t : kPackedTypes) {
     const TypeKernels& tk = k.of(t);
-    for (int64_t K : {256, 768, 2304}) {
+    for (int64_t K : {256, 768, 2304, 96 /* legacy types only: an odd block count */}) {
+        if (K % dtype_info(t).block_size != 0) continue;
       for (int64_t n_rows : {1, 16, 17, 40, 67}) {
         const auto w = random_weights(t, K, n_rows, rng);
         const Packed p(tk, w, t, n_rows, K);
@@ -107,7 +108,7 @@ TEST(Avx512Kernels, PackedGemmIsBatchInvariant) {
   for (DType t : kPackedTypes) {
     SCOPED_TRACE(dtype_name(t));
     const TypeKernels& tk = k.of(t);
-    const int64_t K = 512, n_rows = 83, m = 70;  // 6 groups, the last one ragged
+    const int64_t K = dtype_info(t).block_size == 32 ? 480 : 512, n_rows = 83, m = 70;  // 6 groups, the last one ragged
     const auto w = random_weights(t, K, n_rows, rng);
     const Packed p(tk, w, t, n_rows, K);
     const auto xq = quantized_acts(t, K, m, rng);

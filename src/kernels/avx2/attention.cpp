@@ -4,6 +4,7 @@
 // polynomial for e^r (relative error ~2e-7), scaled by 2^n through the exponent bits.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -200,6 +201,16 @@ void pv_f32_rows(int64_t n, const float* v, int64_t v_stride, int64_t nq, const 
   }
 }
 
+void qk_rows16(int64_t n, const float* k, int64_t nk, int64_t nq, const float* const* q, float* const* s) {
+  float sj[64];
+  for (int64_t j = 0; j < nk; ++j)
+    for (int64_t i0 = 0; i0 < nq; i0 += 64) {
+      const int64_t m = std::min<int64_t>(64, nq - i0);
+      dot_f32_multi(n, k + j * n, m, q + i0, sj);
+      for (int64_t i = 0; i < m; ++i) s[i0 + i][j] = sj[i];
+    }
+}
+
 void gelu_tanh_mul(int64_t n, const float* gate, const float* up, float* out) {
   // tanh(u) = 1 - 2 / (exp(2u) + 1); 0.5*g*(1+tanh(u)) = g - g / (exp(2u) + 1)
   const __m256 c0 = _mm256_set1_ps(2.0f * 0.79788456080286535588f);
@@ -219,6 +230,14 @@ void gelu_tanh_mul(int64_t n, const float* gate, const float* up, float* out) {
     const float t = std::tanh(0.79788456080286535588f * (g + 0.044715f * g * g * g));
     out[i] = 0.5f * g * (1.0f + t) * up[i];
   }
+}
+
+void scale_round_f16(int64_t n, float alpha, float* x) {
+  const __m256 a = _mm256_set1_ps(alpha);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(x + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_mul_ps(_mm256_loadu_ps(x + i), a), _MM_FROUND_TO_NEAREST_INT)));
+  for (; i < n; ++i) x[i] = _cvtsh_ss(_cvtss_sh(x[i] * alpha, _MM_FROUND_TO_NEAREST_INT));
 }
 
 float exp_sub_sum(int64_t n, float max, float* x) {

@@ -1,6 +1,6 @@
 // kernels/avx512/avx512.h — internal header of the AVX-512 (F/BW/VL/DQ + VNNI) kernels:
 // entry points wired by table.cpp. Only for translation units compiled with the
-// avx512 flags (CMakeLists.txt). Packed layouts and arithmetic: gemm_kquant.cpp.
+// avx512 flags (CMakeLists.txt). Packed layouts and arithmetic: gemm_packed.cpp.
 #pragma once
 
 #include <cstddef>
@@ -16,7 +16,19 @@ void pack_q4_k(const void* w, size_t w_stride, int64_t N, int64_t K, int64_t g0,
 void pack_q6_k(const void* w, size_t w_stride, int64_t N, int64_t K, int64_t g0, int64_t g1, void* out);
 void gemm_packed_q4_k(int64_t K, const void* packed, int64_t r0, int64_t n_rows, const void* xq, size_t xq_stride,
                       int64_t m, float* y, int64_t ldy);
+// Q4_0 / Q5_0 / Q8_0 share one packed form (signed bytes + 128) and gemm.
+size_t packed_bytes_q8(int64_t N, int64_t K);
+void pack_q4_0(const void* w, size_t w_stride, int64_t N, int64_t K, int64_t g0, int64_t g1, void* out);
+void pack_q5_0(const void* w, size_t w_stride, int64_t N, int64_t K, int64_t g0, int64_t g1, void* out);
+void pack_q8_0(const void* w, size_t w_stride, int64_t N, int64_t K, int64_t g0, int64_t g1, void* out);
+void gemm_packed_q8(int64_t K, const void* packed, int64_t r0, int64_t n_rows, const void* xq, size_t xq_stride,
+                    int64_t m, float* y, int64_t ldy);
 void gemm_packed_q6_k(int64_t K, const void* packed, int64_t r0, int64_t n_rows, const void* xq, size_t xq_stride,
                       int64_t m, float* y, int64_t ldy);
+
+// Blocked attention (attention.cpp): bitwise the AVX2 kernels' results.
+void pv_f32_rows(int64_t n, const float* v, int64_t v_stride, int64_t nq, const float* const* p, const int64_t* k0,
+                 const int64_t* k1, float* const* y);
+void qk_rows16(int64_t n, const float* k, int64_t nk, int64_t nq, const float* const* q, float* const* s);
 
 }  // namespace specula::kernels::avx512

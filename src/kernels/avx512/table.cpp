@@ -1,5 +1,5 @@
 // kernels/avx512/table.cpp — the AVX-512 kernel table: the AVX2 table (every type, the
-// dense helpers) plus repacked VNNI gemms for the K-quants Q4_K and Q6_K. Does not
+// dense helpers) plus repacked VNNI gemms for Q4_K, Q6_K, Q4_0, Q5_0 and Q8_0. Does not
 // detect CPU features (dispatch.cpp calls this only on a capable CPU).
 #include "kernels/avx512/avx512.h"
 #include "kernels/kernels.h"
@@ -25,6 +25,11 @@ const KernelTable* table_if_built() {
     };
     set_packed(DType::Q4_K, packed_bytes_q4_k, pack_q4_k, gemm_packed_q4_k);
     set_packed(DType::Q6_K, packed_bytes_q6_k, pack_q6_k, gemm_packed_q6_k);
+    set_packed(DType::Q4_0, packed_bytes_q8, pack_q4_0, gemm_packed_q8);
+    set_packed(DType::Q5_0, packed_bytes_q8, pack_q5_0, gemm_packed_q8);
+    set_packed(DType::Q8_0, packed_bytes_q8, pack_q8_0, gemm_packed_q8);
+    k.pv_f32_rows = pv_f32_rows;
+    k.qk_rows16 = qk_rows16;
     return k;
   }();
   return &t;

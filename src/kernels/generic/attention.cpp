@@ -45,6 +45,11 @@ void pv_f32_rows(int64_t n, const float* v, int64_t v_stride, int64_t nq, const 
     for (int64_t k = k0[q]; k < k1[q]; ++k) axpy_f32_multi(n, p[q] + (k - k0[q]), v + k * v_stride, 1, y + q);
 }
 
+void qk_rows16(int64_t n, const float* k, int64_t nk, int64_t nq, const float* const* q, float* const* s) {
+  for (int64_t j = 0; j < nk; ++j)
+    for (int64_t i = 0; i < nq; ++i) dot_f32_multi(n, k + j * n, 1, q + i, s[i] + j);
+}
+
 void gelu_tanh_mul(int64_t n, const float* gate, const float* up, float* out) {
   constexpr float kSqrt2OverPi = 0.79788456080286535588f;
   for (int64_t i = 0; i < n; ++i) {
@@ -52,6 +57,10 @@ void gelu_tanh_mul(int64_t n, const float* gate, const float* up, float* out) {
     const float t = std::tanh(kSqrt2OverPi * (g + 0.044715f * g * g * g));
     out[i] = 0.5f * g * (1.0f + t) * up[i];
   }
+}
+
+void scale_round_f16(int64_t n, float alpha, float* x) {
+  for (int64_t i = 0; i < n; ++i) x[i] = fp16_to_fp32(fp32_to_fp16(x[i] * alpha));
 }
 
 float exp_sub_sum(int64_t n, float max, float* x) {

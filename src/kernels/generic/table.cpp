@@ -15,6 +15,8 @@ void dot_f32_multi(int64_t n, const float* a, int64_t nq, const float* const* b,
 void axpy_f32_multi(int64_t n, const float* alpha, const float* x, int64_t nq, float* const* y);
 void pv_f32_rows(int64_t n, const float* v, int64_t v_stride, int64_t nq, const float* const* p, const int64_t* k0,
                  const int64_t* k1, float* const* y);
+void scale_round_f16(int64_t n, float alpha, float* x);
+void qk_rows16(int64_t n, const float* k, int64_t nk, int64_t nq, const float* const* q, float* const* s);
 void gelu_tanh_mul(int64_t n, const float* gate, const float* up, float* out);
 float exp_sub_sum(int64_t n, float max, float* x);
 }  // namespace specula::kernels::generic
@@ -52,6 +54,8 @@ const KernelTable& generic_table() {
     k.dot_f32_multi = g::dot_f32_multi;
     k.axpy_f32_multi = g::axpy_f32_multi;
     k.pv_f32_rows = g::pv_f32_rows;
+    k.qk_rows16 = g::qk_rows16;
+    k.scale_round_f16 = g::scale_round_f16;
     k.gelu_tanh_mul = g::gelu_tanh_mul;
     k.exp_sub_sum = g::exp_sub_sum;
     return k;

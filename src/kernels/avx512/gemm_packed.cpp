@@ -1,5 +1,5 @@
-// kernels/avx512/gemm_kquant.cpp — AVX-512 VNNI gemm for Q4_K and Q6_K weights on a
-// repacked layout, with Q8_K activations.
+// kernels/avx512/gemm_packed.cpp — AVX-512 VNNI gemms on repacked weights: Q4_K and Q6_K
+// (Q8_K activations) and the legacy Q4_0 / Q5_0 / Q8_0 (Q8_0 activations).
 //
 // Layout (this tier's own, made at load by pack_*): rows go in groups of 16; a group's
 // super-blocks follow one another along K. In each packed super-block, a 64-byte chunk
@@ -18,6 +18,9 @@
 //         acc = fma(float(A), d_r * d_x, acc); acc = fnma(float(Mn), dmin_r * d_x, acc).
 //   Q6_K: exact int32 A = sum_j sc_j * sum_{k in j} q_k x_k - 32 * sum_j sc_j * bsum_j,
 //         then acc = fma(float(A), d_r * d_x, acc).
+//   Q4_0/Q5_0/Q8_0: packed as signed bytes v (Q4_0 q-8, Q5_0 q-16, Q8_0 q) stored as
+//         v + 128, two 32-blocks per packed unit; per block the exact int32
+//         A = sum (v_k + 128) x_k - 128 * sum x_k, then acc = fma(float(A), d_r * d_x, acc).
 // (unsigned weight quants times signed activation bytes: vpdpbusd; sub-block scales by
 // vpmulld; min / centring terms from the activation bsums by vpdpwssd.)
 // Does not thread (ops::matmul splits rows in multiples of 16) and never allocates.
@@ -139,7 +142,10 @@ void pack_q6_k_group(const uint8_t* w, size_t w_stride, int64_t N, int64_t nb, i
 template <int RG, int C>
 struct Q4KTile {
   using Pack = PackQ4K;
-  static inline void run(const Pack* const* wg, int64_t nb, const BlockQ8_K* const* x, __m512* acc) {
+  using X = BlockQ8_K;
+  static size_t group_bytes(int64_t K) { return sizeof(Pack) * static_cast<size_t>(K / kQKK); }
+  static inline void run(const Pack* const* wg, int64_t K, const X* const* x, __m512* acc) {
+    const int64_t nb = K / kQKK;
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     for (int64_t b = 0; b < nb; ++b) {
       if constexpr (C == 1) prefetch_ahead<RG>(wg, b);
@@ -201,7 +207,10 @@ struct Q4KTile {
 template <int RG, int C>
 struct Q6KTile {
   using Pack = PackQ6K;
-  static inline void run(const Pack* const* wg, int64_t nb, const BlockQ8_K* const* x, __m512* acc) {
+  using X = BlockQ8_K;
+  static size_t group_bytes(int64_t K) { return sizeof(Pack) * static_cast<size_t>(K / kQKK); }
+  static inline void run(const Pack* const* wg, int64_t K, const X* const* x, __m512* acc) {
+    const int64_t nb = K / kQKK;
     const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
     for (int64_t b = 0; b < nb; ++b) {
       if constexpr (C == 1) prefetch_ahead<RG>(wg, b);
@@ -264,19 +273,104 @@ struct Q6KTile {
   }
 };
 
+// One packed unit of the legacy types: two 32-blocks of 16 rows, values as v + 128.
+struct alignas(64) PackQ8 {
+  uint16_t d[2][kRows];   // fp16 d of block 2u + h, row r
+  uint8_t qs[2][8][64];   // [h][t]: row r's values 4t .. 4t+3 of block 2u + h, plus 128
+};
+static_assert(sizeof(PackQ8) == 1088, "packed legacy layout");
+
+// Value j (0..31) of a legacy block as a signed byte.
+template <class Block>
+inline int legacy_value(const Block& b, int j);
+template <>
+inline int legacy_value(const BlockQ8_0& b, int j) { return b.qs[j]; }
+template <>
+inline int legacy_value(const BlockQ4_0& b, int j) { return ((b.qs[j & 15] >> (j < 16 ? 0 : 4)) & 0x0F) - 8; }
+template <>
+inline int legacy_value(const BlockQ5_0& b, int j) {
+  uint32_t qh;
+  std::memcpy(&qh, b.qh, 4);
+  return (((b.qs[j & 15] >> (j < 16 ? 0 : 4)) & 0x0F) | (((qh >> j) & 1u) << 4)) - 16;
+}
+
+template <class Block>
+void pack_legacy_group(const uint8_t* w, size_t w_stride, int64_t N, int64_t nblk, int64_t g, PackQ8* out) {
+  const int64_t nu = (nblk + 1) / 2;
+  std::memset(static_cast<void*>(out), 0, sizeof(PackQ8) * static_cast<size_t>(nu));
+  for (int l = 0; l < kRows; ++l) {
+    const int64_t row = g * kRows + l;
+    if (row >= N) break;
+    const auto* src = reinterpret_cast<const Block*>(w + static_cast<size_t>(row) * w_stride);
+    for (int64_t b = 0; b < nblk; ++b) {
+      PackQ8& p = out[b / 2];
+      const int h = static_cast<int>(b % 2);
+      p.d[h][l] = src[b].d;
+      for (int j = 0; j < kQK; ++j)
+        p.qs[h][j / 4][4 * l + j % 4] = static_cast<uint8_t>(legacy_value(src[b], j) + 128);
+    }
+  }
+}
+
+template <int RG, int C>
+struct Q8Tile {
+  using Pack = PackQ8;
+  using X = BlockQ8_0;
+  static size_t group_bytes(int64_t K) { return sizeof(Pack) * static_cast<size_t>((K / kQK + 1) / 2); }
+  static inline void run(const Pack* const* wg, int64_t K, const X* const* x, __m512* acc) {
+    const int64_t nblk = K / kQK;
+    for (int64_t b = 0; b < nblk; ++b) {
+      const int64_t u = b >> 1;
+      const int h = static_cast<int>(b & 1);
+      if (C == 1 && h == 0) prefetch_ahead<RG>(wg, u);
+      __m512i is[RG][C];
+      for (int g = 0; g < RG; ++g)
+        for (int c = 0; c < C; ++c) is[g][c] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+      for (int t = 0; t < 8; ++t) {
+        __m512i q[RG];
+        for (int g = 0; g < RG; ++g) q[g] = _mm512_load_si512(wg[g][u].qs[h][t]);
+        for (int c = 0; c < C; ++c) {
+          const __m512i xb = bcast32(x[c][b].qs + 4 * t);
+          for (int g = 0; g < RG; ++g) is[g][c] = _mm512_dpbusd_epi32(is[g][c], q[g], xb);
+        }
+      }
+      // 128 * sum of the activation block (the +128 of the stored weights).
+      __m512i corr[C];
+      for (int c = 0; c < C; ++c) {
+        const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[c][b].qs));
+        const __m256i sad = _mm256_sad_epu8(_mm256_xor_si256(xv, _mm256_set1_epi8(static_cast<char>(0x80))),
+                                            _mm256_setzero_si256());
+        const __m128i s2 = _mm_add_epi64(_mm256_castsi256_si128(sad), _mm256_extracti128_si256(sad, 1));
+        const int sum = static_cast<int>(_mm_cvtsi128_si64(s2) + _mm_extract_epi64(s2, 1)) - 128 * kQK;
+        corr[c] = _mm512_set1_epi32(128 * sum);
+      }
+      for (int g = 0; g < RG; ++g) {
+        const __m512 dv = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(wg[g][u].d[h])));
+        for (int c = 0; c < C; ++c) {
+          const __m512 dx = _mm512_set1_ps(_cvtsh_ss(x[c][b].d));
+          __m512& a = acc[g * C + c];
+          a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(is[g][c], corr[c])), _mm512_mul_ps(dv, dx), a);
+        }
+      }
+    }
+  }
+};
+
 // ---- driver ----
 
 template <template <int, int> class Tile, int RG, int C>
-inline void run_tile(const uint8_t* base, size_t group_bytes, const int64_t* groups, int64_t nb, const uint8_t* xb,
+inline void run_tile(const uint8_t* base, size_t group_bytes, const int64_t* groups, int64_t K, const uint8_t* xb,
                      size_t xs, int64_t i0, int64_t n_rows, float* y, int64_t ldy) {
   using Pack = typename Tile<1, 1>::Pack;
+  using X = typename Tile<1, 1>::X;
   const Pack* wg[RG];
-  const BlockQ8_K* x[C];
+  const X* x[C];
   __m512 acc[RG * C];
   for (int g = 0; g < RG; ++g) wg[g] = reinterpret_cast<const Pack*>(base + static_cast<size_t>(groups[g]) * group_bytes);
-  for (int c = 0; c < C; ++c) x[c] = reinterpret_cast<const BlockQ8_K*>(xb + static_cast<size_t>(i0 + c) * xs);
+  for (int c = 0; c < C; ++c) x[c] = reinterpret_cast<const X*>(xb + static_cast<size_t>(i0 + c) * xs);
   for (int k = 0; k < RG * C; ++k) acc[k] = _mm512_setzero_ps();
-  Tile<RG, C>::run(wg, nb, x, acc);
+  Tile<RG, C>::run(wg, K, x, acc);
   for (int g = 0; g < RG; ++g) {
     const int64_t r = groups[g] * kRows;
     const int64_t valid = std::min<int64_t>(kRows, n_rows - r);
@@ -287,24 +381,22 @@ inline void run_tile(const uint8_t* base, size_t group_bytes, const int64_t* gro
 
 // Runs Tile<rg, c> for runtime rg <= RG, c <= C.
 template <template <int, int> class Tile, int RG, int C>
-inline void run_tile_rc(int rg, int c, const uint8_t* base, size_t group_bytes, const int64_t* groups, int64_t nb,
+inline void run_tile_rc(int rg, int c, const uint8_t* base, size_t group_bytes, const int64_t* groups, int64_t K,
                         const uint8_t* xb, size_t xs, int64_t i0, int64_t n_rows, float* y, int64_t ldy) {
   if constexpr (RG > 1) {
-    if (rg < RG) return run_tile_rc<Tile, RG - 1, C>(rg, c, base, group_bytes, groups, nb, xb, xs, i0, n_rows, y, ldy);
+    if (rg < RG) return run_tile_rc<Tile, RG - 1, C>(rg, c, base, group_bytes, groups, K, xb, xs, i0, n_rows, y, ldy);
   }
   if constexpr (C > 1) {
-    if (c < C) return run_tile_rc<Tile, RG, C - 1>(rg, c, base, group_bytes, groups, nb, xb, xs, i0, n_rows, y, ldy);
+    if (c < C) return run_tile_rc<Tile, RG, C - 1>(rg, c, base, group_bytes, groups, K, xb, xs, i0, n_rows, y, ldy);
   }
-  run_tile<Tile, RG, C>(base, group_bytes, groups, nb, xb, xs, i0, n_rows, y, ldy);
+  run_tile<Tile, RG, C>(base, group_bytes, groups, K, xb, xs, i0, n_rows, y, ldy);
 }
 
 // RP x CP: prefill tile; CS: widest tile for 2 <= m <= 8 (one group).
 template <template <int, int> class Tile, int RP, int CP, int CS>
 void gemm_packed_driver(int64_t K, const void* packed, int64_t r0, int64_t n_rows, const void* xq, size_t xq_stride,
                         int64_t m, float* y, int64_t ldy) {
-  using Pack = typename Tile<1, 1>::Pack;
-  const int64_t nb = K / kQKK;
-  const size_t group_bytes = sizeof(Pack) * static_cast<size_t>(nb);
+  const size_t group_bytes = Tile<1, 1>::group_bytes(K);
   const uint8_t* base = static_cast<const uint8_t*>(packed) + static_cast<size_t>(r0 / kRows) * group_bytes;
   const auto* xb = static_cast<const uint8_t*>(xq);
   const int64_t ng = (n_rows + kRows - 1) / kRows;
@@ -314,16 +406,16 @@ void gemm_packed_driver(int64_t K, const void* packed, int64_t r0, int64_t n_row
     const int64_t q = ng / 4;
     for (int64_t i = 0; i < q; ++i) {
       const int64_t groups[4] = {i, i + q, i + 2 * q, i + 3 * q};
-      run_tile<Tile, 4, 1>(base, group_bytes, groups, nb, xb, xq_stride, 0, n_rows, y, ldy);
+      run_tile<Tile, 4, 1>(base, group_bytes, groups, K, xb, xq_stride, 0, n_rows, y, ldy);
     }
-    for (int64_t g = 4 * q; g < ng; ++g) run_tile<Tile, 1, 1>(base, group_bytes, &g, nb, xb, xq_stride, 0, n_rows, y, ldy);
+    for (int64_t g = 4 * q; g < ng; ++g) run_tile<Tile, 1, 1>(base, group_bytes, &g, K, xb, xq_stride, 0, n_rows, y, ldy);
     return;
   }
   if (m <= 8) {
     for (int64_t g = 0; g < ng; ++g)
       for (int64_t i0 = 0; i0 < m; i0 += CS) {
         const int c = static_cast<int>(std::min<int64_t>(CS, m - i0));
-        run_tile_rc<Tile, 1, CS>(1, c, base, group_bytes, &g, nb, xb, xq_stride, i0, n_rows, y, ldy);
+        run_tile_rc<Tile, 1, CS>(1, c, base, group_bytes, &g, K, xb, xq_stride, i0, n_rows, y, ldy);
       }
     return;
   }
@@ -336,7 +428,7 @@ void gemm_packed_driver(int64_t K, const void* packed, int64_t r0, int64_t n_row
       for (int g = 0; g < rg; ++g) groups[g] = g0 + g;
       for (int64_t i = i0; i < i1; i += CP) {
         const int c = static_cast<int>(std::min<int64_t>(CP, i1 - i));
-        run_tile_rc<Tile, RP, CP>(rg, c, base, group_bytes, groups, nb, xb, xq_stride, i, n_rows, y, ldy);
+        run_tile_rc<Tile, RP, CP>(rg, c, base, group_bytes, groups, K, xb, xq_stride, i, n_rows, y, ldy);
       }
     }
   }
@@ -360,6 +452,32 @@ void pack_q6_k(const void* w, size_t w_stride, int64_t N, int64_t K, int64_t g0,
   const int64_t nb = K / kQKK;
   for (int64_t g = g0; g < g1; ++g)
     pack_q6_k_group(static_cast<const uint8_t*>(w), w_stride, N, nb, g, static_cast<PackQ6K*>(out) + g * nb);
+}
+
+size_t packed_bytes_q8(int64_t N, int64_t K) {
+  return static_cast<size_t>((N + kRows - 1) / kRows) * Q8Tile<1, 1>::group_bytes(K);
+}
+template <class Block>
+void pack_legacy(const void* w, size_t w_stride, int64_t N, int64_t K, int64_t g0, int64_t g1, void* out) {
+  const int64_t nblk = K / kQK, nu = (nblk + 1) / 2;
+  for (int64_t g = g0; g < g1; ++g)
+    pack_legacy_group<Block>(static_cast<const uint8_t*>(w), w_stride, N, nblk, g, static_cast<PackQ8*>(out) + g * nu);
+}
+template void pack_legacy<BlockQ4_0>(const void*, size_t, int64_t, int64_t, int64_t, int64_t, void*);
+template void pack_legacy<BlockQ5_0>(const void*, size_t, int64_t, int64_t, int64_t, int64_t, void*);
+template void pack_legacy<BlockQ8_0>(const void*, size_t, int64_t, int64_t, int64_t, int64_t, void*);
+void pack_q4_0(const void* w, size_t ws, int64_t N, int64_t K, int64_t g0, int64_t g1, void* out) {
+  pack_legacy<BlockQ4_0>(w, ws, N, K, g0, g1, out);
+}
+void pack_q5_0(const void* w, size_t ws, int64_t N, int64_t K, int64_t g0, int64_t g1, void* out) {
+  pack_legacy<BlockQ5_0>(w, ws, N, K, g0, g1, out);
+}
+void pack_q8_0(const void* w, size_t ws, int64_t N, int64_t K, int64_t g0, int64_t g1, void* out) {
+  pack_legacy<BlockQ8_0>(w, ws, N, K, g0, g1, out);
+}
+void gemm_packed_q8(int64_t K, const void* packed, int64_t r0, int64_t n_rows, const void* xq, size_t xq_stride,
+                    int64_t m, float* y, int64_t ldy) {
+  gemm_packed_driver<Q8Tile, 2, 6, 8>(K, packed, r0, n_rows, xq, xq_stride, m, y, ldy);
 }
 
 void gemm_packed_q4_k(int64_t K, const void* packed, int64_t r0, int64_t n_rows, const void* xq, size_t xq_stride,
