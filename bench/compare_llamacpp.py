@@ -7,6 +7,11 @@ same machine state, and prints a markdown table of prefill (pp) and decode (tg)
 tokens/s with the specula/llama.cpp ratios, plus the decode memory-bandwidth bound.
 
 usage: python3 bench/compare_llamacpp.py [-m MODEL] [-p 512] [-n 128] [-t THREADS] [--rounds 2]
+           [--isa avx512,avx2] [--llama-bench PATH [--llama-extra=--repack=0]]
+--isa runs specula once per kernel tier (SPECULA_ISA) in every round; --llama-bench times
+llama.cpp with its own native llama-bench binary (tools/build_llama_server.sh builds it)
+instead of llama-cpp-python; --llama-extra passes arguments on to it (on AMX machines
+llama.cpp's repacking crashes: --llama-extra="--repack 0").
 Needs: a release build (./scripts/build.sh) and the oracle (tools/install_reference.sh).
 """
 import argparse
@@ -39,26 +44,49 @@ def main() -> int:
     ap.add_argument("-r", "--reps", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--specula", default=str(ROOT / "build" / "release" / "specula"))
+    ap.add_argument("--isa", default="", help="comma-separated SPECULA_ISA tiers to run (default: detected)")
+    ap.add_argument("--llama-bench", default="", help="path of llama-bench (default: llama-cpp-python)")
+    ap.add_argument("--llama-extra", default="", help="extra llama-bench arguments, one string")
     a = ap.parse_args()
+    tiers = [t for t in a.isa.split(",") if t] or [""]
 
-    sp_pp, sp_tg, ll_pp, ll_tg = [], [], [], []
+    sp = {t: ([], []) for t in tiers}  # tier -> (pp list, tg list)
+    ll_pp, ll_tg = [], []
     extra = {}
+    isa_of = {}
     for rnd in range(a.rounds):
-        out = subprocess.run([a.specula, "bench", "-m", a.model, "-p", str(a.n_prompt), "-n", str(a.n_gen),
-                              "-t", str(a.threads), "-r", str(a.reps), "--json"],
-                             check=True, capture_output=True, text=True).stdout
-        s = last_json(out)
-        sp_pp.append(s["pp"]["tokens_per_s"])
-        sp_tg.append(s["tg"]["tokens_per_s"])
-        extra = s
-        out = subprocess.run([sys.executable, str(ROOT / "tools" / "bench_llamacpp.py"), "-m", a.model,
-                              "-p", str(a.n_prompt), "-n", str(a.n_gen), "-t", str(a.threads), "-r", str(a.reps)],
-                             check=True, capture_output=True, text=True).stdout
-        l = last_json(out)
+        for t in tiers:
+            env = dict(os.environ)
+            if t:
+                env["SPECULA_ISA"] = t
+            out = subprocess.run([a.specula, "bench", "-m", a.model, "-p", str(a.n_prompt), "-n", str(a.n_gen),
+                                  "-t", str(a.threads), "-r", str(a.reps), "--json"],
+                                 check=True, capture_output=True, text=True, env=env).stdout
+            s = last_json(out)
+            sp[t][0].append(s["pp"]["tokens_per_s"] if "pp" in s else float("nan"))
+            sp[t][1].append(s["tg"]["tokens_per_s"] if "tg" in s else float("nan"))
+            extra = s if not extra or "bytes_per_token" in s else extra
+            isa_of[t] = s.get("isa")
+        if a.llama_bench:
+            cmd = [a.llama_bench, "-m", a.model, "-t", str(a.threads), "-r", str(a.reps), "-o", "json",
+                   "-p", str(a.n_prompt), "-n", str(a.n_gen)] + a.llama_extra.split()
+            res = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+            l = {"pp_tps_mean": float("nan"), "tg_tps_mean": float("nan")}
+            for r in res:
+                if r.get("n_prompt", 0) > 0 and r.get("n_gen", 0) == 0:
+                    l["pp_tps_mean"] = r["avg_ts"]
+                elif r.get("n_gen", 0) > 0 and r.get("n_prompt", 0) == 0:
+                    l["tg_tps_mean"] = r["avg_ts"]
+        else:
+            out = subprocess.run([sys.executable, str(ROOT / "tools" / "bench_llamacpp.py"), "-m", a.model,
+                                  "-p", str(a.n_prompt), "-n", str(a.n_gen), "-t", str(a.threads), "-r", str(a.reps)],
+                                 check=True, capture_output=True, text=True).stdout
+            l = last_json(out)
         ll_pp.append(l["pp_tps_mean"])
         ll_tg.append(l["tg_tps_mean"])
-        print(f"[compare] round {rnd + 1}: specula pp {sp_pp[-1]:.1f} tg {sp_tg[-1]:.1f} | "
-              f"llama.cpp pp {ll_pp[-1]:.1f} tg {ll_tg[-1]:.1f}", file=sys.stderr)
+        print(f"[compare] round {rnd + 1}: " + " | ".join(
+            f"specula {isa_of[t]} pp {sp[t][0][-1]:.1f} tg {sp[t][1][-1]:.1f}" for t in tiers) +
+            f" | llama.cpp pp {ll_pp[-1]:.1f} tg {ll_tg[-1]:.1f}", file=sys.stderr)
 
     def m(v):
         return statistics.mean(v)
@@ -71,17 +99,24 @@ def main() -> int:
                 break
     except OSError:
         pass
-    print(f"machine: {platform.machine()}, {cpu}, {os.cpu_count()} cores; threads {a.threads}; ISA {extra.get('isa')}")
-    print(f"model: {os.path.basename(a.model)}; rounds {a.rounds} x reps {a.reps} each, alternating engines\n")
-    print("| test | specula tokens/s | llama.cpp tokens/s | ratio |")
-    print("|---|---|---|---|")
-    print(f"| pp{a.n_prompt} | {m(sp_pp):.1f} | {m(ll_pp):.1f} | {m(sp_pp) / m(ll_pp):.2f} |")
-    print(f"| tg{a.n_gen} | {m(sp_tg):.1f} | {m(ll_tg):.1f} | {m(sp_tg) / m(ll_tg):.2f} |")
+    print(f"machine: {platform.machine()}, {cpu}, {os.cpu_count()} cores; threads {a.threads}; "
+          f"CPU features: {extra.get('cpu_features')}")
+    print(f"model: {os.path.basename(a.model)}; rounds {a.rounds} x reps {a.reps} each, alternating engines; "
+          f"llama.cpp: {'llama-bench ' + a.llama_extra if a.llama_bench else 'llama-cpp-python'}\n")
+    print("| test | " + " | ".join(f"specula {isa_of[t]} tokens/s" for t in tiers) + " | llama.cpp tokens/s | " +
+          " | ".join(f"ratio {isa_of[t]}" for t in tiers) + " |")
+    print("|---|" + "---|" * (2 * len(tiers) + 1))
+    for name, idx, ll in ((f"pp{a.n_prompt}", 0, ll_pp), (f"tg{a.n_gen}", 1, ll_tg)):
+        if (a.n_prompt if idx == 0 else a.n_gen) == 0:
+            continue
+        print(f"| {name} | " + " | ".join(f"{m(sp[t][idx]):.1f}" for t in tiers) + f" | {m(ll):.1f} | " +
+              " | ".join(f"{m(sp[t][idx]) / m(ll):.2f}" for t in tiers) + " |")
     if "bytes_per_token" in extra:
         wb, bw = extra["bytes_per_token"], extra["read_bandwidth_bytes_per_s"]
         print(f"\ndecode bound: {wb / 1e6:.1f} MB of weights per token, measured read bandwidth "
               f"{bw / 1e9:.2f} GB/s ({a.threads} threads) -> at most {bw / wb:.1f} tokens/s; "
-              f"specula reaches {100 * m(sp_tg) * wb / bw:.0f}%, llama.cpp {100 * m(ll_tg) * wb / bw:.0f}%")
+              f"specula ({isa_of[tiers[0]]}) reaches {100 * m(sp[tiers[0]][1]) * wb / bw:.0f}%, "
+              f"llama.cpp {100 * m(ll_tg) * wb / bw:.0f}%")
     return 0
 
 

@@ -154,8 +154,9 @@ BENCHMARK(BM_Avx2_Q5_0_QwenDraftFfnUp)->DenseRange(1, 8)->Unit(benchmark::kMicro
 void BM_Avx2_Q8_0_QwenDraftOutput(benchmark::State& state) { run_gemm(state, avx2_table(), DType::Q8_0, 151936, 896); }
 BENCHMARK(BM_Avx2_Q8_0_QwenDraftOutput)->DenseRange(1, 5)->Unit(benchmark::kMillisecond);
 
-// The AVX-512 table's repacked K-quant gemms on the Qwen 1.5B shapes (decode, verify
-// widths, prefill 64 / 512): packed once outside the timed loop.
+// The AVX-512 table's repacked gemms on the Qwen 1.5B and Gemma shapes (decode, verify
+// widths, prefill 64 / 512): packed once outside the timed loop; bytes/s counts the
+// packed bytes read.
 void run_packed(benchmark::State& state, DType t, int64_t n, int64_t K) {
   const KernelTable* k = avx512_table();
   if (k == nullptr || k->of(t).gemm_packed == nullptr) {
@@ -183,6 +184,11 @@ void BM_Avx512_Q4_K_QwenFfnUp(benchmark::State& state) { run_packed(state, DType
 BENCHMARK(BM_Avx512_Q4_K_QwenFfnUp)->DenseRange(1, 8)->Arg(64)->Arg(512)->Unit(benchmark::kMicrosecond);
 void BM_Avx512_Q6_K_QwenFfnDown(benchmark::State& state) { run_packed(state, DType::Q6_K, 1536, 8960); }
 BENCHMARK(BM_Avx512_Q6_K_QwenFfnDown)->DenseRange(1, 8)->Arg(64)->Arg(512)->Unit(benchmark::kMicrosecond);
+// Gemma 3 270M: the Q8_0 output projection (decode) and Q5_0 ffn_up (decode / prefill).
+void BM_Avx512_Q8_0_Output(benchmark::State& state) { run_packed(state, DType::Q8_0, 262144, 640); }
+BENCHMARK(BM_Avx512_Q8_0_Output)->Arg(1)->Unit(benchmark::kMillisecond)->MinTime(1.0);
+void BM_Avx512_Q5_0_FfnUp(benchmark::State& state) { run_packed(state, DType::Q5_0, 2048, 640); }
+BENCHMARK(BM_Avx512_Q5_0_FfnUp)->Arg(1)->Arg(64)->Arg(512)->Unit(benchmark::kMicrosecond);
 
 // The thread pool's cost per job (one synchronisation: publish, run an empty job on
 // every thread, wait), with 2 threads — decode issues one or two per matmul.

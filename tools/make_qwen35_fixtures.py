@@ -187,7 +187,7 @@ def main() -> int:
     paths = {}
     for name in SHAPES:
         paths[name] = os.path.join(out, f"qwen35_{name}.gguf")
-        tmp = paths[name] + ".tmp"
+        tmp = f"{paths[name]}.{os.getpid()}.tmp"  # unique: test processes may write the same model at once
         write_model(name, tmp)
         os.replace(tmp, paths[name])
     if args.models_only:

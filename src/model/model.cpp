@@ -261,19 +261,23 @@ Result<TensorView> output_weight(const gguf::GgufFile& f, const kernels::KernelT
 }
 
 void pack_weights(ModelContext& ctx, const std::vector<TensorView*>& matrices) {
-  if (!ctx.repack) return;
   const auto t0 = std::chrono::steady_clock::now();
   const kernels::KernelTable& kt = *ctx.kernels;
   std::vector<std::pair<const void*, const void*>> done;  // data -> packed (a view listed twice)
   for (TensorView* v : matrices) {
     const kernels::TypeKernels& tk = kt.of(v->dtype);
-    if (tk.pack == nullptr || v->packed != nullptr) continue;
     auto seen = std::find_if(done.begin(), done.end(), [&](const auto& d) { return d.first == v->data; });
     if (seen != done.end()) {
       v->packed = seen->second;
       continue;
     }
+    if (!ctx.repack || tk.pack == nullptr || v->packed != nullptr) {
+      done.emplace_back(v->data, v->packed);
+      ctx.packed->matmul_bytes += v->row_stride * static_cast<size_t>(v->rows);
+      continue;
+    }
     const size_t bytes = tk.packed_bytes(v->rows, v->cols);
+    ctx.packed->matmul_bytes += bytes;
     std::unique_ptr<uint8_t, AlignedFree> buf(static_cast<uint8_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)));
     SPECULA_CHECK(buf != nullptr);
     const int64_t groups = (v->rows + tk.pack_rows - 1) / tk.pack_rows;
@@ -295,6 +299,7 @@ void note_packed(const ModelContext& ctx, ModelInfo& info) {
   info.packed_tensors = ctx.packed->tensors;
   info.packed_bytes = ctx.packed->bytes;
   info.pack_seconds = ctx.packed->seconds;
+  info.matmul_bytes = ctx.packed->matmul_bytes;
 }
 
 }  // namespace specula

@@ -43,6 +43,9 @@ struct ModelInfo {
   int64_t packed_tensors = 0;
   size_t packed_bytes = 0;
   double pack_seconds = 0;
+  // Bytes of weights one decode step reads: each matmul weight once (its packed form
+  // where packed), without the token-embedding rows looked up (0 if not recorded).
+  size_t matmul_bytes = 0;
 };
 
 // One forward step: B rows, each appending T tokens (or n_tokens[b] when ragged).
@@ -98,6 +101,7 @@ struct PackedWeights {
   std::vector<std::unique_ptr<uint8_t, AlignedFree>> buffers;
   size_t bytes = 0;    // total size of the packed copies
   int64_t tensors = 0;
+  size_t matmul_bytes = 0;  // bytes one token's matmuls read: every matmul weight once, packed form if packed
   double seconds = 0;  // time spent packing
 };
 
@@ -184,7 +188,7 @@ Result<TensorView> output_weight(const gguf::GgufFile& f, const kernels::KernelT
 // Repacks each matrix (a view used only as a matmul weight; the same view may appear twice)
 // whose type ctx.kernels has a packed gemm for, on ctx.pool's threads, and sets its
 // `packed`; records the totals in ctx.packed (copy them to ModelInfo with
-// note_packed). Does nothing when ctx.repack is false.
+// note_packed). Packs nothing when ctx.repack is false (the byte count is still kept).
 void pack_weights(ModelContext& ctx, const std::vector<TensorView*>& matrices);
 void note_packed(const ModelContext& ctx, ModelInfo& info);
 // A 1-D tensor of n elements converted to f32 (norm weights).
