@@ -65,7 +65,8 @@ def main() -> int:
             s = last_json(out)
             sp[t][0].append(s["pp"]["tokens_per_s"] if "pp" in s else float("nan"))
             sp[t][1].append(s["tg"]["tokens_per_s"] if "tg" in s else float("nan"))
-            extra = s if not extra or "bytes_per_token" in s else extra
+            if t == tiers[0]:
+                extra = s  # the decode bound of the first tier listed (packing changes the bytes read)
             isa_of[t] = s.get("isa")
         if a.llama_bench:
             cmd = [a.llama_bench, "-m", a.model, "-t", str(a.threads), "-r", str(a.reps), "-o", "json",
