@@ -24,7 +24,7 @@ namespace {
 #define SKIP_WITHOUT_AVX512() \
   if (avx512_table() == nullptr) GTEST_SKIP() << "no AVX-512 F/BW/VL/DQ + VNNI on this CPU (" << cpu_features() << ")"
 
-const DType kPackedTypes[] = {DType::Q4_K, DType::Q6_K, DType::Q4_0, DType::Q5_0, DType::Q8_0};
+const DType kPackedTypes[] = {DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q4_0, DType::Q5_0, DType::Q8_0};
 
 // The packed form of w [N, K] in a 64-byte aligned buffer (gemm_packed's requirement),
 // packed in two group ranges as two threads would.

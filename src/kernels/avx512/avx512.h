@@ -11,8 +11,10 @@ namespace specula::kernels::avx512 {
 constexpr int kPackRows = 16;  // weight rows per packed group (one per 32-bit lane of a ZMM register)
 
 size_t packed_bytes_q4_k(int64_t N, int64_t K);
+size_t packed_bytes_q5_k(int64_t N, int64_t K);
 size_t packed_bytes_q6_k(int64_t N, int64_t K);
 void pack_q4_k(const void* w, size_t w_stride, int64_t N, int64_t K, int64_t g0, int64_t g1, void* out);
+void pack_q5_k(const void* w, size_t w_stride, int64_t N, int64_t K, int64_t g0, int64_t g1, void* out);
 void pack_q6_k(const void* w, size_t w_stride, int64_t N, int64_t K, int64_t g0, int64_t g1, void* out);
 void gemm_packed_q4_k(int64_t K, const void* packed, int64_t r0, int64_t n_rows, const void* xq, size_t xq_stride,
                       int64_t m, float* y, int64_t ldy);
@@ -23,6 +25,8 @@ void pack_q5_0(const void* w, size_t w_stride, int64_t N, int64_t K, int64_t g0,
 void pack_q8_0(const void* w, size_t w_stride, int64_t N, int64_t K, int64_t g0, int64_t g1, void* out);
 void gemm_packed_q8(int64_t K, const void* packed, int64_t r0, int64_t n_rows, const void* xq, size_t xq_stride,
                     int64_t m, float* y, int64_t ldy);
+void gemm_packed_q5_k(int64_t K, const void* packed, int64_t r0, int64_t n_rows, const void* xq, size_t xq_stride,
+                      int64_t m, float* y, int64_t ldy);
 void gemm_packed_q6_k(int64_t K, const void* packed, int64_t r0, int64_t n_rows, const void* xq, size_t xq_stride,
                       int64_t m, float* y, int64_t ldy);
 

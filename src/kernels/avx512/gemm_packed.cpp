@@ -1,5 +1,5 @@
-// kernels/avx512/gemm_packed.cpp — AVX-512 VNNI gemms on repacked weights: Q4_K and Q6_K
-// (Q8_K activations) and the legacy Q4_0 / Q5_0 / Q8_0 (Q8_0 activations).
+// kernels/avx512/gemm_packed.cpp — AVX-512 VNNI gemms on repacked weights: Q4_K, Q5_K and
+// Q6_K (Q8_K activations) and the legacy Q4_0 / Q5_0 / Q8_0 (Q8_0 activations).
 //
 // Layout (this tier's own, made at load by pack_*): rows go in groups of 16; a group's
 // super-blocks follow one another along K. In each packed super-block, a 64-byte chunk
@@ -13,7 +13,7 @@
 // Arithmetic per output element y[i, r] (the same for every tile shape, m and thread
 // split, so results are batch invariant; K-quant block formulas as in the GGUF format /
 // llama.cpp's ggml_vec_dot_q*_K_q8_K, facts only):
-//   Q4_K: per super-block b, exact int32 A = sum_j sc_j * sum_{k in j} q_k x_k and
+//   Q4_K (Q5_K: the quant's fifth bit ORed in): per super-block b, exact int32 A = sum_j sc_j * sum_{k in j} q_k x_k and
 //         Mn = sum_j m_j * (x bsum over sub-block j), then
 //         acc = fma(float(A), d_r * d_x, acc); acc = fnma(float(Mn), dmin_r * d_x, acc).
 //   Q6_K: exact int32 A = sum_j sc_j * sum_{k in j} q_k x_k - 32 * sum_j sc_j * bsum_j,
@@ -37,6 +37,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/avx512/avx512.h"
 #include "kernels/quant_blocks.h"
@@ -55,6 +56,15 @@ struct alignas(64) PackQ4K {
   uint8_t qs[4][8][64];    // [p][t]: row r's qs bytes 32p + 4t .. +3 (low nibble: sub-block 2p, high: 2p+1)
 };
 static_assert(sizeof(PackQ4K) == 2368, "packed Q4_K layout");
+
+// One packed Q5_K super-block of 16 rows: the Q4_K form of its low 4 bits plus the fifth bits.
+struct alignas(64) PackQ5K {
+  PackQ4K k4;
+  uint8_t qh[8][64];  // [t]: row r's qh bytes 4t .. +3 (bit j: element 32j + 4t + i)
+};
+static_assert(sizeof(PackQ5K) == 2880, "packed Q5_K layout");
+inline const PackQ4K& k4_of(const PackQ4K& p) { return p; }
+inline const PackQ4K& k4_of(const PackQ5K& p) { return p.k4; }
 
 // One packed Q6_K super-block of 16 rows.
 struct alignas(64) PackQ6K {
@@ -85,31 +95,46 @@ inline __m512i bcast32(const void* p) {
 
 // ---- packing ----
 
+// Row l of a packed Q4_K-form block from a Q4_K or Q5_K block (same d, dmin, scales, qs).
+template <class Block>
+void fill_k4(const Block& s, int l, PackQ4K& p) {
+  p.d[l] = s.d;
+  p.dmin[l] = s.dmin;
+  for (int j = 0; j < 8; ++j) {
+    int sc, m;
+    if (j < 4) {
+      sc = s.scales[j] & 63;
+      m = s.scales[j + 4] & 63;
+    } else {
+      sc = (s.scales[j + 4] & 0x0F) | ((s.scales[j - 4] >> 6) << 4);
+      m = (s.scales[j + 4] >> 4) | ((s.scales[j] >> 6) << 4);
+    }
+    p.sc[j][l] = static_cast<uint8_t>(sc);
+    p.mn[j / 2][l][j % 2] = static_cast<uint8_t>(m);
+  }
+  for (int q = 0; q < 4; ++q)
+    for (int t = 0; t < 8; ++t) std::memcpy(&p.qs[q][t][4 * l], s.qs + 32 * q + 4 * t, 4);
+}
+
 void pack_q4_k_group(const uint8_t* w, size_t w_stride, int64_t N, int64_t nb, int64_t g, PackQ4K* out) {
   std::memset(static_cast<void*>(out), 0, sizeof(PackQ4K) * static_cast<size_t>(nb));
   for (int l = 0; l < kRows; ++l) {
     const int64_t row = g * kRows + l;
     if (row >= N) break;
     const auto* src = reinterpret_cast<const BlockQ4_K*>(w + static_cast<size_t>(row) * w_stride);
+    for (int64_t b = 0; b < nb; ++b) fill_k4(src[b], l, out[b]);
+  }
+}
+
+void pack_q5_k_group(const uint8_t* w, size_t w_stride, int64_t N, int64_t nb, int64_t g, PackQ5K* out) {
+  std::memset(static_cast<void*>(out), 0, sizeof(PackQ5K) * static_cast<size_t>(nb));
+  for (int l = 0; l < kRows; ++l) {
+    const int64_t row = g * kRows + l;
+    if (row >= N) break;
+    const auto* src = reinterpret_cast<const BlockQ5_K*>(w + static_cast<size_t>(row) * w_stride);
     for (int64_t b = 0; b < nb; ++b) {
-      const BlockQ4_K& s = src[b];
-      PackQ4K& p = out[b];
-      p.d[l] = s.d;
-      p.dmin[l] = s.dmin;
-      for (int j = 0; j < 8; ++j) {
-        int sc, m;
-        if (j < 4) {
-          sc = s.scales[j] & 63;
-          m = s.scales[j + 4] & 63;
-        } else {
-          sc = (s.scales[j + 4] & 0x0F) | ((s.scales[j - 4] >> 6) << 4);
-          m = (s.scales[j + 4] >> 4) | ((s.scales[j] >> 6) << 4);
-        }
-        p.sc[j][l] = static_cast<uint8_t>(sc);
-        p.mn[j / 2][l][j % 2] = static_cast<uint8_t>(m);
-      }
-      for (int q = 0; q < 4; ++q)
-        for (int t = 0; t < 8; ++t) std::memcpy(&p.qs[q][t][4 * l], s.qs + 32 * q + 4 * t, 4);
+      fill_k4(src[b], l, out[b].k4);
+      for (int t = 0; t < 8; ++t) std::memcpy(&out[b].qh[t][4 * l], src[b].qh + 4 * t, 4);
     }
   }
 }
@@ -139,9 +164,10 @@ void pack_q6_k_group(const uint8_t* w, size_t w_stride, int64_t N, int64_t nb, i
 
 // ---- tiles: RG groups of 16 rows x C activation rows; acc[g * C + c] ----
 
-template <int RG, int C>
-struct Q4KTile {
-  using Pack = PackQ4K;
+// Q4_K (kHigh false) and Q5_K (kHigh true: the fifth bit of sub-block j is bit j of qh).
+template <bool kHigh, int RG, int C>
+struct K45Tile {
+  using Pack = std::conditional_t<kHigh, PackQ5K, PackQ4K>;
   using X = BlockQ8_K;
   static size_t group_bytes(int64_t K) { return sizeof(Pack) * static_cast<size_t>(K / kQKK); }
   static inline void run(const Pack* const* wg, int64_t K, const X* const* x, __m512* acc) {
@@ -162,8 +188,13 @@ struct Q4KTile {
         for (int t = 0; t < 8; ++t) {
           __m512i q[RG];
           for (int g = 0; g < RG; ++g) {
-            const __m512i v = _mm512_load_si512(wg[g][b].qs[p][t]);
+            const __m512i v = _mm512_load_si512(k4_of(wg[g][b]).qs[p][t]);
             q[g] = hi ? _mm512_and_si512(_mm512_srli_epi16(v, 4), m4) : _mm512_and_si512(v, m4);
+            if constexpr (kHigh) {
+              const __m512i h = _mm512_load_si512(wg[g][b].qh[t]);
+              const __m512i bit = j <= 4 ? _mm512_slli_epi16(h, 4 - j) : _mm512_srli_epi16(h, j - 4);
+              q[g] = _mm512_or_si512(q[g], _mm512_and_si512(bit, _mm512_set1_epi8(0x10)));
+            }
           }
           for (int c = 0; c < C; ++c) {
             const __m512i xb = bcast32(x[c][b].qs + 64 * p + 32 * hi + 4 * t);
@@ -171,7 +202,7 @@ struct Q4KTile {
           }
         }
         for (int g = 0; g < RG; ++g) {
-          const __m512i scv = _mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(wg[g][b].sc[j])));
+          const __m512i scv = _mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(k4_of(wg[g][b]).sc[j])));
           for (int c = 0; c < C; ++c) A[g][c] = _mm512_add_epi32(A[g][c], _mm512_mullo_epi32(is[g][c], scv));
         }
       }
@@ -186,7 +217,7 @@ struct Q4KTile {
         }
       }
       for (int g = 0; g < RG; ++g) {
-        const Pack& w = wg[g][b];
+        const PackQ4K& w = k4_of(wg[g][b]);
         const __m512 dv = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(w.d)));
         const __m512 dmv = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(w.dmin)));
         __m512i mn[4];
@@ -203,6 +234,11 @@ struct Q4KTile {
     }
   }
 };
+
+template <int RG, int C>
+using Q4KTile = K45Tile<false, RG, C>;
+template <int RG, int C>
+using Q5KTile = K45Tile<true, RG, C>;
 
 template <int RG, int C>
 struct Q6KTile {
@@ -439,6 +475,9 @@ void gemm_packed_driver(int64_t K, const void* packed, int64_t r0, int64_t n_row
 size_t packed_bytes_q4_k(int64_t N, int64_t K) {
   return static_cast<size_t>((N + kRows - 1) / kRows) * static_cast<size_t>(K / kQKK) * sizeof(PackQ4K);
 }
+size_t packed_bytes_q5_k(int64_t N, int64_t K) {
+  return static_cast<size_t>((N + kRows - 1) / kRows) * static_cast<size_t>(K / kQKK) * sizeof(PackQ5K);
+}
 size_t packed_bytes_q6_k(int64_t N, int64_t K) {
   return static_cast<size_t>((N + kRows - 1) / kRows) * static_cast<size_t>(K / kQKK) * sizeof(PackQ6K);
 }
@@ -447,6 +486,11 @@ void pack_q4_k(const void* w, size_t w_stride, int64_t N, int64_t K, int64_t g0,
   const int64_t nb = K / kQKK;
   for (int64_t g = g0; g < g1; ++g)
     pack_q4_k_group(static_cast<const uint8_t*>(w), w_stride, N, nb, g, static_cast<PackQ4K*>(out) + g * nb);
+}
+void pack_q5_k(const void* w, size_t w_stride, int64_t N, int64_t K, int64_t g0, int64_t g1, void* out) {
+  const int64_t nb = K / kQKK;
+  for (int64_t g = g0; g < g1; ++g)
+    pack_q5_k_group(static_cast<const uint8_t*>(w), w_stride, N, nb, g, static_cast<PackQ5K*>(out) + g * nb);
 }
 void pack_q6_k(const void* w, size_t w_stride, int64_t N, int64_t K, int64_t g0, int64_t g1, void* out) {
   const int64_t nb = K / kQKK;
@@ -483,6 +527,10 @@ void gemm_packed_q8(int64_t K, const void* packed, int64_t r0, int64_t n_rows, c
 void gemm_packed_q4_k(int64_t K, const void* packed, int64_t r0, int64_t n_rows, const void* xq, size_t xq_stride,
                       int64_t m, float* y, int64_t ldy) {
   gemm_packed_driver<Q4KTile, 2, 4, 8>(K, packed, r0, n_rows, xq, xq_stride, m, y, ldy);
+}
+void gemm_packed_q5_k(int64_t K, const void* packed, int64_t r0, int64_t n_rows, const void* xq, size_t xq_stride,
+                      int64_t m, float* y, int64_t ldy) {
+  gemm_packed_driver<Q5KTile, 2, 4, 8>(K, packed, r0, n_rows, xq, xq_stride, m, y, ldy);
 }
 void gemm_packed_q6_k(int64_t K, const void* packed, int64_t r0, int64_t n_rows, const void* xq, size_t xq_stride,
                       int64_t m, float* y, int64_t ldy) {
