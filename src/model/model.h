@@ -191,6 +191,18 @@ Result<TensorView> output_weight(const gguf::GgufFile& f, const kernels::KernelT
 // note_packed). Packs nothing when ctx.repack is false (the byte count is still kept).
 void pack_weights(ModelContext& ctx, const std::vector<TensorView*>& matrices);
 void note_packed(const ModelContext& ctx, ModelInfo& info);
+// pack_weights over the output projection and the listed matrices of every layer (unset
+// ones skipped), then note_packed into info: what an architecture's loader calls last.
+template <class Layer>
+void pack_model_weights(ModelContext& ctx, ModelInfo& info, TensorView& output, std::vector<Layer>& layers,
+                        std::initializer_list<TensorView Layer::*> members) {
+  std::vector<TensorView*> all{&output};
+  for (Layer& L : layers)
+    for (TensorView Layer::*mp : members)
+      if ((L.*mp).data != nullptr) all.push_back(&(L.*mp));
+  pack_weights(ctx, all);
+  note_packed(ctx, info);
+}
 // A 1-D tensor of n elements converted to f32 (norm weights).
 Result<std::vector<float>> weight_1d_f32(const gguf::GgufFile& f, const kernels::KernelTable& kt,
                                          const std::string& name, int64_t n);

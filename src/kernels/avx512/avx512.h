@@ -6,29 +6,21 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/dtype.h"
+
 namespace specula::kernels::avx512 {
 
 constexpr int kPackRows = 16;  // weight rows per packed group (one per 32-bit lane of a ZMM register)
 
-size_t packed_bytes_q4_k(int64_t N, int64_t K);
-size_t packed_bytes_q5_k(int64_t N, int64_t K);
-size_t packed_bytes_q6_k(int64_t N, int64_t K);
-void pack_q4_k(const void* w, size_t w_stride, int64_t N, int64_t K, int64_t g0, int64_t g1, void* out);
-void pack_q5_k(const void* w, size_t w_stride, int64_t N, int64_t K, int64_t g0, int64_t g1, void* out);
-void pack_q6_k(const void* w, size_t w_stride, int64_t N, int64_t K, int64_t g0, int64_t g1, void* out);
-void gemm_packed_q4_k(int64_t K, const void* packed, int64_t r0, int64_t n_rows, const void* xq, size_t xq_stride,
-                      int64_t m, float* y, int64_t ldy);
-// Q4_0 / Q5_0 / Q8_0 share one packed form (signed bytes + 128) and gemm.
-size_t packed_bytes_q8(int64_t N, int64_t K);
-void pack_q4_0(const void* w, size_t w_stride, int64_t N, int64_t K, int64_t g0, int64_t g1, void* out);
-void pack_q5_0(const void* w, size_t w_stride, int64_t N, int64_t K, int64_t g0, int64_t g1, void* out);
-void pack_q8_0(const void* w, size_t w_stride, int64_t N, int64_t K, int64_t g0, int64_t g1, void* out);
-void gemm_packed_q8(int64_t K, const void* packed, int64_t r0, int64_t n_rows, const void* xq, size_t xq_stride,
-                    int64_t m, float* y, int64_t ldy);
-void gemm_packed_q5_k(int64_t K, const void* packed, int64_t r0, int64_t n_rows, const void* xq, size_t xq_stride,
-                      int64_t m, float* y, int64_t ldy);
-void gemm_packed_q6_k(int64_t K, const void* packed, int64_t r0, int64_t n_rows, const void* xq, size_t xq_stride,
-                      int64_t m, float* y, int64_t ldy);
+// A weight type's packed form in this tier (kernels.h TypeKernels::packed_bytes / pack /
+// gemm_packed), or all null when the tier has none for it: Q4_K, Q5_K, Q6_K, Q4_0, Q5_0, Q8_0.
+struct PackedGemm {
+  size_t (*bytes)(int64_t N, int64_t K) = nullptr;
+  void (*pack)(const void* w, size_t w_stride, int64_t N, int64_t K, int64_t g0, int64_t g1, void* out) = nullptr;
+  void (*gemm)(int64_t K, const void* packed, int64_t r0, int64_t n_rows, const void* xq, size_t xq_stride,
+               int64_t m, float* y, int64_t ldy) = nullptr;
+};
+PackedGemm packed_gemm(DType t);
 
 // Blocked attention (attention.cpp): bitwise the AVX2 kernels' results.
 void pv_f32_rows(int64_t n, const float* v, int64_t v_stride, int64_t nq, const float* const* p, const int64_t* k0,

@@ -87,6 +87,12 @@ inline void prefetch_ahead(const Pack* const* wg, int64_t b) {
   }
 }
 
+template <int RG, int C>
+inline void zero(__m512i (&v)[RG][C]) {
+  for (int g = 0; g < RG; ++g)
+    for (int c = 0; c < C; ++c) v[g][c] = _mm512_setzero_si512();
+}
+
 inline __m512i bcast32(const void* p) {
   int32_t v;
   std::memcpy(&v, p, 4);
@@ -116,38 +122,41 @@ void fill_k4(const Block& s, int l, PackQ4K& p) {
     for (int t = 0; t < 8; ++t) std::memcpy(&p.qs[q][t][4 * l], s.qs + 32 * q + 4 * t, 4);
 }
 
-void pack_q4_k_group(const uint8_t* w, size_t w_stride, int64_t N, int64_t nb, int64_t g, PackQ4K* out) {
-  std::memset(static_cast<void*>(out), 0, sizeof(PackQ4K) * static_cast<size_t>(nb));
+// Packs group g (rows 16g .. 16g+15 of N): zeroes its n_units packed units, then
+// fill(row's blocks, lane l, units) for every row that exists.
+template <class Block, class Pack, class Fill>
+void pack_rows16(const uint8_t* w, size_t w_stride, int64_t N, int64_t n_units, int64_t g, Pack* out, Fill fill) {
+  std::memset(static_cast<void*>(out), 0, sizeof(Pack) * static_cast<size_t>(n_units));
   for (int l = 0; l < kRows; ++l) {
     const int64_t row = g * kRows + l;
     if (row >= N) break;
-    const auto* src = reinterpret_cast<const BlockQ4_K*>(w + static_cast<size_t>(row) * w_stride);
-    for (int64_t b = 0; b < nb; ++b) fill_k4(src[b], l, out[b]);
+    fill(reinterpret_cast<const Block*>(w + static_cast<size_t>(row) * w_stride), l, out);
   }
 }
 
-void pack_q5_k_group(const uint8_t* w, size_t w_stride, int64_t N, int64_t nb, int64_t g, PackQ5K* out) {
-  std::memset(static_cast<void*>(out), 0, sizeof(PackQ5K) * static_cast<size_t>(nb));
-  for (int l = 0; l < kRows; ++l) {
-    const int64_t row = g * kRows + l;
-    if (row >= N) break;
-    const auto* src = reinterpret_cast<const BlockQ5_K*>(w + static_cast<size_t>(row) * w_stride);
+void pack_q4_k_group(const uint8_t* w, size_t w_stride, int64_t N, int64_t K, int64_t g, PackQ4K* out) {
+  const int64_t nb = K / kQKK;
+  pack_rows16<BlockQ4_K>(w, w_stride, N, nb, g, out, [nb](const BlockQ4_K* src, int l, PackQ4K* o) {
+    for (int64_t b = 0; b < nb; ++b) fill_k4(src[b], l, o[b]);
+  });
+}
+
+void pack_q5_k_group(const uint8_t* w, size_t w_stride, int64_t N, int64_t K, int64_t g, PackQ5K* out) {
+  const int64_t nb = K / kQKK;
+  pack_rows16<BlockQ5_K>(w, w_stride, N, nb, g, out, [nb](const BlockQ5_K* src, int l, PackQ5K* o) {
     for (int64_t b = 0; b < nb; ++b) {
-      fill_k4(src[b], l, out[b].k4);
-      for (int t = 0; t < 8; ++t) std::memcpy(&out[b].qh[t][4 * l], src[b].qh + 4 * t, 4);
+      fill_k4(src[b], l, o[b].k4);
+      for (int t = 0; t < 8; ++t) std::memcpy(&o[b].qh[t][4 * l], src[b].qh + 4 * t, 4);
     }
-  }
+  });
 }
 
-void pack_q6_k_group(const uint8_t* w, size_t w_stride, int64_t N, int64_t nb, int64_t g, PackQ6K* out) {
-  std::memset(static_cast<void*>(out), 0, sizeof(PackQ6K) * static_cast<size_t>(nb));
-  for (int l = 0; l < kRows; ++l) {
-    const int64_t row = g * kRows + l;
-    if (row >= N) break;
-    const auto* src = reinterpret_cast<const BlockQ6_K*>(w + static_cast<size_t>(row) * w_stride);
+void pack_q6_k_group(const uint8_t* w, size_t w_stride, int64_t N, int64_t K, int64_t g, PackQ6K* out) {
+  const int64_t nb = K / kQKK;
+  pack_rows16<BlockQ6_K>(w, w_stride, N, nb, g, out, [nb](const BlockQ6_K* src, int l, PackQ6K* o) {
     for (int64_t b = 0; b < nb; ++b) {
       const BlockQ6_K& s = src[b];
-      PackQ6K& p = out[b];
+      PackQ6K& p = o[b];
       p.d[l] = s.d;
       for (int i = 0; i < 8; ++i) {
         p.sc[i][l][0] = s.scales[2 * i];
@@ -159,7 +168,7 @@ void pack_q6_k_group(const uint8_t* w, size_t w_stride, int64_t N, int64_t nb, i
           std::memcpy(&p.qh[h][u][4 * l], s.qh + 32 * h + 4 * u, 4);
         }
     }
-  }
+  });
 }
 
 // ---- tiles: RG groups of 16 rows x C activation rows; acc[g * C + c] ----
@@ -176,14 +185,12 @@ struct K45Tile {
     for (int64_t b = 0; b < nb; ++b) {
       if constexpr (C == 1) prefetch_ahead<RG>(wg, b);
       __m512i A[RG][C];
-      for (int g = 0; g < RG; ++g)
-        for (int c = 0; c < C; ++c) A[g][c] = _mm512_setzero_si512();
+      zero(A);
 #pragma GCC unroll 8
       for (int j = 0; j < 8; ++j) {
         const int p = j >> 1, hi = j & 1;
         __m512i is[RG][C];
-        for (int g = 0; g < RG; ++g)
-          for (int c = 0; c < C; ++c) is[g][c] = _mm512_setzero_si512();
+        zero(is);
 #pragma GCC unroll 8
         for (int t = 0; t < 8; ++t) {
           __m512i q[RG];
@@ -251,8 +258,7 @@ struct Q6KTile {
     for (int64_t b = 0; b < nb; ++b) {
       if constexpr (C == 1) prefetch_ahead<RG>(wg, b);
       __m512i A[RG][C];
-      for (int g = 0; g < RG; ++g)
-        for (int c = 0; c < C; ++c) A[g][c] = _mm512_setzero_si512();
+      zero(A);
       for (int h = 0; h < 2; ++h) {
 #pragma GCC unroll 2
         for (int half = 0; half < 2; ++half) {
@@ -331,21 +337,16 @@ inline int legacy_value(const BlockQ5_0& b, int j) {
 }
 
 template <class Block>
-void pack_legacy_group(const uint8_t* w, size_t w_stride, int64_t N, int64_t nblk, int64_t g, PackQ8* out) {
-  const int64_t nu = (nblk + 1) / 2;
-  std::memset(static_cast<void*>(out), 0, sizeof(PackQ8) * static_cast<size_t>(nu));
-  for (int l = 0; l < kRows; ++l) {
-    const int64_t row = g * kRows + l;
-    if (row >= N) break;
-    const auto* src = reinterpret_cast<const Block*>(w + static_cast<size_t>(row) * w_stride);
+void pack_legacy_group(const uint8_t* w, size_t w_stride, int64_t N, int64_t K, int64_t g, PackQ8* out) {
+  const int64_t nblk = K / kQK;
+  pack_rows16<Block>(w, w_stride, N, (nblk + 1) / 2, g, out, [nblk](const Block* src, int l, PackQ8* o) {
     for (int64_t b = 0; b < nblk; ++b) {
-      PackQ8& p = out[b / 2];
+      PackQ8& p = o[b / 2];
       const int h = static_cast<int>(b % 2);
       p.d[h][l] = src[b].d;
-      for (int j = 0; j < kQK; ++j)
-        p.qs[h][j / 4][4 * l + j % 4] = static_cast<uint8_t>(legacy_value(src[b], j) + 128);
+      for (int j = 0; j < kQK; ++j) p.qs[h][j / 4][4 * l + j % 4] = static_cast<uint8_t>(legacy_value(src[b], j) + 128);
     }
-  }
+  });
 }
 
 template <int RG, int C>
@@ -360,8 +361,7 @@ struct Q8Tile {
       const int h = static_cast<int>(b & 1);
       if (C == 1 && h == 0) prefetch_ahead<RG>(wg, u);
       __m512i is[RG][C];
-      for (int g = 0; g < RG; ++g)
-        for (int c = 0; c < C; ++c) is[g][c] = _mm512_setzero_si512();
+      zero(is);
 #pragma GCC unroll 8
       for (int t = 0; t < 8; ++t) {
         __m512i q[RG];
@@ -470,71 +470,39 @@ void gemm_packed_driver(int64_t K, const void* packed, int64_t r0, int64_t n_row
   }
 }
 
+// The three table entries of one packed type: size, packing (groups [g0, g1), each by
+// kGroup at its offset) and the gemm (driver with tile RP x CP for prefill, CS for m <= 8).
+template <template <int, int> class Tile, int RP, int CP, int CS, auto kGroup>
+struct Entries {
+  using Pack = typename Tile<1, 1>::Pack;
+  static size_t bytes(int64_t N, int64_t K) {
+    return static_cast<size_t>((N + kRows - 1) / kRows) * Tile<1, 1>::group_bytes(K);
+  }
+  static void pack(const void* w, size_t w_stride, int64_t N, int64_t K, int64_t g0, int64_t g1, void* out) {
+    const size_t gb = Tile<1, 1>::group_bytes(K);
+    for (int64_t g = g0; g < g1; ++g)
+      kGroup(static_cast<const uint8_t*>(w), w_stride, N, K, g,
+             reinterpret_cast<Pack*>(static_cast<uint8_t*>(out) + static_cast<size_t>(g) * gb));
+  }
+  static void gemm(int64_t K, const void* packed, int64_t r0, int64_t n_rows, const void* xq, size_t xq_stride,
+                   int64_t m, float* y, int64_t ldy) {
+    gemm_packed_driver<Tile, RP, CP, CS>(K, packed, r0, n_rows, xq, xq_stride, m, y, ldy);
+  }
+  static constexpr PackedGemm entries() { return PackedGemm{bytes, pack, gemm}; }
+};
+
 }  // namespace
 
-size_t packed_bytes_q4_k(int64_t N, int64_t K) {
-  return static_cast<size_t>((N + kRows - 1) / kRows) * static_cast<size_t>(K / kQKK) * sizeof(PackQ4K);
-}
-size_t packed_bytes_q5_k(int64_t N, int64_t K) {
-  return static_cast<size_t>((N + kRows - 1) / kRows) * static_cast<size_t>(K / kQKK) * sizeof(PackQ5K);
-}
-size_t packed_bytes_q6_k(int64_t N, int64_t K) {
-  return static_cast<size_t>((N + kRows - 1) / kRows) * static_cast<size_t>(K / kQKK) * sizeof(PackQ6K);
-}
-
-void pack_q4_k(const void* w, size_t w_stride, int64_t N, int64_t K, int64_t g0, int64_t g1, void* out) {
-  const int64_t nb = K / kQKK;
-  for (int64_t g = g0; g < g1; ++g)
-    pack_q4_k_group(static_cast<const uint8_t*>(w), w_stride, N, nb, g, static_cast<PackQ4K*>(out) + g * nb);
-}
-void pack_q5_k(const void* w, size_t w_stride, int64_t N, int64_t K, int64_t g0, int64_t g1, void* out) {
-  const int64_t nb = K / kQKK;
-  for (int64_t g = g0; g < g1; ++g)
-    pack_q5_k_group(static_cast<const uint8_t*>(w), w_stride, N, nb, g, static_cast<PackQ5K*>(out) + g * nb);
-}
-void pack_q6_k(const void* w, size_t w_stride, int64_t N, int64_t K, int64_t g0, int64_t g1, void* out) {
-  const int64_t nb = K / kQKK;
-  for (int64_t g = g0; g < g1; ++g)
-    pack_q6_k_group(static_cast<const uint8_t*>(w), w_stride, N, nb, g, static_cast<PackQ6K*>(out) + g * nb);
-}
-
-size_t packed_bytes_q8(int64_t N, int64_t K) {
-  return static_cast<size_t>((N + kRows - 1) / kRows) * Q8Tile<1, 1>::group_bytes(K);
-}
-template <class Block>
-void pack_legacy(const void* w, size_t w_stride, int64_t N, int64_t K, int64_t g0, int64_t g1, void* out) {
-  const int64_t nblk = K / kQK, nu = (nblk + 1) / 2;
-  for (int64_t g = g0; g < g1; ++g)
-    pack_legacy_group<Block>(static_cast<const uint8_t*>(w), w_stride, N, nblk, g, static_cast<PackQ8*>(out) + g * nu);
-}
-template void pack_legacy<BlockQ4_0>(const void*, size_t, int64_t, int64_t, int64_t, int64_t, void*);
-template void pack_legacy<BlockQ5_0>(const void*, size_t, int64_t, int64_t, int64_t, int64_t, void*);
-template void pack_legacy<BlockQ8_0>(const void*, size_t, int64_t, int64_t, int64_t, int64_t, void*);
-void pack_q4_0(const void* w, size_t ws, int64_t N, int64_t K, int64_t g0, int64_t g1, void* out) {
-  pack_legacy<BlockQ4_0>(w, ws, N, K, g0, g1, out);
-}
-void pack_q5_0(const void* w, size_t ws, int64_t N, int64_t K, int64_t g0, int64_t g1, void* out) {
-  pack_legacy<BlockQ5_0>(w, ws, N, K, g0, g1, out);
-}
-void pack_q8_0(const void* w, size_t ws, int64_t N, int64_t K, int64_t g0, int64_t g1, void* out) {
-  pack_legacy<BlockQ8_0>(w, ws, N, K, g0, g1, out);
-}
-void gemm_packed_q8(int64_t K, const void* packed, int64_t r0, int64_t n_rows, const void* xq, size_t xq_stride,
-                    int64_t m, float* y, int64_t ldy) {
-  gemm_packed_driver<Q8Tile, 2, 6, 8>(K, packed, r0, n_rows, xq, xq_stride, m, y, ldy);
-}
-
-void gemm_packed_q4_k(int64_t K, const void* packed, int64_t r0, int64_t n_rows, const void* xq, size_t xq_stride,
-                      int64_t m, float* y, int64_t ldy) {
-  gemm_packed_driver<Q4KTile, 2, 4, 8>(K, packed, r0, n_rows, xq, xq_stride, m, y, ldy);
-}
-void gemm_packed_q5_k(int64_t K, const void* packed, int64_t r0, int64_t n_rows, const void* xq, size_t xq_stride,
-                      int64_t m, float* y, int64_t ldy) {
-  gemm_packed_driver<Q5KTile, 2, 4, 8>(K, packed, r0, n_rows, xq, xq_stride, m, y, ldy);
-}
-void gemm_packed_q6_k(int64_t K, const void* packed, int64_t r0, int64_t n_rows, const void* xq, size_t xq_stride,
-                      int64_t m, float* y, int64_t ldy) {
-  gemm_packed_driver<Q6KTile, 1, 6, 4>(K, packed, r0, n_rows, xq, xq_stride, m, y, ldy);
+PackedGemm packed_gemm(DType t) {
+  switch (t) {
+    case DType::Q4_K: return Entries<Q4KTile, 2, 4, 8, pack_q4_k_group>::entries();
+    case DType::Q5_K: return Entries<Q5KTile, 2, 4, 8, pack_q5_k_group>::entries();
+    case DType::Q6_K: return Entries<Q6KTile, 1, 6, 4, pack_q6_k_group>::entries();
+    case DType::Q4_0: return Entries<Q8Tile, 2, 6, 8, pack_legacy_group<BlockQ4_0>>::entries();
+    case DType::Q5_0: return Entries<Q8Tile, 2, 6, 8, pack_legacy_group<BlockQ5_0>>::entries();
+    case DType::Q8_0: return Entries<Q8Tile, 2, 6, 8, pack_legacy_group<BlockQ8_0>>::entries();
+    default: return PackedGemm{};
+  }
 }
 
 }  // namespace specula::kernels::avx512

@@ -14,21 +14,15 @@ const KernelTable* table_if_built() {
   static const KernelTable t = [] {
     KernelTable k = *avx2::table_if_built();
     k.isa = "avx512";
-    auto set_packed = [&](DType type, size_t (*bytes)(int64_t, int64_t),
-                          void (*pack)(const void*, size_t, int64_t, int64_t, int64_t, int64_t, void*),
-                          decltype(TypeKernels::gemm_packed) gemm) {
-      TypeKernels& tk = k.types[static_cast<uint32_t>(type)];
+    for (int i = 0; i < kNumDTypeSlots; ++i) {
+      const PackedGemm p = packed_gemm(static_cast<DType>(i));
+      if (p.gemm == nullptr) continue;
+      TypeKernels& tk = k.types[i];
       tk.pack_rows = kPackRows;
-      tk.packed_bytes = bytes;
-      tk.pack = pack;
-      tk.gemm_packed = gemm;
-    };
-    set_packed(DType::Q4_K, packed_bytes_q4_k, pack_q4_k, gemm_packed_q4_k);
-    set_packed(DType::Q5_K, packed_bytes_q5_k, pack_q5_k, gemm_packed_q5_k);
-    set_packed(DType::Q6_K, packed_bytes_q6_k, pack_q6_k, gemm_packed_q6_k);
-    set_packed(DType::Q4_0, packed_bytes_q8, pack_q4_0, gemm_packed_q8);
-    set_packed(DType::Q5_0, packed_bytes_q8, pack_q5_0, gemm_packed_q8);
-    set_packed(DType::Q8_0, packed_bytes_q8, pack_q8_0, gemm_packed_q8);
+      tk.packed_bytes = p.bytes;
+      tk.pack = p.pack;
+      tk.gemm_packed = p.gemm;
+    }
     k.pv_f32_rows = pv_f32_rows;
     k.qk_rows16 = qk_rows16;
     return k;

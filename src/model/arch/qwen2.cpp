@@ -195,12 +195,7 @@ Result<std::unique_ptr<Model>> Qwen2::create(ModelContext ctx) {
   m->info_.n_layers = p.n_layers;
   m->info_.n_ctx_train = p.n_ctx_train;
   m->kt_ = ctx.kernels;
-  std::vector<TensorView*> matmul_weights{&m->output_};
-  for (auto& L : m->layers_)
-    for (TensorView* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
-      if (w->data != nullptr) matmul_weights.push_back(w);
-  pack_weights(ctx, matmul_weights);
-  note_packed(ctx, m->info_);
+  pack_model_weights(ctx, m->info_, m->output_, m->layers_, {&Qwen2Layer::wq, &Qwen2Layer::wk, &Qwen2Layer::wv, &Qwen2Layer::wo, &Qwen2Layer::w_gate, &Qwen2Layer::w_up, &Qwen2Layer::w_down});
   m->ctx_ = std::move(ctx);
   return std::unique_ptr<Model>(std::move(m));
 }

@@ -264,12 +264,7 @@ Result<std::unique_ptr<Model>> Qwen35::create(ModelContext ctx) {
   m->info_.n_layers = p.n_layers;
   m->info_.n_ctx_train = p.n_ctx_train;
   m->kt_ = ctx.kernels;
-  std::vector<TensorView*> matmul_weights{&m->output_};
-  for (auto& L : m->layers_)
-    for (TensorView* w : {&L.w_gate, &L.w_up, &L.w_down, &L.wq, &L.wk, &L.wv, &L.wo, &L.w_qkv, &L.w_z, &L.w_beta, &L.w_alpha, &L.w_out})
-      if (w->data != nullptr) matmul_weights.push_back(w);
-  pack_weights(ctx, matmul_weights);
-  note_packed(ctx, m->info_);
+  pack_model_weights(ctx, m->info_, m->output_, m->layers_, {&Layer::w_gate, &Layer::w_up, &Layer::w_down, &Layer::wq, &Layer::wk, &Layer::wv, &Layer::wo, &Layer::w_qkv, &Layer::w_z, &Layer::w_beta, &Layer::w_alpha, &Layer::w_out});
   m->ctx_ = std::move(ctx);
   return std::unique_ptr<Model>(std::move(m));
 }
