@@ -65,9 +65,10 @@ struct TensorView {
   int64_t rows = 0;       // N (outer)
   int64_t cols = 0;       // K (contiguous, in elements)
   size_t row_stride = 0;  // bytes between rows
-  // The same matrix repacked for the kernel table in use (kernels.h, TypeKernels::pack),
-  // or null. Owned by the model that packed it; `data` stays valid and is what every
-  // non-gemm use (row lookup, dequantization) reads.
+  // The same matrix repacked by the kernel table the model runs with (kernels.h,
+  // TypeKernels::pack; the avx512 and avxvnni tiers share one layout), or null. Owned by
+  // the model that packed it; `data` stays valid and is what every non-gemm use (row
+  // lookup, dequantization) reads.
   const void* packed = nullptr;
 };
 

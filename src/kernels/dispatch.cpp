@@ -2,6 +2,7 @@
 // Detection: cpuid leaf 1 (FMA, F16C, OSXSAVE, AVX), xgetbv (YMM state enabled by
 // the OS; opmask/ZMM state for AVX-512), leaf 7 (AVX2, BMI2, AVX512F/DQ/BW/VL, AVX512_VNNI,
 // AMX), leaf 7.1 (AVX-VNNI). SPECULA_ISA is read once here, never on the hot path.
+// Tiers, best first: avx512 (AVX-512 VNNI), avxvnni (AVX2 + AVX-VNNI), avx2, generic.
 #include <cpuid.h>
 
 #include <cstdio>
@@ -11,13 +12,12 @@
 
 #include "kernels/kernels.h"
 #include "kernels/quant_blocks.h"
+#include "kernels/avx512/avx512.h"
+#include "kernels/packed/packed_gemm.h"
 
 namespace specula::kernels {
 namespace avx2 {
 const KernelTable* table_if_built();  // kernels/avx2/table.cpp
-}
-namespace avx512 {
-const KernelTable* table_if_built();  // kernels/avx512/table.cpp
 }
 
 namespace {
@@ -54,6 +54,14 @@ bool cpu_has_avx512_vnni() {
   return f && dq && bw && vl && vnni;
 }
 
+// AVX2/FMA/F16C plus AVX-VNNI (cpuid 7.1 EAX bit 4: VEX-encoded vpdpbusd on YMM).
+bool cpu_has_avx_vnni() {
+  if (!cpu_has_avx2_fma_f16c()) return false;
+  unsigned a, b, c, d;
+  if (!__get_cpuid_count(7, 1, &a, &b, &c, &d)) return false;
+  return a & (1u << 4);
+}
+
 std::string detect_features() {
   std::string s;
   auto add = [&](bool on, const char* name) {
@@ -88,6 +96,7 @@ std::string detect_features() {
 
 const KernelTable& best() {
   if (const KernelTable* t = avx512_table()) return *t;
+  if (const KernelTable* t = avxvnni_table()) return *t;
   if (const KernelTable* t = avx2_table()) return *t;
   return generic_table();
 }
@@ -96,14 +105,16 @@ const KernelTable& choose() {
   const char* env = std::getenv("SPECULA_ISA");
   if (env != nullptr && *env != '\0') {
     if (std::strcmp(env, "generic") == 0) return generic_table();
-    if (std::strcmp(env, "avx2") == 0 || std::strcmp(env, "avx512") == 0) {
-      const KernelTable* t = std::strcmp(env, "avx2") == 0 ? avx2_table() : avx512_table();
+    if (std::strcmp(env, "avx2") == 0 || std::strcmp(env, "avx512") == 0 || std::strcmp(env, "avxvnni") == 0) {
+      const KernelTable* t = std::strcmp(env, "avx2") == 0     ? avx2_table()
+                             : std::strcmp(env, "avx512") == 0 ? avx512_table()
+                                                               : avxvnni_table();
       if (t != nullptr) return *t;
       std::fprintf(stderr, "[kernels] SPECULA_ISA=%s but this CPU lacks it (features: %s); using %s\n", env,
                    cpu_features(), best().isa);
       return best();
     }
-    std::fprintf(stderr, "[kernels] SPECULA_ISA=%s is not one of generic, avx2, avx512; detecting\n", env);
+    std::fprintf(stderr, "[kernels] SPECULA_ISA=%s is not one of generic, avx2, avxvnni, avx512; detecting\n", env);
   }
   return best();
 }
@@ -114,8 +125,43 @@ const KernelTable* avx2_table() {
   return t;
 }
 
+// The tables built on the AVX2 one are assembled here, in a translation unit compiled
+// without ISA flags: code shared through headers (KernelTable's copy, its inline members)
+// must never be emitted from an AVX-512 translation unit, where the compiler may use
+// instructions a non-AVX-512 CPU lacks.
+void add_packed_gemms(KernelTable& k, PackedGemm (*packed_gemm)(DType)) {
+  for (int i = 0; i < kNumDTypeSlots; ++i) {
+    const PackedGemm p = packed_gemm(static_cast<DType>(i));
+    if (p.gemm == nullptr) continue;
+    TypeKernels& tk = k.types[i];
+    tk.pack_rows = kPackRows;
+    tk.packed_bytes = p.bytes;
+    tk.pack = p.pack;
+    tk.gemm_packed = p.gemm;
+  }
+}
+
 const KernelTable* avx512_table() {
-  static const KernelTable* t = cpu_has_avx512_vnni() ? avx512::table_if_built() : nullptr;
+  static const KernelTable* t = [] () -> const KernelTable* {
+    if (!cpu_has_avx512_vnni()) return nullptr;
+    static KernelTable k = *avx2::table_if_built();
+    k.isa = "avx512";
+    add_packed_gemms(k, avx512::packed_gemm);
+    k.pv_f32_rows = avx512::pv_f32_rows;
+    k.qk_rows16 = avx512::qk_rows16;
+    return &k;
+  }();
+  return t;
+}
+
+const KernelTable* avxvnni_table() {
+  static const KernelTable* t = [] () -> const KernelTable* {
+    if (!cpu_has_avx_vnni()) return nullptr;
+    static KernelTable k = *avx2::table_if_built();
+    k.isa = "avxvnni";
+    add_packed_gemms(k, avxvnni::packed_gemm);
+    return &k;
+  }();
   return t;
 }
 

@@ -3,9 +3,10 @@
 // Declared once here, implemented per ISA in its own translation unit and namespace
 // (kernels/generic/*.cpp: specula::kernels::generic, the readable reference;
 // kernels/avx2/*.cpp: specula::kernels::avx2, compiled with -mavx2 -mfma -mf16c;
-// kernels/avx512/*.cpp: specula::kernels::avx512, -mavx512f/bw/vl/dq/vnni).
+// kernels/avx512/*.cpp: specula::kernels::avx512, -mavx512f/bw/vl/dq/vnni;
+// kernels/avxvnni/*.cpp: specula::kernels::avxvnni, -mavx2 -mavxvnni).
 // `active()` picks one table at first use from cpuid + OS support (XSAVE/YMM/ZMM
-// state); `SPECULA_ISA=generic|avx2|avx512` forces a tier. Kernels never allocate.
+// state); `SPECULA_ISA=generic|avx2|avxvnni|avx512` forces a tier. Kernels never allocate.
 //
 // Weight matrices are row-major `[N, K]` rows of `w_type` (K a multiple of the
 // block size). Activations `x [M, K]` f32 are first quantized row by row to the
@@ -126,12 +127,15 @@ struct KernelTable {
 const KernelTable& generic_table();
 // The AVX2+FMA+F16C table, or nullptr if this CPU/OS cannot run it or it was not built.
 const KernelTable* avx2_table();
-// The AVX-512 table (F, BW, VL, DQ and VNNI, with the OS saving ZMM state), or nullptr.
-// Its K-quant gemms run on repacked weights with vpdpbusd; other types use the AVX2
-// kernels.
+// The AVX-512 table (F, BW, VL, DQ and VNNI, with the OS saving ZMM state), or nullptr:
+// the AVX2 table plus packed-weight gemms (Q4_K, Q5_K, Q6_K, Q4_0, Q5_0, Q8_0) with
+// vpdpbusd and ZMM forms of the blocked attention kernels.
 const KernelTable* avx512_table();
-// The table in use: chosen once, the best this CPU runs (SPECULA_ISA=generic|avx2|avx512
-// overrides detection; an unavailable ISA named there falls back to the best available
+// The AVX-VNNI table (AVX2 machines with VEX vpdpbusd, e.g. without AVX-512), or nullptr:
+// the AVX2 table plus the same packed gemms on YMM pairs — bitwise equal to avx512's.
+const KernelTable* avxvnni_table();
+// The table in use: chosen once, the best this CPU runs (SPECULA_ISA=generic|avx2|avxvnni|
+// avx512 overrides detection; an unavailable ISA named there falls back to the best available
 // with a warning on stderr).
 const KernelTable& active();
 // The CPU features detection saw, for `specula info` / `bench` (e.g. "avx2 fma f16c

@@ -24,6 +24,7 @@ namespace {
 
 constexpr int64_t kQueryBlock = 64;  // queries processed together (bounds the scores buffer)
 constexpr int64_t kKeyBlock = 64;    // value rows decoded together for the P·V product
+constexpr int64_t kScoresMax = int64_t{1} << 21;  // floats of one task's scores (8 MiB)
 
 struct Query {
   int64_t m = 0, h = 0;   // token index in the step, query head
@@ -71,7 +72,11 @@ void attention(ThreadPool& pool, const AttentionArgs& a, StateRows& state, const
       while (m1 < M && a.token_row[m1] == b) ++m1;
       const int64_t nq = (m1 - m0) * group;
       const int64_t split = std::max<int64_t>(1, std::min<int64_t>(nq, (want + n_pairs_min - 1) / n_pairs_min));
-      const int64_t per = std::min<int64_t>(kQueryBlock, (nq + split - 1) / split);
+      // The scores buffer holds queries x keys: fewer queries per task at long contexts
+      // (at most kScoresMax floats per thread whatever the context).
+      const int64_t keys = scratch.views[b].base + (m1 - m0);
+      const int64_t cap = std::max<int64_t>(8, kScoresMax / std::max<int64_t>(1, keys));
+      const int64_t per = std::min({kQueryBlock, cap, (nq + split - 1) / split});
       for (int64_t g = 0; g < a.n_kv_heads; ++g)
         for (int64_t q0 = 0; q0 < nq; q0 += per) tasks.push_back(Task{b, g, q0, std::min(nq, q0 + per)});
       m0 = m1;

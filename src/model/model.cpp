@@ -263,20 +263,23 @@ Result<TensorView> output_weight(const gguf::GgufFile& f, const kernels::KernelT
 void pack_weights(ModelContext& ctx, const std::vector<TensorView*>& matrices) {
   const auto t0 = std::chrono::steady_clock::now();
   const kernels::KernelTable& kt = *ctx.kernels;
-  std::vector<std::pair<const void*, const void*>> done;  // data -> packed (a view listed twice)
+  std::vector<std::pair<const TensorView*, const void*>> done;  // a view listed twice is packed once
   for (TensorView* v : matrices) {
     const kernels::TypeKernels& tk = kt.of(v->dtype);
-    auto seen = std::find_if(done.begin(), done.end(), [&](const auto& d) { return d.first == v->data; });
+    auto seen = std::find_if(done.begin(), done.end(), [&](const auto& d) {
+      return d.first->data == v->data && d.first->dtype == v->dtype && d.first->rows == v->rows &&
+             d.first->cols == v->cols && d.first->row_stride == v->row_stride;
+    });
     if (seen != done.end()) {
       v->packed = seen->second;
       continue;
     }
-    if (!ctx.repack || tk.pack == nullptr || v->packed != nullptr) {
-      done.emplace_back(v->data, v->packed);
+    const size_t bytes = tk.pack != nullptr ? tk.packed_bytes(v->rows, v->cols) : 0;
+    if (!ctx.repack || tk.pack == nullptr || v->packed != nullptr || bytes == 0) {
+      done.emplace_back(v, v->packed);
       ctx.packed->matmul_bytes += v->row_stride * static_cast<size_t>(v->rows);
       continue;
     }
-    const size_t bytes = tk.packed_bytes(v->rows, v->cols);
     ctx.packed->matmul_bytes += bytes;
     std::unique_ptr<uint8_t, AlignedFree> buf(static_cast<uint8_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)));
     SPECULA_CHECK(buf != nullptr);
@@ -287,7 +290,7 @@ void pack_weights(ModelContext& ctx, const std::vector<TensorView*>& matrices) {
       if (g1 > g0) tk.pack(v->data, v->row_stride, v->rows, v->cols, g0, g1, out);
     });
     v->packed = out;
-    done.emplace_back(v->data, out);
+    done.emplace_back(v, out);
     ctx.packed->bytes += bytes;
     ctx.packed->tensors += 1;
     ctx.packed->buffers.push_back(std::move(buf));

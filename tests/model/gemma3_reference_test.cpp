@@ -17,6 +17,7 @@ constexpr double kNearTie = 0.25;
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "kernels/kernels.h"
 #include "model/model.h"
 #include "../test_util.h"
 
@@ -102,10 +103,11 @@ TEST_F(Gemma3Reference, GreedyContinuationsEqualLlamaCpp) {
             << total << " tokens equal before any near-tie split\n";
   // Every split above must be at one of llama.cpp's near ties (the real criterion); how
   // many prompts run to the end without one depends on the tier's summation order (on
-  // one AVX-512 machine: avx2 3 of 7 / 244 tokens, avx512 2 of 7 / 189 tokens; the
-  // teacher-forced test below bounds the logits themselves).
-  EXPECT_GE(cases, 2);
-  EXPECT_GE(total, 5 * 64 / 2);
+  // one AVX-512 machine: avx2 3 of 7 / 244 tokens, the packed-weight tiers 2 of 7 / 172;
+  // the teacher-forced test below bounds the logits themselves).
+  const bool packed_tier = kernels::active().of(DType::Q4_K).gemm_packed != nullptr;
+  EXPECT_GE(cases, packed_tier ? 2 : 3);
+  EXPECT_GE(total, packed_tier ? 5 * 64 / 2 : 3 * 64);
 }
 
 TEST_F(Gemma3Reference, TeacherForcedLogitsAgreeWithLlamaCpp) {

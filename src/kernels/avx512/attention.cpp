@@ -7,9 +7,12 @@
 
 #include <cmath>
 #include <cstdint>
-#include <vector>
 
 #include "kernels/avx512/avx512.h"
+
+namespace specula::kernels::avx2 {
+void qk_rows16(int64_t n, const float* k, int64_t nk, int64_t nq, const float* const* q, float* const* s);
+}  // namespace specula::kernels::avx2
 
 namespace specula::kernels::avx512 {
 
@@ -51,13 +54,16 @@ void pv_f32_rows(int64_t n, const float* v, int64_t v_stride, int64_t nq, const 
 }
 
 void qk_rows16(int64_t n, const float* k, int64_t nk, int64_t nq, const float* const* q, float* const* s) {
-  // Keys in lanes: kt[d][j] = k[j][d] (lanes past nk zero). Per query, sixteen chains
-  // p[l] over d = 16t + l reproduce the AVX2 dot's two 8-lane accumulators (acc0 lanes
-  // l < 8, acc1 lanes l - 8), then its reduction: (acc0 + acc1), the 128-bit halves, the
-  // pairs, the last pair; then the scalar tail.
-  thread_local std::vector<float> ktv;
-  if (ktv.size() < static_cast<size_t>(16 * n)) ktv.resize(static_cast<size_t>(16 * n));
-  float* kt = ktv.data();
+  // Keys in lanes: kt[d][j] = k[j][d] (lanes past nk zero), on the stack (no allocation,
+  // and no std:: container instantiated in this AVX-512 translation unit, whose weak
+  // symbols the linker could hand to code running on a CPU without AVX-512). Per query,
+  // sixteen chains p[l] over d = 16t + l reproduce the AVX2 dot's two 8-lane accumulators
+  // (acc0 lanes l < 8, acc1 lanes l - 8), then its reduction: (acc0 + acc1), the 128-bit
+  // halves, the pairs, the last pair; then the scalar tail. Longer rows than the buffer
+  // holds go to the AVX2 kernel, which gives the same bits.
+  constexpr int64_t kMaxN = 512;
+  if (n > kMaxN) return avx2::qk_rows16(n, k, nk, nq, q, s);
+  alignas(64) float kt[16 * kMaxN];
   for (int64_t d = 0; d < n; ++d) {
     for (int64_t j = 0; j < nk; ++j) kt[d * 16 + j] = k[j * n + d];
     for (int64_t j = nk; j < 16; ++j) kt[d * 16 + j] = 0.0f;
