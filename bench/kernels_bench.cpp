@@ -189,6 +189,11 @@ void BM_Avx512_Q8_0_Output(benchmark::State& state) { run_packed(state, DType::Q
 BENCHMARK(BM_Avx512_Q8_0_Output)->Arg(1)->Unit(benchmark::kMillisecond)->MinTime(1.0);
 void BM_Avx512_Q5_0_FfnUp(benchmark::State& state) { run_packed(state, DType::Q5_0, 2048, 640); }
 BENCHMARK(BM_Avx512_Q5_0_FfnUp)->Arg(1)->Arg(64)->Arg(512)->Unit(benchmark::kMicrosecond);
+// An F16 matrix of the same shape (f16 / bf16 GGUF conversions), packed vs the AVX2 gemm.
+void BM_Avx512_F16_FfnUp(benchmark::State& state) { run_packed(state, DType::F16, 2048, 640); }
+BENCHMARK(BM_Avx512_F16_FfnUp)->Arg(1)->Arg(64)->Unit(benchmark::kMicrosecond);
+void BM_Avx2_F16_FfnUp(benchmark::State& state) { run_gemm(state, avx2_table(), DType::F16, 2048, 640); }
+BENCHMARK(BM_Avx2_F16_FfnUp)->Arg(1)->Arg(64)->Unit(benchmark::kMicrosecond);
 
 // The thread pool's cost per job (one synchronisation: publish, run an empty job on
 // every thread, wait), with 2 threads — decode issues one or two per matmul.

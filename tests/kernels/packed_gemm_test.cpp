@@ -35,7 +35,8 @@ std::vector<const KernelTable*> packed_tables() {
   if (packed_tables().empty()) \
   GTEST_SKIP() << "no AVX-512 VNNI or AVX-VNNI on this CPU (" << cpu_features() << ")"
 
-const DType kPackedTypes[] = {DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q4_0, DType::Q5_0, DType::Q8_0};
+const DType kPackedTypes[] = {DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q4_0,
+                              DType::Q5_0, DType::Q8_0, DType::F16,  DType::BF16};
 
 // The packed form of w [N, K] in a 64-byte aligned buffer (gemm_packed's requirement),
 // packed in two group ranges as two threads would.
@@ -83,7 +84,7 @@ TEST(PackedGemm, MatchesGeneric) {
     const KernelTable& k = *table;
     for (DType t : kPackedTypes) {
       const TypeKernels& tk = k.of(t);
-      for (int64_t K : {256, 768, 2304, 96 /* legacy types only: an odd block count */}) {
+      for (int64_t K : {256, 768, 2304, 96 /* legacy types: an odd block count */, 100 /* halves: a ragged unit */}) {
           if (K % dtype_info(t).block_size != 0) continue;
         for (int64_t n_rows : {1, 16, 17, 40, 67}) {
           const auto w = random_weights(t, K, n_rows, rng);
@@ -113,7 +114,7 @@ TEST(PackedGemm, IsBatchInvariant) {
     for (DType t : kPackedTypes) {
       SCOPED_TRACE(dtype_name(t));
       const TypeKernels& tk = k.of(t);
-      const int64_t K = dtype_info(t).block_size == 32 ? 480 : 512, n_rows = 83, m = 70;  // 6 groups, the last one ragged
+      const int64_t K = dtype_info(t).block_size == 32 ? 480 : dtype_info(t).block_size == 1 ? 300 : 512, n_rows = 83, m = 70;  // 6 groups, the last one ragged
       const auto w = random_weights(t, K, n_rows, rng);
       const Packed p(tk, w, t, n_rows, K);
       const auto xq = quantized_acts(t, K, m, rng);
@@ -158,7 +159,7 @@ TEST(PackedGemm, AvxVnniEqualsAvx512Bitwise) {
   std::mt19937 rng(23);
   for (DType t : kPackedTypes) {
     SCOPED_TRACE(dtype_name(t));
-    const int64_t K = dtype_info(t).block_size == 32 ? 352 : 768, n_rows = 37;
+    const int64_t K = dtype_info(t).block_size == 32 ? 352 : dtype_info(t).block_size == 1 ? 200 : 768, n_rows = 37;
     const auto w = random_weights(t, K, n_rows, rng);
     const Packed pa(avx512_table()->of(t), w, t, n_rows, K), pb(avxvnni_table()->of(t), w, t, n_rows, K);
     for (int64_t m : {1, 3, 8, 21}) {

@@ -30,6 +30,7 @@ struct V {
   struct K45 { static constexpr int kRP = 2, kCP = 4, kCS = 8; };
   struct K6 { static constexpr int kRP = 1, kCP = 6, kCS = 4; };
   struct Q8 { static constexpr int kRP = 2, kCP = 6, kCS = 8; };
+  struct Half { static constexpr int kRP = 2, kCP = 6, kCS = 8; };
 
   static I load(const void* p) { return _mm512_load_si512(p); }
   static I zero() { return _mm512_setzero_si512(); }
@@ -61,6 +62,10 @@ struct V {
   static I u8_to_16(const void* p) { return _mm512_cvtepu8_epi16(_mm256_loadu_si256(static_cast<const __m256i*>(p))); }
   static I s8_to_16(const void* p) { return _mm512_cvtepi8_epi16(_mm256_loadu_si256(static_cast<const __m256i*>(p))); }
   static F half_to_f(const void* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(static_cast<const __m256i*>(p))); }
+  static F bf16_to_f(const void* p) {
+    return _mm512_castsi512_ps(
+        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(static_cast<const __m256i*>(p))), 16));
+  }
   static F set1_ps(float x) { return _mm512_set1_ps(x); }
   static F mul(F a, F b) { return _mm512_mul_ps(a, b); }
   static F fmadd(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }

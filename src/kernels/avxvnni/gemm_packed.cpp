@@ -32,6 +32,7 @@ struct V {
   struct K45 { static constexpr int kRP = 1, kCP = 2, kCS = 2; };
   struct K6 { static constexpr int kRP = 1, kCP = 1, kCS = 1; };
   struct Q8 { static constexpr int kRP = 1, kCP = 3, kCS = 3; };
+  struct Half { static constexpr int kRP = 1, kCP = 3, kCS = 3; };
 
   static I load(const void* p) {
     const auto* q = static_cast<const __m256i*>(p);
@@ -82,6 +83,11 @@ struct V {
   static F half_to_f(const void* p) {
     const auto* b = static_cast<const __m128i*>(p);
     return {_mm256_cvtph_ps(_mm_loadu_si128(b)), _mm256_cvtph_ps(_mm_loadu_si128(b + 1))};
+  }
+  static F bf16_to_f(const void* p) {
+    const auto* b = static_cast<const __m128i*>(p);
+    return {_mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(b)), 16)),
+            _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(b + 1)), 16))};
   }
   static F set1_ps(float x) { return {_mm256_set1_ps(x), _mm256_set1_ps(x)}; }
   static F mul(F a, F b) { return {_mm256_mul_ps(a.lo, b.lo), _mm256_mul_ps(a.hi, b.hi)}; }
