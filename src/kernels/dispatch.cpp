@@ -141,12 +141,18 @@ void add_packed_gemms(KernelTable& k, PackedGemm (*packed_gemm)(DType)) {
   }
 }
 
+// The AVX2 table plus a tier's packed gemms.
+KernelTable packed_tier(const char* isa, PackedGemm (*packed_gemm)(DType)) {
+  KernelTable k = *avx2::table_if_built();
+  k.isa = isa;
+  add_packed_gemms(k, packed_gemm);
+  return k;
+}
+
 const KernelTable* avx512_table() {
-  static const KernelTable* t = [] () -> const KernelTable* {
+  static const KernelTable* t = []() -> const KernelTable* {
     if (!cpu_has_avx512_vnni()) return nullptr;
-    static KernelTable k = *avx2::table_if_built();
-    k.isa = "avx512";
-    add_packed_gemms(k, avx512::packed_gemm);
+    static KernelTable k = packed_tier("avx512", avx512::packed_gemm);
     k.pv_f32_rows = avx512::pv_f32_rows;
     k.qk_rows16 = avx512::qk_rows16;
     return &k;
@@ -155,11 +161,9 @@ const KernelTable* avx512_table() {
 }
 
 const KernelTable* avxvnni_table() {
-  static const KernelTable* t = [] () -> const KernelTable* {
+  static const KernelTable* t = []() -> const KernelTable* {
     if (!cpu_has_avx_vnni()) return nullptr;
-    static KernelTable k = *avx2::table_if_built();
-    k.isa = "avxvnni";
-    add_packed_gemms(k, avxvnni::packed_gemm);
+    static const KernelTable k = packed_tier("avxvnni", avxvnni::packed_gemm);
     return &k;
   }();
   return t;
