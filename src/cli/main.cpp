@@ -366,10 +366,8 @@ double weight_bytes(const gguf::GgufFile& f) {
 std::string describe_packed(const ModelInfo& info) {
   char buf[256];
   if (info.packed_tensors == 0) {
-    const char* env = std::getenv("SPECULA_REPACK");
     std::snprintf(buf, sizeof buf, "weights used as stored (%s)",
-                  env != nullptr && std::string(env) == "0" ? "SPECULA_REPACK=0"
-                                                             : "no repacked gemm for their types in this tier");
+                  info.repack ? "no repacked gemm for their types in this tier" : "repacking off: SPECULA_REPACK=0");
   } else {
     std::snprintf(buf, sizeof buf, "weights repacked for %s: %lld tensors, %.1f MiB extra memory (packed in %.2f s)",
                   kernels::active().isa, static_cast<long long>(info.packed_tensors),

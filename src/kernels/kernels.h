@@ -53,6 +53,9 @@ struct TypeKernels {
   //  gemm_packed(K, packed, r0, n_rows, xq, xq_stride, m, y, ldy): as gemm for weight
   //    rows [r0, r0 + n_rows) of the packed matrix (r0 a multiple of pack_rows);
   //    y[i * ldy + r] for r in [0, n_rows) (y points at row r0's output).
+  //  Preconditions (not checked: callers guarantee them, there are no error returns):
+  //  `out` / `packed` 64-byte aligned with packed_bytes(N, K) bytes; K a multiple of
+  //  the type's block size (the GGUF loader rejects other shapes).
   int pack_rows = 0;
   size_t (*packed_bytes)(int64_t N, int64_t K) = nullptr;
   void (*pack)(const void* w, size_t w_stride, int64_t N, int64_t K, int64_t g0, int64_t g1, void* out) = nullptr;

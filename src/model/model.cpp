@@ -299,6 +299,7 @@ void pack_weights(ModelContext& ctx, const std::vector<TensorView*>& matrices) {
 }
 
 void note_packed(const ModelContext& ctx, ModelInfo& info) {
+  info.repack = ctx.repack;
   info.packed_tensors = ctx.packed->tensors;
   info.packed_bytes = ctx.packed->bytes;
   info.pack_seconds = ctx.packed->seconds;

@@ -39,7 +39,9 @@ struct ModelInfo {
   int64_t n_embd = 0;
   int64_t n_layers = 0;
   int64_t n_ctx_train = 0;
-  // Weights repacked at load (pack_weights): count, bytes (extra memory) and seconds.
+  // Weights repacked at load (pack_weights): whether repacking was on (ModelOptions::repack
+  // and SPECULA_REPACK), count, bytes (extra memory) and seconds.
+  bool repack = true;
   int64_t packed_tensors = 0;
   size_t packed_bytes = 0;
   double pack_seconds = 0;
