@@ -195,6 +195,8 @@ void attention(ThreadPool& pool, const AttentionArgs& a, StateRows& state, const
       for (int64_t i = 0; i < nq; ++i) {
         float* s = scores.data() + i * span + (qv[i].lo - jlo);
         const int64_t n_keys = qv[i].p - qv[i].lo + 1;
+        if (a.softcap > 0.0f)
+          for (int64_t k = 0; k < n_keys; ++k) s[k] = a.softcap * std::tanh(s[k] / a.softcap);
         float mx = -INFINITY;
         for (int64_t k = 0; k < n_keys; ++k) mx = std::max(mx, s[k]);
         inv[i] = 1.0f / kt.exp_sub_sum(n_keys, mx, s);

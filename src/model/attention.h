@@ -13,7 +13,9 @@
 // positions are committed to each row. Stored vectors are decoded to f32 per key and
 // multiplied with the kernel table's f32 multi-query kernels; for f16 storage that is
 // bitwise the half kernels' result. Rotated codecs (TurboQuant) get rotated queries and
-// un-rotated outputs. Each query is computed the same way whatever the batch.
+// un-rotated outputs. Optional score soft-capping c·tanh(s/c) before the softmax (Gemma 2;
+// with it a layout's key offset is not exact, so models give none). Each query is computed
+// the same way whatever the batch.
 // Does not project Q/K/V or the output.
 #pragma once
 
@@ -33,6 +35,7 @@ struct AttentionArgs {
   int64_t n_kv_heads = 0;
   int64_t head_dim = 0;
   float scale = 1.0f;                  // applied to q·k
+  float softcap = 0.0f;                // > 0: scores become softcap * tanh(score / softcap) (Gemma 2)
   int64_t M = 0;                       // new tokens in the step, all rows
   int32_t B = 0;                       // batch rows
   const int32_t* rows = nullptr;       // [B] state row of each batch row

@@ -78,12 +78,14 @@ void rms_norm(const float* x, const float* w, int64_t M, int64_t H, float eps, f
 }
 
 void rope_table(const int32_t* positions, int64_t M, int64_t head_dim, float base, float freq_scale,
-                float* cos_out, float* sin_out) {
+                float* cos_out, float* sin_out, const float* freq_factors) {
   const int64_t half = head_dim / 2;
   std::vector<double> inv_freq(static_cast<size_t>(half));
   for (int64_t i = 0; i < half; ++i)
     inv_freq[i] = std::pow(static_cast<double>(base),
                            -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
+  if (freq_factors != nullptr)
+    for (int64_t i = 0; i < half; ++i) inv_freq[i] /= static_cast<double>(freq_factors[i]);
   for (int64_t m = 0; m < M; ++m) {
     const double pos = static_cast<double>(positions[m]) * freq_scale;
     for (int64_t i = 0; i < half; ++i) {
@@ -103,6 +105,23 @@ void silu_mul(int64_t n, const float* gate, const float* up, float* out) {
   for (int64_t i = 0; i < n; ++i) {
     const float g = gate[i];
     out[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
+void rope_norm(float* x, int64_t M, int64_t n_heads, int64_t head_dim, int64_t n_rot, const float* cos_t,
+               const float* sin_t) {
+  const int64_t half = n_rot / 2;
+  for (int64_t m = 0; m < M; ++m) {
+    const float* cs = cos_t + m * half;
+    const float* sn = sin_t + m * half;
+    for (int64_t h = 0; h < n_heads; ++h) {
+      float* v = x + (m * n_heads + h) * head_dim;
+      for (int64_t i = 0; i < half; ++i) {
+        const float x0 = v[2 * i], x1 = v[2 * i + 1];
+        v[2 * i] = x0 * cs[i] - x1 * sn[i];
+        v[2 * i + 1] = x0 * sn[i] + x1 * cs[i];
+      }
+    }
   }
 }
 

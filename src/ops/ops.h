@@ -45,14 +45,22 @@ void rms_norm(const float* x, const float* w, int64_t M, int64_t H, float eps, f
 // with theta_i = pos * base^(-2i/head_dim) computed in double; rope_neox applies it
 // in place to x [M, n_heads, head_dim].
 // freq_scale < 1 is linear position interpolation (positions multiplied by it).
+// freq_factors (optional, [head_dim/2]): theta_i is divided by freq_factors[i] (Llama 3.1's
+// rope scaling, stored by llama.cpp as rope_freqs.weight).
 void rope_table(const int32_t* positions, int64_t M, int64_t head_dim, float base, float freq_scale,
-                float* cos_out, float* sin_out);
+                float* cos_out, float* sin_out, const float* freq_factors = nullptr);
 void rope_neox(float* x, int64_t M, int64_t n_heads, int64_t head_dim, const float* cos_t,
                const float* sin_t);
 // Partial rotary (e.g. Qwen3.5's 25%): only the first n_rot dims of each head rotate, NEOX
 // pairs (i, i + n_rot/2); cos/sin are [M, n_rot/2] (rope_table with head_dim = n_rot).
 void rope_neox_partial(float* x, int64_t M, int64_t n_heads, int64_t head_dim, int64_t n_rot, const float* cos_t,
                        const float* sin_t);
+
+// Rotary embedding, NORM layout (the original RoFormer / Llama pairing): element 2i with
+// 2i + 1 for i < n_rot/2, the rest of each head unrotated; cos/sin as for rope_neox
+// ([M, n_rot/2] from rope_table with head_dim = n_rot). x [M, n_heads, head_dim] in place.
+void rope_norm(float* x, int64_t M, int64_t n_heads, int64_t head_dim, int64_t n_rot, const float* cos_t,
+               const float* sin_t);
 
 // SwiGLU gate: out[i] = silu(gate[i]) * up[i], silu(x) = x / (1 + e^-x) in f32 (llama.cpp's
 // CPU swiglu; Shazeer 2020). out may alias gate.

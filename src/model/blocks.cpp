@@ -1,0 +1,659 @@
+// model/blocks.cpp — see blocks.h.
+#include "model/blocks.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+namespace specula {
+
+// --- Hparams ------------------------------------------------------------------------------
+int64_t Hparams::i(const std::string& key, int64_t lo, int64_t hi, std::optional<int64_t> fallback) {
+  if (!status_.is_ok()) return fallback.value_or(0);
+  auto r = hparam_int(f_, full(key), lo, hi, who_.c_str(), fallback);
+  if (!r) {
+    status_ = r.status();
+    return fallback.value_or(0);
+  }
+  return *r;
+}
+
+double Hparams::f(const std::string& key, double lo, double hi, std::optional<double> fallback, bool lo_open) {
+  if (!status_.is_ok()) return fallback.value_or(0.0);
+  auto r = hparam_float(f_, full(key), lo, hi, who_.c_str(), fallback, lo_open);
+  if (!r) {
+    status_ = r.status();
+    return fallback.value_or(0.0);
+  }
+  return *r;
+}
+
+std::optional<std::string> Hparams::str(const std::string& key) const {
+  auto s = f_.get_string(full(key));
+  if (!s) return std::nullopt;
+  return *s;
+}
+
+std::optional<std::vector<int32_t>> Hparams::ints(const std::string& key) {
+  const gguf::Value* v = f_.find(full(key));
+  if (v == nullptr || v->type != gguf::ValueType::ARRAY) return std::nullopt;
+  auto a = f_.get_i32_array(full(key));
+  if (!a) {
+    fail(who_ + " metadata key '" + full(key) + "': " + a.message());
+    return std::nullopt;
+  }
+  return std::move(a).value();
+}
+
+void Hparams::fail(const std::string& message) {
+  if (status_.is_ok()) status_ = Status::error(message);
+}
+
+// --- configs ------------------------------------------------------------------------------
+TransformerConfig standard_config(Hparams& h) {
+  constexpr int64_t kMax = int64_t{1} << 20;
+  const std::string w = h.who();
+  TransformerConfig c;
+  c.arch = h.arch();
+  c.n_embd = h.i("embedding_length", 1, kMax);
+  const int64_t n_layers = h.i("block_count", 1, 4096);
+  const int64_t n_ff = h.i("feed_forward_length", 1, kMax);
+  const int64_t H = h.i("attention.head_count", 1, 4096);
+  const int64_t Hkv = h.i("attention.head_count_kv", 1, 4096, H);
+  c.n_ctx_train = h.i("context_length", 1, int64_t{1} << 26);
+  if (!h.status().is_ok()) return c;
+  std::optional<int64_t> hd_default;
+  if (c.n_embd % H == 0) hd_default = c.n_embd / H;
+  const int64_t hd = h.i("attention.key_length", 2, 4096, hd_default);
+  const int64_t hd_v = h.i("attention.value_length", 2, 4096, hd);
+  c.eps = static_cast<float>(h.f("attention.layer_norm_rms_epsilon", 0.0, 0.5));
+  RopeConfig r;
+  r.base = static_cast<float>(h.f("rope.freq_base", 1.0, 1e12, 10000.0));
+  r.n_rot = h.i("rope.dimension_count", 2, 4096, hd);
+  if (auto st = h.str("rope.scaling.type"); st && *st != "none") {
+    if (*st != "linear")
+      h.fail(w + " unsupported rope.scaling.type '" + *st + "' (supported: none, linear)");
+    r.freq_scale = static_cast<float>(1.0 / h.f("rope.scaling.factor", 0.0, 1e6));
+  }
+  if (!h.status().is_ok()) return c;
+  if (hd_v != hd)
+    h.fail(w + " attention.value_length " + std::to_string(hd_v) + " != key_length " + std::to_string(hd) +
+           " is not supported");
+  if (H % Hkv != 0 || hd % 2 != 0 || r.n_rot % 2 != 0 || r.n_rot > hd)
+    h.fail(w + " inconsistent hyperparameters: heads " + std::to_string(H) + ", kv heads " + std::to_string(Hkv) +
+           ", head_dim " + std::to_string(hd) + ", rope dims " + std::to_string(r.n_rot) +
+           " (kv heads must divide heads; head_dim and rope dims even, rope dims <= head_dim)");
+  const gguf::TensorInfo* te = h.file().find_tensor("token_embd.weight");
+  if (te == nullptr || te->shape.size() != 2) {
+    h.fail(w + " missing tensor 'token_embd.weight'");
+  } else {
+    c.n_vocab = te->shape[1];
+    if (c.n_vocab <= 0 || c.n_vocab > (int64_t{1} << 31) - 1)
+      h.fail(w + " token_embd.weight: vocabulary size " + std::to_string(c.n_vocab) + " is not usable");
+  }
+  if (h.status().is_ok()) {
+    Status s = check_block_tensors(h.file(), n_layers, h.full("block_count"), h.who());
+    if (!s.is_ok()) h.fail(s.message());
+  }
+  c.ropes = {r};
+  LayerConfig l;
+  l.n_heads = H;
+  l.n_kv_heads = Hkv;
+  l.head_dim = hd;
+  l.n_ff = n_ff;
+  c.layers.assign(static_cast<size_t>(n_layers), l);
+  return c;
+}
+
+Result<TransformerConfig> standard_config(const gguf::GgufFile& f, const std::string& arch) {
+  Hparams h(f, arch);
+  TransformerConfig c = standard_config(h);
+  if (!h.status().is_ok()) return h.status();
+  return c;
+}
+
+Status read_freq_factors(const gguf::GgufFile& f, RopeConfig& r) {
+  if (f.find_tensor("rope_freqs.weight") == nullptr) return Status::ok();
+  auto ff = weight_f32(f, kernels::active(), "rope_freqs.weight", {r.n_rot / 2});
+  if (!ff) return ff.status();
+  for (float x : *ff)
+    if (!(x > 0.0f) || !std::isfinite(x))
+      return Status::error("[model] tensor 'rope_freqs.weight': factor " + std::to_string(x) + " is not positive");
+  r.freq_factors = std::move(ff).value();
+  return Status::ok();
+}
+
+bool register_transformer(const std::string& name, ConfigReader reader) {
+  return register_architecture(name, [reader](ModelContext ctx) -> Result<std::unique_ptr<Model>> {
+    auto c = reader(*ctx.file);
+    if (!c) return c.status();
+    return Transformer::create(std::move(ctx), std::move(c).value());
+  });
+}
+
+// --- weights ------------------------------------------------------------------------------
+std::vector<WeightRef> layer_weights(const TransformerConfig& c, int64_t il, LayerWeights& L) {
+  const LayerConfig& lc = c.layers[static_cast<size_t>(il)];
+  const std::string b = "blk." + std::to_string(il) + ".";
+  const int64_t E = c.n_embd, hd = lc.head_dim, QD = lc.n_heads * hd, KD = lc.n_kv_heads * hd, F = lc.n_ff;
+  std::vector<WeightRef> w;
+  const auto vec = [&](const std::string& n, int64_t len, std::vector<float>* dst) {
+    w.push_back(WeightRef{b + n, {len}, false, dst, nullptr, nullptr});
+  };
+  const auto mat = [&](const std::string& n, int64_t K, int64_t N, TensorView* dst) {
+    w.push_back(WeightRef{b + n, {K, N}, false, nullptr, dst, nullptr});
+  };
+  const auto exps = [&](const std::string& n, int64_t K, int64_t N, std::vector<TensorView>* dst) {
+    w.push_back(WeightRef{b + n, {K, N, lc.n_expert}, false, nullptr, nullptr, dst});
+  };
+  vec("attn_norm.weight", E, &L.attn_norm);
+  if (lc.fused_qkv) {
+    mat("attn_qkv.weight", E, QD + 2 * KD, &L.wqkv);
+  } else {
+    mat("attn_q.weight", E, QD, &L.wq);
+    mat("attn_k.weight", E, KD, &L.wk);
+    mat("attn_v.weight", E, KD, &L.wv);
+  }
+  if (lc.qkv_bias) {
+    vec("attn_q.bias", QD, &L.bq);
+    vec("attn_k.bias", KD, &L.bk);
+    vec("attn_v.bias", KD, &L.bv);
+  }
+  if (lc.qk_norm) {
+    vec("attn_q_norm.weight", hd, &L.q_norm);
+    vec("attn_k_norm.weight", hd, &L.k_norm);
+  }
+  mat("attn_output.weight", QD, E, &L.wo);
+  if (lc.o_bias) vec("attn_output.bias", E, &L.bo);
+  if (lc.sandwich) vec("post_attention_norm.weight", E, &L.post_attn_norm);
+  vec("ffn_norm.weight", E, &L.ffn_norm);
+  if (lc.n_expert > 0) {
+    mat("ffn_gate_inp.weight", E, lc.n_expert, &L.router);
+    exps("ffn_gate_exps.weight", E, F, &L.e_gate);
+    exps("ffn_up_exps.weight", E, F, &L.e_up);
+    exps("ffn_down_exps.weight", F, E, &L.e_down);
+  } else if (lc.fused_gate_up) {
+    mat("ffn_up.weight", E, 2 * F, &L.w_up);
+    mat("ffn_down.weight", F, E, &L.w_down);
+  } else {
+    mat("ffn_gate.weight", E, F, &L.w_gate);
+    mat("ffn_up.weight", E, F, &L.w_up);
+    mat("ffn_down.weight", F, E, &L.w_down);
+  }
+  if (lc.sandwich) vec("post_ffw_norm.weight", E, &L.post_ffn_norm);
+  return w;
+}
+
+namespace {
+
+std::string dims_str(const std::vector<int64_t>& s) {
+  std::string o = "[";
+  for (size_t i = 0; i < s.size(); ++i) o += (i ? ", " : "") + std::to_string(s[i]);
+  return o + "]";
+}
+
+// A 3-D [K, N, n] tensor as n views [N, K].
+Status load_experts(const gguf::GgufFile& f, const kernels::KernelTable& kt, const WeightRef& w) {
+  const gguf::TensorInfo* t = f.find_tensor(w.name);
+  if (t == nullptr) return Status::error("[model] missing tensor '" + w.name + "'");
+  if (t->shape != w.dims)
+    return Status::error("[model] tensor '" + w.name + "': shape " + dims_str(t->shape) + ", expected " +
+                         dims_str(w.dims));
+  if (!kt.of(t->type).supported || kt.of(t->type).gemm == nullptr)
+    return Status::error("[model] tensor '" + w.name + "': unsupported type " + std::string(dtype_name(t->type)));
+  const int64_t K = w.dims[0], N = w.dims[1], n = w.dims[2];
+  if (K % dtype_info(t->type).block_size != 0)
+    return Status::error("[model] tensor '" + w.name + "': row of " + std::to_string(K) + " is not whole blocks of " +
+                         std::string(dtype_name(t->type)));
+  const size_t rs = row_bytes(t->type, K);
+  w.experts->resize(static_cast<size_t>(n));
+  for (int64_t e = 0; e < n; ++e) {
+    TensorView& v = (*w.experts)[e];
+    v.data = static_cast<const uint8_t*>(t->data) + static_cast<size_t>(e * N) * rs;
+    v.dtype = t->type;
+    v.rows = N;
+    v.cols = K;
+    v.row_stride = rs;
+  }
+  return Status::ok();
+}
+
+// K's bias is rotated by RoPE with the position: its constant part is the rotation
+// averaged over the first 4096 positions (the slow pairs keep it, the fast ones average
+// it away). NEOX pairs only; NoPE keeps the bias; none for NORM pairs (no offset is exact).
+std::shared_ptr<const std::vector<float>> key_offset(const std::vector<float>& bk, const LayerConfig& lc,
+                                                     const RopeConfig* r) {
+  if (r == nullptr) return std::make_shared<const std::vector<float>>(bk);
+  if (r->type != RopeType::kNeox) return nullptr;
+  auto ko = std::make_shared<std::vector<float>>(bk);
+  const int64_t half = r->n_rot / 2;
+  constexpr int kSpan = 4096;
+  for (int64_t i = 0; i < half; ++i) {
+    double theta = std::pow(static_cast<double>(r->base), -2.0 * i / r->n_rot) * r->freq_scale;
+    if (!r->freq_factors.empty()) theta /= r->freq_factors[i];
+    double c = 0, sn = 0;
+    for (int pos = 0; pos < kSpan; ++pos) {
+      c += std::cos(pos * theta);
+      sn += std::sin(pos * theta);
+    }
+    c /= kSpan;
+    sn /= kSpan;
+    for (int64_t g = 0; g < lc.n_kv_heads; ++g) {
+      const float b1 = bk[g * lc.head_dim + i], b2 = bk[g * lc.head_dim + i + half];
+      (*ko)[g * lc.head_dim + i] = static_cast<float>(c * b1 - sn * b2);
+      (*ko)[g * lc.head_dim + i + half] = static_cast<float>(sn * b1 + c * b2);
+    }
+  }
+  return ko;
+}
+
+}  // namespace
+
+// --- the model ----------------------------------------------------------------------------
+Result<std::unique_ptr<Model>> Transformer::create(ModelContext ctx, TransformerConfig config) {
+  auto m = std::make_unique<Transformer>();
+  const gguf::GgufFile& f = *ctx.file;
+  const kernels::KernelTable& kt = *ctx.kernels;
+  TransformerConfig& c = m->c_;
+  c = std::move(config);
+  const std::string w = "[" + c.arch + "]";
+  if (c.layers.empty() || c.n_embd <= 0 || c.n_vocab <= 0)
+    return Status::error(w + " empty configuration (no layers, embedding or vocabulary)");
+  for (const RopeConfig& r : c.ropes) {
+    if (r.n_rot < 2 || r.n_rot % 2 != 0 || !(r.base > 0.0f) || !(r.freq_scale > 0.0f) ||
+        (!r.freq_factors.empty() && static_cast<int64_t>(r.freq_factors.size()) != r.n_rot / 2))
+      return Status::error(w + " invalid rope configuration (rotated dims " + std::to_string(r.n_rot) + ")");
+  }
+  for (size_t il = 0; il < c.layers.size(); ++il) {
+    LayerConfig& lc = c.layers[il];
+    const std::string at = w + " layer " + std::to_string(il) + ": ";
+    if (lc.n_heads < 1 || lc.n_kv_heads < 1 || lc.n_heads % lc.n_kv_heads != 0 || lc.head_dim < 2 ||
+        lc.head_dim % 2 != 0 || lc.head_dim > 4096)
+      return Status::error(at + "inconsistent heads " + std::to_string(lc.n_heads) + " / kv heads " +
+                           std::to_string(lc.n_kv_heads) + " / head_dim " + std::to_string(lc.head_dim));
+    if (lc.rope >= static_cast<int>(c.ropes.size()) || lc.rope < -1)
+      return Status::error(at + "rope table " + std::to_string(lc.rope) + " does not exist");
+    if (lc.rope >= 0 && c.ropes[lc.rope].n_rot > lc.head_dim)
+      return Status::error(at + "rope dims " + std::to_string(c.ropes[lc.rope].n_rot) + " > head_dim " +
+                           std::to_string(lc.head_dim));
+    if (lc.n_ff < 1) return Status::error(at + "feed-forward width " + std::to_string(lc.n_ff));
+    if (lc.n_expert > 0 && (lc.n_expert_used < 1 || lc.n_expert_used > lc.n_expert || lc.n_expert > 4096))
+      return Status::error(at + "expert_used_count " + std::to_string(lc.n_expert_used) + " of " +
+                           std::to_string(lc.n_expert) + " experts");
+    if (lc.window < 0) return Status::error(at + "negative sliding window");
+    if (lc.attn_scale == 0.0f) lc.attn_scale = 1.0f / std::sqrt(static_cast<float>(lc.head_dim));
+  }
+  auto tok = weight_2d(f, kt, "token_embd.weight", c.n_embd, c.n_vocab);
+  if (!tok) return tok.status();
+  m->tok_embd_ = *tok;
+  auto out = output_weight(f, kt, c.n_embd, c.n_vocab, m->tok_embd_);
+  if (!out) return out.status();
+  m->output_ = *out;
+  if (f.find_tensor("output.bias") != nullptr) {
+    auto ob = weight_1d_f32(f, kt, "output.bias", c.n_vocab);
+    if (!ob) return ob.status();
+    m->output_bias_ = std::move(ob).value();
+  }
+  auto on = weight_1d_f32(f, kt, "output_norm.weight", c.n_embd);
+  if (!on) return on.status();
+  m->output_norm_ = std::move(on).value();
+
+  m->layers_.resize(c.layers.size());
+  for (size_t il = 0; il < c.layers.size(); ++il) {
+    LayerWeights& L = m->layers_[il];
+    const LayerConfig& lc = c.layers[il];
+    for (const WeightRef& r : layer_weights(c, static_cast<int64_t>(il), L)) {
+      if (r.optional && f.find_tensor(r.name) == nullptr) continue;
+      if (r.vec != nullptr) {
+        auto v = weight_1d_f32(f, kt, r.name, r.dims[0]);
+        if (!v) return v.status();
+        *r.vec = std::move(v).value();
+      } else if (r.mat != nullptr) {
+        auto v = weight_2d(f, kt, r.name, r.dims[0], r.dims[1]);
+        if (!v) return v.status();
+        *r.mat = *v;
+      } else {
+        SPECULA_RETURN_IF_ERROR(load_experts(f, kt, r));
+      }
+    }
+    const RopeConfig* rope = lc.rope >= 0 ? &c.ropes[lc.rope] : nullptr;
+    // Offsets shift every score of a query by one constant: exact only without soft-capping.
+    if (lc.qkv_bias && lc.attn_softcap == 0.0f) {
+      L.v_offset = std::make_shared<const std::vector<float>>(L.bv);
+      L.k_offset = key_offset(L.bk, lc, rope);
+    }
+    if (lc.qk_norm && (rope == nullptr || rope->type == RopeType::kNeox))
+      L.k_scale = key_scale_from_norm(L.k_norm, lc.n_kv_heads, rope != nullptr ? rope->n_rot : 0);
+  }
+  m->info_.architecture = c.arch;
+  if (auto nm = f.get_string("general.name")) m->info_.name = *nm;
+  m->info_.n_vocab = c.n_vocab;
+  m->info_.n_embd = c.n_embd;
+  m->info_.n_layers = static_cast<int64_t>(c.layers.size());
+  m->info_.n_ctx_train = c.n_ctx_train;
+  m->kt_ = ctx.kernels;
+
+  std::vector<TensorView*> mats{&m->output_};
+  size_t expert_bytes = 0, expert_used_bytes = 0;
+  for (size_t il = 0; il < c.layers.size(); ++il) {
+    LayerWeights& L = m->layers_[il];
+    for (TensorView* v : {&L.wq, &L.wk, &L.wv, &L.wqkv, &L.wo, &L.w_gate, &L.w_up, &L.w_down, &L.router})
+      if (v->data != nullptr) mats.push_back(v);
+    for (std::vector<TensorView>* ev : {&L.e_gate, &L.e_up, &L.e_down})
+      for (TensorView& v : *ev) mats.push_back(&v);
+  }
+  pack_weights(ctx, mats);
+  note_packed(ctx, m->info_);
+  // A decode step reads only the experts it routes to: count n_expert_used of n_expert.
+  for (size_t il = 0; il < c.layers.size(); ++il) {
+    const LayerConfig& lc = c.layers[il];
+    for (std::vector<TensorView>* ev : {&m->layers_[il].e_gate, &m->layers_[il].e_up, &m->layers_[il].e_down})
+      for (const TensorView& v : *ev) {
+        const kernels::TypeKernels& tk = kt.of(v.dtype);
+        const size_t b = v.packed != nullptr ? tk.packed_bytes(v.rows, v.cols) : v.row_stride * v.rows;
+        expert_bytes += b;
+        expert_used_bytes += b * static_cast<size_t>(lc.n_expert_used) / static_cast<size_t>(lc.n_expert);
+      }
+  }
+  m->info_.matmul_bytes -= expert_bytes - expert_used_bytes;
+  m->ctx_ = std::move(ctx);
+  return std::unique_ptr<Model>(std::move(m));
+}
+
+std::vector<LayerSpec> Transformer::layer_specs() const {
+  std::vector<LayerSpec> specs(c_.layers.size());
+  for (size_t il = 0; il < specs.size(); ++il) {
+    const LayerConfig& lc = c_.layers[il];
+    specs[il].attention = attention_spec(lc.n_kv_heads, lc.head_dim, lc.window);
+    specs[il].attention.key_scale = layers_[il].k_scale;
+    specs[il].attention.key_offset = layers_[il].k_offset;
+    specs[il].attention.value_offset = layers_[il].v_offset;
+  }
+  return specs;
+}
+
+void Transformer::rows(int64_t M, const std::function<void(int64_t, int64_t)>& fn) {
+  if (M < 4) {
+    fn(0, M);
+    return;
+  }
+  ctx_.pool->run([&](int ith, int nth) {
+    auto [a, b] = ThreadPool::split(M, ith, nth);
+    if (a < b) fn(a, b);
+  });
+}
+
+void Transformer::ensure_buffers(int64_t M) {
+  if (M <= cap_m_) return;
+  int64_t QD = 0, KD = 0, QKV = 0, F = 0, FG = 0;
+  for (const LayerConfig& lc : c_.layers) {
+    QD = std::max(QD, lc.n_heads * lc.head_dim);
+    KD = std::max(KD, lc.n_kv_heads * lc.head_dim);
+    if (lc.fused_qkv) QKV = std::max(QKV, (lc.n_heads + 2 * lc.n_kv_heads) * lc.head_dim);
+    if (lc.n_expert == 0) F = std::max(F, lc.n_ff);
+    FG = std::max(FG, lc.fused_gate_up ? 2 * lc.n_ff : lc.n_ff);
+  }
+  const int64_t E = c_.n_embd;
+  const auto sz = [M](int64_t w) { return static_cast<size_t>(M * w); };
+  x_.assign(sz(E), 0); xn_.assign(sz(E), 0); o_.assign(sz(E), 0);
+  q_.assign(sz(QD), 0); attn_.assign(sz(QD), 0);
+  k_.assign(sz(KD), 0); v_.assign(sz(KD), 0);
+  qkv_.assign(sz(QKV), 0);
+  gate_.assign(sz(std::max(F, FG)), 0); up_.assign(sz(F), 0);
+  cos_.resize(c_.ropes.size());
+  sin_.resize(c_.ropes.size());
+  for (size_t r = 0; r < c_.ropes.size(); ++r) {
+    cos_[r].assign(sz(c_.ropes[r].n_rot / 2), 0);
+    sin_[r].assign(sz(c_.ropes[r].n_rot / 2), 0);
+  }
+  cap_m_ = M;
+}
+
+Status Transformer::forward(const Batch& batch, StateRows& state, Tensor& hidden) {
+  const std::string who = "[" + c_.arch + "]";
+  const int64_t n_layers = static_cast<int64_t>(c_.layers.size());
+  if (state.n_layers() != n_layers)
+    return Status::error(who + " state has " + std::to_string(state.n_layers()) + " layers, the model " +
+                         std::to_string(n_layers));
+  SPECULA_RETURN_IF_ERROR(plan_batch(batch, state, c_.n_vocab, who.c_str(), layout_));
+  const int64_t M = layout_.M;
+  ensure_buffers(M);
+  const int64_t E = c_.n_embd;
+  const int32_t* pos = layout_.pos.data();
+
+  ops::get_rows(*kt_, tok_embd_, batch.ids, M, c_.embd_scale, x_.data());
+  for (size_t r = 0; r < c_.ropes.size(); ++r) {
+    const RopeConfig& rc = c_.ropes[r];
+    ops::rope_table(pos, M, rc.n_rot, rc.base, rc.freq_scale, cos_[r].data(), sin_[r].data(),
+                    rc.freq_factors.empty() ? nullptr : rc.freq_factors.data());
+  }
+  for (int64_t il = 0; il < n_layers; ++il) {
+    const LayerConfig& lc = c_.layers[il];
+    const LayerWeights& L = layers_[il];
+    rows(M, [&](int64_t a, int64_t b) {
+      ops::rms_norm(x_.data() + a * E, L.attn_norm.data(), b - a, E, c_.eps, xn_.data() + a * E);
+    });
+    attention_block(il, batch, state);
+    rows(M, [&](int64_t a, int64_t b) {
+      if (lc.sandwich) ops::rms_norm(o_.data() + a * E, L.post_attn_norm.data(), b - a, E, c_.eps, o_.data() + a * E);
+      for (int64_t i = a * E; i < b * E; ++i) x_[i] += o_[i];
+      ops::rms_norm(x_.data() + a * E, L.ffn_norm.data(), b - a, E, c_.eps, xn_.data() + a * E);
+    });
+    if (lc.n_expert > 0)
+      ffn_moe(lc, L, M);
+    else
+      ffn_dense(lc, L, M);
+    rows(M, [&](int64_t a, int64_t b) {
+      if (lc.sandwich) ops::rms_norm(o_.data() + a * E, L.post_ffn_norm.data(), b - a, E, c_.eps, o_.data() + a * E);
+      for (int64_t i = a * E; i < b * E; ++i) x_[i] += o_[i];
+    });
+  }
+  for (int32_t b = 0; b < batch.B; ++b) state.advance(batch.rows[b], batch.tokens_of(b));
+  if (hidden.shape().size() != 2 || hidden.dim(0) != M || hidden.dim(1) != E) hidden = Tensor({M, E});
+  ops::rms_norm(x_.data(), output_norm_.data(), M, E, c_.eps, hidden.data());
+  return Status::ok();
+}
+
+void Transformer::attention_block(int64_t il, const Batch& batch, StateRows& state) {
+  const LayerConfig& lc = c_.layers[il];
+  const LayerWeights& L = layers_[il];
+  ThreadPool& pool = *ctx_.pool;
+  const kernels::KernelTable& kt = *kt_;
+  const int64_t M = layout_.M, E = c_.n_embd;
+  const int64_t hd = lc.head_dim, nh = lc.n_heads, nkv = lc.n_kv_heads, QD = nh * hd, KD = nkv * hd;
+  if (lc.fused_qkv) {
+    ops::matmul(pool, kt, L.wqkv, xn_.data(), M, qkv_.data(), ws_);
+    const int64_t W = QD + 2 * KD;
+    rows(M, [&](int64_t a, int64_t b) {
+      for (int64_t m = a; m < b; ++m) {
+        const float* s = qkv_.data() + m * W;
+        std::copy(s, s + QD, q_.data() + m * QD);
+        std::copy(s + QD, s + QD + KD, k_.data() + m * KD);
+        std::copy(s + QD + KD, s + W, v_.data() + m * KD);
+      }
+    });
+  } else {
+    ops::matmul(pool, kt, L.wq, xn_.data(), M, q_.data(), ws_);
+    ops::matmul(pool, kt, L.wk, xn_.data(), M, k_.data(), ws_);
+    ops::matmul(pool, kt, L.wv, xn_.data(), M, v_.data(), ws_);
+  }
+  const RopeConfig* rope = lc.rope >= 0 ? &c_.ropes[lc.rope] : nullptr;
+  rows(M, [&](int64_t a, int64_t b) {
+    if (lc.qkv_bias) {
+      for (int64_t m = a; m < b; ++m) {
+        float* q = q_.data() + m * QD;
+        float* k = k_.data() + m * KD;
+        float* v = v_.data() + m * KD;
+        for (int64_t i = 0; i < QD; ++i) q[i] += L.bq[i];
+        for (int64_t i = 0; i < KD; ++i) k[i] += L.bk[i];
+        for (int64_t i = 0; i < KD; ++i) v[i] += L.bv[i];
+      }
+    }
+    if (lc.qk_norm) {
+      ops::rms_norm(q_.data() + a * QD, L.q_norm.data(), (b - a) * nh, hd, c_.eps, q_.data() + a * QD);
+      ops::rms_norm(k_.data() + a * KD, L.k_norm.data(), (b - a) * nkv, hd, c_.eps, k_.data() + a * KD);
+    }
+    if (rope != nullptr) {
+      const int64_t half = rope->n_rot / 2;
+      const float* cs = cos_[lc.rope].data() + a * half;
+      const float* sn = sin_[lc.rope].data() + a * half;
+      if (rope->type == RopeType::kNeox) {
+        ops::rope_neox_partial(q_.data() + a * QD, b - a, nh, hd, rope->n_rot, cs, sn);
+        ops::rope_neox_partial(k_.data() + a * KD, b - a, nkv, hd, rope->n_rot, cs, sn);
+      } else {
+        ops::rope_norm(q_.data() + a * QD, b - a, nh, hd, rope->n_rot, cs, sn);
+        ops::rope_norm(k_.data() + a * KD, b - a, nkv, hd, rope->n_rot, cs, sn);
+      }
+    }
+  });
+  AttentionArgs aa;
+  aa.layer = il;
+  aa.n_heads = nh;
+  aa.n_kv_heads = nkv;
+  aa.head_dim = hd;
+  aa.scale = lc.attn_scale;
+  aa.softcap = lc.attn_softcap;
+  aa.M = M;
+  aa.B = batch.B;
+  aa.rows = batch.rows;
+  aa.offset = layout_.offset.data();
+  aa.token_row = layout_.token_row.data();
+  aa.kt = &kt;
+  attention(pool, aa, state, q_.data(), k_.data(), v_.data(), attn_.data(), attn_scratch_);
+  ops::matmul(pool, kt, L.wo, attn_.data(), M, o_.data(), ws_);
+  if (lc.o_bias)
+    rows(M, [&](int64_t a, int64_t b) {
+      for (int64_t m = a; m < b; ++m)
+        for (int64_t i = 0; i < E; ++i) o_[m * E + i] += L.bo[i];
+    });
+}
+
+void Transformer::ffn_dense(const LayerConfig& lc, const LayerWeights& L, int64_t M) {
+  ThreadPool& pool = *ctx_.pool;
+  const kernels::KernelTable& kt = *kt_;
+  const int64_t F = lc.n_ff;
+  float* act = gate_.data();  // act(gate) * up, [M, F]
+  if (lc.fused_gate_up) {
+    ops::matmul(pool, kt, L.w_up, xn_.data(), M, gate_.data(), ws_);  // [M, 2F]: gate | up
+    act = up_.data();
+    rows(M, [&](int64_t a, int64_t b) {
+      for (int64_t m = a; m < b; ++m) {
+        const float* g = gate_.data() + m * 2 * F;
+        if (lc.act == Activation::kSilu)
+          ops::silu_mul(F, g, g + F, up_.data() + m * F);
+        else
+          kt.gelu_tanh_mul(F, g, g + F, up_.data() + m * F);
+      }
+    });
+  } else {
+    ops::matmul(pool, kt, L.w_gate, xn_.data(), M, gate_.data(), ws_);
+    ops::matmul(pool, kt, L.w_up, xn_.data(), M, up_.data(), ws_);
+    if (lc.act == Activation::kSilu) {
+      // Split the elementwise SwiGLU over all M*F elements (decode has M = 1).
+      pool.run([&](int ith, int nth) {
+        auto [a, b] = ThreadPool::split(M * F, ith, nth);
+        if (a < b) ops::silu_mul(b - a, gate_.data() + a, up_.data() + a, gate_.data() + a);
+      });
+    } else {
+      rows(M, [&](int64_t a, int64_t b) {
+        kt.gelu_tanh_mul((b - a) * F, gate_.data() + a * F, up_.data() + a * F, gate_.data() + a * F);
+      });
+    }
+  }
+  ops::matmul(pool, kt, L.w_down, act, M, o_.data(), ws_);
+}
+
+void Transformer::ffn_moe(const LayerConfig& lc, const LayerWeights& L, int64_t M) {
+  ThreadPool& pool = *ctx_.pool;
+  const kernels::KernelTable& kt = *kt_;
+  const int64_t E = c_.n_embd, F = lc.n_ff, NE = lc.n_expert, K = lc.n_expert_used;
+  const auto grow = [](auto& v, int64_t n) {
+    if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
+  };
+  grow(probs_, M * NE);
+  grow(topw_, M * K);
+  grow(topi_, M * K);
+  grow(ey_, M * K * E);
+  // Router: softmax over the experts, the k most probable (ties: lower index), their
+  // probabilities renormalised when norm_topk.
+  ops::matmul(pool, kt, L.router, xn_.data(), M, probs_.data(), ws_);
+  rows(M, [&](int64_t a, int64_t b) {
+    thread_local std::vector<int32_t> idx;
+    idx.resize(static_cast<size_t>(NE));
+    for (int64_t m = a; m < b; ++m) {
+      float* p = probs_.data() + m * NE;
+      const float mx = *std::max_element(p, p + NE);
+      const float inv = 1.0f / kt.exp_sub_sum(NE, mx, p);
+      for (int64_t e = 0; e < NE; ++e) p[e] *= inv;
+      std::iota(idx.begin(), idx.end(), 0);
+      std::partial_sort(idx.begin(), idx.begin() + K, idx.end(),
+                        [p](int32_t x, int32_t y) { return p[x] > p[y] || (p[x] == p[y] && x < y); });
+      float sum = 0.0f;
+      for (int64_t r = 0; r < K; ++r) {
+        topi_[m * K + r] = idx[r];
+        topw_[m * K + r] = p[idx[r]];
+        sum += p[idx[r]];
+      }
+      if (lc.norm_topk)
+        for (int64_t r = 0; r < K; ++r) topw_[m * K + r] /= sum;
+    }
+  });
+  // Each expert runs once on the tokens routed to it (gathered rows); its output rows go to
+  // (token, rank) slots, so how tokens are grouped never changes a token's result.
+  routed_.resize(static_cast<size_t>(NE));
+  for (auto& r : routed_) r.clear();
+  for (int64_t i = 0; i < M * K; ++i) routed_[topi_[i]].push_back(i);
+  for (int64_t e = 0; e < NE; ++e) {
+    const std::vector<int64_t>& slots = routed_[e];
+    const int64_t n = static_cast<int64_t>(slots.size());
+    if (n == 0) continue;
+    grow(xg_, n * E);
+    grow(eg_, n * F);
+    grow(eu_, n * F);
+    grow(eo_, n * E);
+    for (int64_t i = 0; i < n; ++i)
+      std::copy(xn_.data() + (slots[i] / K) * E, xn_.data() + (slots[i] / K + 1) * E, xg_.data() + i * E);
+    ops::matmul(pool, kt, L.e_gate[e], xg_.data(), n, eg_.data(), ws_);
+    ops::matmul(pool, kt, L.e_up[e], xg_.data(), n, eu_.data(), ws_);
+    if (lc.act == Activation::kSilu) {
+      pool.run([&](int ith, int nth) {
+        auto [a, b] = ThreadPool::split(n * F, ith, nth);
+        if (a < b) ops::silu_mul(b - a, eg_.data() + a, eu_.data() + a, eg_.data() + a);
+      });
+    } else {
+      rows(n, [&](int64_t a, int64_t b) {
+        kt.gelu_tanh_mul((b - a) * F, eg_.data() + a * F, eu_.data() + a * F, eg_.data() + a * F);
+      });
+    }
+    ops::matmul(pool, kt, L.e_down[e], eg_.data(), n, eo_.data(), ws_);
+    for (int64_t i = 0; i < n; ++i) std::copy(eo_.data() + i * E, eo_.data() + (i + 1) * E, ey_.data() + slots[i] * E);
+  }
+  // o = sum over ranks, in rank order, of weight * expert output.
+  rows(M, [&](int64_t a, int64_t b) {
+    for (int64_t m = a; m < b; ++m) {
+      float* o = o_.data() + m * E;
+      for (int64_t r = 0; r < K; ++r) {
+        const float w = topw_[m * K + r];
+        const float* y = ey_.data() + (m * K + r) * E;
+        if (r == 0)
+          for (int64_t i = 0; i < E; ++i) o[i] = w * y[i];
+        else
+          for (int64_t i = 0; i < E; ++i) o[i] += w * y[i];
+      }
+    }
+  });
+}
+
+void Transformer::project_logits(const float* hidden, int64_t n, float* logits) {
+  ops::matmul(*ctx_.pool, *kt_, output_, hidden, n, logits, ws_);
+  const int64_t V = c_.n_vocab;
+  if (!output_bias_.empty())
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t i = 0; i < V; ++i) logits[r * V + i] += output_bias_[i];
+  if (c_.final_softcap > 0.0f) {
+    const float cap = c_.final_softcap;
+    for (int64_t i = 0; i < n * V; ++i) logits[i] = cap * std::tanh(logits[i] / cap);
+  }
+}
+
+}  // namespace specula

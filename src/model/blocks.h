@@ -1,0 +1,211 @@
+// model/blocks.h — the shared pieces of decoder-only transformers: a metadata reader, a
+// per-layer configuration, one weight list per block, and one forward built from blocks
+// (norm, attention, dense or MoE FFN, RoPE) over buffers the model owns.
+//
+// An architecture file reads its TransformerConfig from GGUF metadata (standard_config
+// does what most need) and registers it with register_transformer; the Transformer model
+// here loads the weights the config implies (layer_weights: the one list that drives
+// loading, validation and the tests), checks them, and runs forward. What a layer computes:
+//
+//   h  = x;  x = norm(x, attn_norm)
+//   q, k, v = x·Wq, x·Wk, x·Wv          (or one fused attn_qkv; + biases when present)
+//   q, k = RMSNorm per head (QK-norm)    (when the layer has it)
+//   q, k = RoPE (NORM or NEOX pairs, base, linear scale, frequency factors), or none (NoPE)
+//   a  = attention(q · scale, k, v)       (causal, optional sliding window, optional
+//                                          score soft-capping c·tanh(s/c))
+//   o  = a·Wo (+ bias);  o = norm(o, post_attention_norm) (sandwich layers);  x = h + o
+//   h  = x;  x = norm(x, ffn_norm)
+//   f  = down(act(gate(x)) * up(x))       (dense: SiLU or GELU-tanh; or fused gate|up)
+//      | sum_k w_k down_e(act(gate_e(x)) * up_e(x)) over the top-k experts e of
+//        softmax(x·W_router) (weights renormalised over the k when the config says so)
+//   f  = norm(f, post_ffw_norm) (sandwich); x = h + f
+//
+// then a final RMSNorm (hidden), and project_logits = hidden·W_out (+ bias), optionally
+// soft-capped. Norms are RMSNorm (Zhang & Sennrich 2019); GGUF norm weights already hold
+// any +1 (Gemma). RoPE: Su et al. 2021; llama3 frequency factors: Meta's Llama 3.1
+// rope_scaling (llama.cpp stores them as rope_freqs.weight); MoE routing: Shazeer et al.
+// 2017 as in Qwen3-MoE (softmax, top-k, renormalised). Tensor names and metadata keys are
+// llama.cpp's (src/llama-arch.cpp).
+// Does not do: LayerNorm with bias, parallel attention+FFN blocks, MLA, shared experts,
+// YaRN or LongRoPE scaling (rejected by name at load), recurrent layers (qwen35.cpp).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model/attention.h"
+#include "model/model.h"
+#include "ops/ops.h"
+
+namespace specula {
+
+// Reads `<arch>.` metadata keys with range checks; the first error is kept (and later reads
+// return their fallback or 0) so a config reader checks status() once. Errors name the key:
+// "[llama] missing metadata key 'llama.block_count' (an integer in [1, 4096])".
+class Hparams {
+ public:
+  Hparams(const gguf::GgufFile& f, std::string arch) : f_(f), arch_(std::move(arch)), who_("[" + arch_ + "]") {}
+  // `key` is relative to the architecture ("block_count"); a leading '.' makes it absolute.
+  int64_t i(const std::string& key, int64_t lo, int64_t hi, std::optional<int64_t> fallback = std::nullopt);
+  double f(const std::string& key, double lo, double hi, std::optional<double> fallback = std::nullopt,
+           bool lo_open = true);
+  bool has(const std::string& key) const { return f_.find(full(key)) != nullptr; }
+  std::optional<std::string> str(const std::string& key) const;
+  // An integer or bool array; nullopt when absent or not an array (an error when an array
+  // of another element type).
+  std::optional<std::vector<int32_t>> ints(const std::string& key);
+  // Records an error unless one is already kept.
+  void fail(const std::string& message);
+  const Status& status() const { return status_; }
+  const gguf::GgufFile& file() const { return f_; }
+  const std::string& arch() const { return arch_; }
+  const char* who() const { return who_.c_str(); }
+  std::string full(const std::string& key) const { return key.rfind('.', 0) == 0 ? key.substr(1) : arch_ + "." + key; }
+
+ private:
+  const gguf::GgufFile& f_;
+  std::string arch_, who_;
+  Status status_ = Status::ok();
+};
+
+enum class RopeType { kNorm, kNeox };  // pairs (2i, 2i+1) vs (i, i + n_rot/2)
+enum class Activation { kSilu, kGeluTanh };
+
+// One rotary table: theta_i(pos) = pos * freq_scale * base^(-2i/n_rot) / freq_factors[i].
+struct RopeConfig {
+  RopeType type = RopeType::kNeox;
+  float base = 10000.0f;
+  float freq_scale = 1.0f;          // linear position interpolation (1 / rope.scaling.factor)
+  int64_t n_rot = 0;                // rotated dims of each head (even, <= head_dim)
+  std::vector<float> freq_factors;  // [n_rot/2] divisors of theta_i (llama3's rope_freqs), or empty
+};
+
+struct LayerConfig {
+  int64_t n_heads = 0, n_kv_heads = 0, head_dim = 0;  // K and V heads have head_dim each
+  int64_t window = 0;          // sliding window in tokens (a query at p sees (p - window, p]); 0 = full
+  int rope = 0;                // index into TransformerConfig::ropes; -1 = no RoPE (NoPE layer)
+  float attn_scale = 0.0f;     // multiplies q before q·k; 0 = 1/sqrt(head_dim)
+  float attn_softcap = 0.0f;   // scores become c·tanh(s/c); 0 = off
+  bool qk_norm = false;        // attn_q_norm / attn_k_norm [head_dim], per-head RMSNorm
+  bool qkv_bias = false;       // attn_q.bias / attn_k.bias / attn_v.bias
+  bool o_bias = false;         // attn_output.bias
+  bool fused_qkv = false;      // attn_qkv [n_embd, (n_heads + 2 n_kv_heads) head_dim]: q | k | v
+  bool sandwich = false;       // post_attention_norm and post_ffw_norm after each sub-block
+  Activation act = Activation::kSilu;
+  int64_t n_ff = 0;            // dense FFN width (or one expert's, n_expert > 0)
+  bool fused_gate_up = false;  // ffn_up [n_embd, 2 n_ff] holds gate | up (no ffn_gate)
+  int64_t n_expert = 0;        // > 0: MoE FFN (ffn_gate_inp router, *_exps experts)
+  int64_t n_expert_used = 0;   // top-k
+  bool norm_topk = true;       // renormalise the k routing weights to sum 1
+};
+
+struct TransformerConfig {
+  std::string arch;            // general.architecture (errors are prefixed "[arch]")
+  int64_t n_vocab = 0, n_embd = 0, n_ctx_train = 0;
+  float eps = 1e-6f;           // RMSNorm epsilon
+  float embd_scale = 1.0f;     // token embeddings are multiplied by it (Gemma: sqrt(n_embd))
+  float final_softcap = 0.0f;  // logits become c·tanh(l/c); 0 = off
+  std::vector<RopeConfig> ropes;
+  std::vector<LayerConfig> layers;
+};
+
+// The hyperparameters every decoder reads, from `<arch>.` keys, into a config whose layers
+// are all alike: embedding_length, block_count, feed_forward_length, attention.head_count,
+// attention.head_count_kv (default head_count), context_length, attention.key_length and
+// value_length (default n_embd / head_count; must be equal), attention.layer_norm_rms_epsilon,
+// rope.freq_base (default 10000), rope.dimension_count (default head_dim), rope.scaling.type
+// none | linear (rope.scaling.factor), attention.sliding_window (when present, on every
+// layer); n_vocab from token_embd.weight. One NEOX rope table; SiLU dense FFN. Also checks no
+// tensor belongs to a block past block_count. Errors name the key or tensor.
+Result<TransformerConfig> standard_config(const gguf::GgufFile& f, const std::string& arch);
+// Hparams-level variant: reads into `h` (errors kept there).
+TransformerConfig standard_config(Hparams& h);
+
+// rope_freqs.weight [n_rot/2] as the frequency factors of rope `r` when the file holds it.
+Status read_freq_factors(const gguf::GgufFile& f, RopeConfig& r);
+
+// A config reader per architecture; register_transformer makes load_model build a
+// Transformer from it for files whose general.architecture is `name`.
+using ConfigReader = std::function<Result<TransformerConfig>(const gguf::GgufFile&)>;
+bool register_transformer(const std::string& name, ConfigReader reader);
+
+// --- weights ----------------------------------------------------------------------------
+struct LayerWeights {
+  std::vector<float> attn_norm, ffn_norm, post_attn_norm, post_ffn_norm;  // [n_embd]
+  std::vector<float> q_norm, k_norm;                                       // [head_dim]
+  std::vector<float> bq, bk, bv, bo;  // [n_heads*head_dim], [n_kv_heads*head_dim] x2, [n_embd]
+  // wq [n_heads*hd, n_embd]; wk, wv [n_kv_heads*hd, n_embd]; wqkv [(n_heads+2 n_kv)*hd, n_embd];
+  // wo [n_embd, n_heads*hd]; w_gate, w_up [n_ff, n_embd] (w_up [2 n_ff, n_embd] when fused);
+  // w_down [n_embd, n_ff]; router [n_expert, n_embd].
+  TensorView wq, wk, wv, wqkv, wo, w_gate, w_up, w_down, router;
+  // Experts: [n_expert] views into the 3-D *_exps tensors, each [n_ff, n_embd] / [n_embd, n_ff].
+  std::vector<TensorView> e_gate, e_up, e_down;
+  // For quantizing caches (AttentionSpec): key/value offsets from the biases, key scale from k_norm.
+  std::shared_ptr<const std::vector<float>> k_offset, v_offset, k_scale;
+};
+
+// One tensor a layer (or the model) reads: its GGUF name and shape (fastest dim first) and
+// where it goes (exactly one target set).
+struct WeightRef {
+  std::string name;
+  std::vector<int64_t> dims;
+  bool optional = false;
+  std::vector<float>* vec = nullptr;       // 1-D, converted to f32
+  TensorView* mat = nullptr;               // 2-D matmul weight [dims[1], dims[0]]
+  std::vector<TensorView>* experts = nullptr;  // 3-D [dims[2]] x [dims[1], dims[0]]
+};
+// The tensors of layer `il` under config `c` (targets in L; L may be a dummy for names only).
+std::vector<WeightRef> layer_weights(const TransformerConfig& c, int64_t il, LayerWeights& L);
+
+// --- the model ----------------------------------------------------------------------------
+class Transformer final : public Model {
+ public:
+  // Loads the weights `config` implies from ctx.file. Errors: a missing or misshapen
+  // tensor (named), an unsupported type, inconsistent config values.
+  static Result<std::unique_ptr<Model>> create(ModelContext ctx, TransformerConfig config);
+
+  const ModelInfo& info() const override { return info_; }
+  const gguf::GgufFile& file() const override { return *ctx_.file; }
+  std::shared_ptr<ThreadPool> pool() const override { return ctx_.pool; }
+  std::vector<LayerSpec> layer_specs() const override;
+  Status forward(const Batch& batch, StateRows& state, Tensor& hidden) override;
+  void project_logits(const float* hidden, int64_t n, float* logits) override;
+  const TransformerConfig& config() const { return c_; }
+
+ private:
+  void ensure_buffers(int64_t M);
+  void rows(int64_t M, const std::function<void(int64_t, int64_t)>& fn);
+  void attention_block(int64_t il, const Batch& batch, StateRows& state);
+  void ffn_dense(const LayerConfig& lc, const LayerWeights& L, int64_t M);
+  void ffn_moe(const LayerConfig& lc, const LayerWeights& L, int64_t M);
+
+  ModelContext ctx_;
+  ModelInfo info_;
+  TransformerConfig c_;
+  const kernels::KernelTable* kt_ = nullptr;
+  TensorView tok_embd_, output_;    // [n_vocab, n_embd]
+  std::vector<float> output_norm_;  // [n_embd]
+  std::vector<float> output_bias_;  // [n_vocab] or empty
+  std::vector<LayerWeights> layers_;
+  ops::Workspace ws_;
+  BatchLayout layout_;
+  AttentionScratch attn_scratch_;
+  // Step buffers (grow only; widths are the largest over layers): x/xn/o [M, n_embd];
+  // q/attn [M, n_heads*hd]; k/v [M, n_kv*hd]; qkv [M, (n_heads+2 n_kv)*hd] (fused only);
+  // gate/up [M, n_ff] (gate [M, 2 n_ff] when fused); per rope table cos/sin [M, n_rot/2].
+  int64_t cap_m_ = 0;
+  std::vector<float> x_, xn_, o_, q_, k_, v_, qkv_, attn_, gate_, up_;
+  std::vector<std::vector<float>> cos_, sin_;
+  // MoE (grow only): router probabilities [M, n_expert]; chosen experts and weights
+  // [M, k]; per expert its tokens' (token, rank) pairs; gathered rows xg [n, n_embd],
+  // eg/eu [n, n_ff]; expert outputs y [M*k, n_embd].
+  std::vector<float> probs_, topw_, xg_, eg_, eu_, ey_, eo_;
+  std::vector<int32_t> topi_;
+  std::vector<std::vector<int64_t>> routed_;
+};
+
+}  // namespace specula
