@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <set>
 
 namespace specula {
 
@@ -57,7 +58,9 @@ TransformerConfig standard_config(Hparams& h) {
   c.arch = h.arch();
   c.n_embd = h.i("embedding_length", 1, kMax);
   const int64_t n_layers = h.i("block_count", 1, 4096);
-  const int64_t n_ff = h.i("feed_forward_length", 1, kMax);
+  // (Optional for MoE files: their experts have expert_feed_forward_length.)
+  const bool moe = h.has("expert_count");
+  const int64_t n_ff = h.i("feed_forward_length", moe ? 0 : 1, kMax, moe ? std::optional<int64_t>(0) : std::nullopt);
   const int64_t H = h.i("attention.head_count", 1, 4096);
   const int64_t Hkv = h.i("attention.head_count_kv", 1, 4096, H);
   c.n_ctx_train = h.i("context_length", 1, int64_t{1} << 26);
@@ -123,6 +126,53 @@ Status read_freq_factors(const gguf::GgufFile& f, RopeConfig& r) {
   return Status::ok();
 }
 
+bool has_layer_tensor(const gguf::GgufFile& f, int64_t il, const std::string& suffix) {
+  return f.find_tensor("blk." + std::to_string(il) + "." + suffix) != nullptr;
+}
+
+void probe_attention_tensors(const gguf::GgufFile& f, TransformerConfig& c) {
+  for (size_t il = 0; il < c.layers.size(); ++il) {
+    LayerConfig& l = c.layers[il];
+    const int64_t i = static_cast<int64_t>(il);
+    l.fused_qkv = has_layer_tensor(f, i, "attn_qkv.weight");
+    l.qkv_bias = has_layer_tensor(f, i, l.fused_qkv ? "attn_qkv.bias" : "attn_q.bias");
+    l.o_bias = has_layer_tensor(f, i, "attn_output.bias");
+  }
+}
+
+void read_moe(Hparams& h, TransformerConfig& c, bool required) {
+  const int64_t n_expert = h.i("expert_count", required ? 1 : 0, 4096, required ? std::nullopt : std::optional<int64_t>(0));
+  if (n_expert == 0) return;
+  const int64_t used = h.i("expert_used_count", 1, n_expert);
+  // Default as llama.cpp: the dense width over the experts used.
+  const int64_t n_ff = c.layers.empty() ? 0 : c.layers[0].n_ff;
+  const int64_t n_ff_exp = h.i("expert_feed_forward_length", 1, int64_t{1} << 20,
+                               n_ff > 0 ? std::optional<int64_t>(n_ff / used) : std::nullopt);
+  const float scale = static_cast<float>(h.f("expert_weights_scale", 0.0, 1e6, 0.0, false));
+  for (LayerConfig& l : c.layers) {
+    l.n_expert = n_expert;
+    l.n_expert_used = used;
+    l.n_ff = n_ff_exp;
+    l.expert_scale = scale;
+  }
+}
+
+std::vector<bool> sliding_layers(Hparams& h, int64_t n_layers, int64_t default_period) {
+  std::vector<bool> swa(static_cast<size_t>(n_layers), false);
+  const std::string key = "attention.sliding_window_pattern";
+  if (auto arr = h.ints(key)) {
+    if (static_cast<int64_t>(arr->size()) < n_layers)
+      h.fail(std::string(h.who()) + " metadata key '" + h.full(key) + "' has " + std::to_string(arr->size()) +
+             " entries for " + std::to_string(n_layers) + " layers");
+    else
+      for (int64_t il = 0; il < n_layers; ++il) swa[il] = (*arr)[il] != 0;
+    return swa;
+  }
+  const int64_t n = h.i(key, 0, 4096, default_period);
+  for (int64_t il = 0; il < n_layers; ++il) swa[il] = n == 0 || il % n < n - 1;
+  return swa;
+}
+
 bool register_transformer(const std::string& name, ConfigReader reader) {
   return register_architecture(name, [reader](ModelContext ctx) -> Result<std::unique_ptr<Model>> {
     auto c = reader(*ctx.file);
@@ -154,7 +204,9 @@ std::vector<WeightRef> layer_weights(const TransformerConfig& c, int64_t il, Lay
     mat("attn_k.weight", E, KD, &L.wk);
     mat("attn_v.weight", E, KD, &L.wv);
   }
-  if (lc.qkv_bias) {
+  if (lc.qkv_bias && lc.fused_qkv) {
+    vec("attn_qkv.bias", QD + 2 * KD, &L.bq);  // split into bq, bk, bv after loading
+  } else if (lc.qkv_bias) {
     vec("attn_q.bias", QD, &L.bq);
     vec("attn_k.bias", KD, &L.bk);
     vec("attn_v.bias", KD, &L.bv);
@@ -299,11 +351,13 @@ Result<std::unique_ptr<Model>> Transformer::create(ModelContext ctx, Transformer
   m->output_norm_ = std::move(on).value();
 
   m->layers_.resize(c.layers.size());
+  std::set<std::string> used;
   for (size_t il = 0; il < c.layers.size(); ++il) {
     LayerWeights& L = m->layers_[il];
     const LayerConfig& lc = c.layers[il];
     for (const WeightRef& r : layer_weights(c, static_cast<int64_t>(il), L)) {
       if (r.optional && f.find_tensor(r.name) == nullptr) continue;
+      used.insert(r.name);
       if (r.vec != nullptr) {
         auto v = weight_1d_f32(f, kt, r.name, r.dims[0]);
         if (!v) return v.status();
@@ -316,6 +370,12 @@ Result<std::unique_ptr<Model>> Transformer::create(ModelContext ctx, Transformer
         SPECULA_RETURN_IF_ERROR(load_experts(f, kt, r));
       }
     }
+    if (lc.qkv_bias && lc.fused_qkv) {
+      const int64_t QD = lc.n_heads * lc.head_dim, KD = lc.n_kv_heads * lc.head_dim;
+      L.bk.assign(L.bq.begin() + QD, L.bq.begin() + QD + KD);
+      L.bv.assign(L.bq.begin() + QD + KD, L.bq.end());
+      L.bq.resize(static_cast<size_t>(QD));
+    }
     const RopeConfig* rope = lc.rope >= 0 ? &c.ropes[lc.rope] : nullptr;
     // Offsets shift every score of a query by one constant: exact only without soft-capping.
     if (lc.qkv_bias && lc.attn_softcap == 0.0f) {
@@ -325,6 +385,12 @@ Result<std::unique_ptr<Model>> Transformer::create(ModelContext ctx, Transformer
     if (lc.qk_norm && (rope == nullptr || rope->type == RopeType::kNeox))
       L.k_scale = key_scale_from_norm(L.k_norm, lc.n_kv_heads, rope != nullptr ? rope->n_rot : 0);
   }
+  // A block tensor the configuration does not read is a feature this build would silently
+  // drop (a bias, an extra norm): refuse the file, naming it.
+  for (const gguf::TensorInfo& t : f.tensors())
+    if (t.name.rfind("blk.", 0) == 0 && used.count(t.name) == 0)
+      return Status::error(w + " tensor '" + t.name + "' is not read by the " + c.arch +
+                           " configuration (an unsupported variant of the architecture)");
   m->info_.architecture = c.arch;
   if (auto nm = f.get_string("general.name")) m->info_.name = *nm;
   m->info_.n_vocab = c.n_vocab;
@@ -596,6 +662,8 @@ void Transformer::ffn_moe(const LayerConfig& lc, const LayerWeights& L, int64_t 
       }
       if (lc.norm_topk)
         for (int64_t r = 0; r < K; ++r) topw_[m * K + r] /= sum;
+      if (lc.expert_scale != 0.0f && lc.expert_scale != 1.0f)
+        for (int64_t r = 0; r < K; ++r) topw_[m * K + r] *= lc.expert_scale;
     }
   });
   // Each expert runs once on the tokens routed to it (gathered rows); its output rows go to

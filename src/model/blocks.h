@@ -101,6 +101,7 @@ struct LayerConfig {
   int64_t n_expert = 0;        // > 0: MoE FFN (ffn_gate_inp router, *_exps experts)
   int64_t n_expert_used = 0;   // top-k
   bool norm_topk = true;       // renormalise the k routing weights to sum 1
+  float expert_scale = 0.0f;   // multiplies the routing weights (0 or 1 = none)
 };
 
 struct TransformerConfig {
@@ -127,6 +128,23 @@ TransformerConfig standard_config(Hparams& h);
 
 // rope_freqs.weight [n_rot/2] as the frequency factors of rope `r` when the file holds it.
 Status read_freq_factors(const gguf::GgufFile& f, RopeConfig& r);
+
+// Whether the file holds tensor "blk.<il>.<suffix>".
+bool has_layer_tensor(const gguf::GgufFile& f, int64_t il, const std::string& suffix);
+// As llama.cpp's loader for most architectures: attention Q/K/V either fused (attn_qkv) or
+// separate, with optional biases (attn_qkv.bias or attn_q/k/v.bias) and an optional
+// attn_output.bias — sets fused_qkv, qkv_bias and o_bias of each layer from the file.
+void probe_attention_tensors(const gguf::GgufFile& f, TransformerConfig& c);
+// MoE keys: expert_count (absent = dense unless required), expert_used_count,
+// expert_feed_forward_length (default: the dense width), expert_weights_scale; sets every
+// layer's FFN to experts.
+void read_moe(Hparams& h, TransformerConfig& c, bool required);
+
+// Which layers use the sliding window, as llama.cpp's load_swa_pattern: the per-layer bool
+// array attention.sliding_window_pattern (true = sliding window), or its integer form n
+// (default `default_period`): layer il slides when il % n < n - 1 (every n-th layer is
+// global; n = 1: none slides, n = 0: all do). [n_layers]
+std::vector<bool> sliding_layers(Hparams& h, int64_t n_layers, int64_t default_period);
 
 // A config reader per architecture; register_transformer makes load_model build a
 // Transformer from it for files whose general.architecture is `name`.

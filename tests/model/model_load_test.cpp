@@ -160,7 +160,7 @@ TEST(ModelLoad, HyperparametersAreRangeChecked) {
       {"gemma3.context_length", 4, 4294967295.0, "= 4294967295 is out of range"},
       {"gemma3.block_count", 4, 0, "= 0 is out of range"},
       {"gemma3.attention.head_count", 4, 2147483648.0, "= 2147483648 is out of range"},
-      {"gemma3.attention.sliding_window_pattern", 4, 0, "= 0 is out of range"},
+      {"gemma3.attention.sliding_window_pattern", 4, 5000, "= 5000 is out of range [0, 4096]"},
   };
   for (const Case& c : cases) {
     TinyGguf g = tiny_gemma3();
@@ -198,17 +198,24 @@ TEST(ModelLoad, BlocksPastBlockCountAreRefused) {
 }
 
 TEST(ModelLoad, SlidingWindowPatternArray) {
-  // gguf-py's per-layer form (true = sliding window): periodic is read as its period...
+  // gguf-py's per-layer form (true = sliding window): layer 0 global...
   TinyGguf g = tiny_gemma3();
   g.bools("gemma3.attention.sliding_window_pattern", {0});  // 1 layer, global: period 1
   auto m = load_model(g.write("specula_tiny_swa_ok.gguf"));
   ASSERT_TRUE(m.is_ok()) << m.message();
-  // ... an array without a global layer is refused, naming the key.
+  EXPECT_EQ((*m)->layer_specs()[0].attention.window, 0);
+  // ... any per-layer array is taken as it is (here: the one layer slides) ...
   TinyGguf h = tiny_gemma3();
   h.bools("gemma3.attention.sliding_window_pattern", {1});
-  auto n = load_model(h.write("specula_tiny_swa_bad.gguf"));
-  ASSERT_FALSE(n.is_ok());
-  EXPECT_NE(n.message().find("gemma3.attention.sliding_window_pattern"), std::string::npos) << n.message();
+  auto n = load_model(h.write("specula_tiny_swa_all.gguf"));
+  ASSERT_TRUE(n.is_ok()) << n.message();
+  EXPECT_GT((*n)->layer_specs()[0].attention.window, 0);
+  // ... and one shorter than the layer count is refused, naming the key.
+  TinyGguf k = tiny_gemma3();
+  k.bools("gemma3.attention.sliding_window_pattern", {});
+  auto e = load_model(k.write("specula_tiny_swa_bad.gguf"));
+  ASSERT_FALSE(e.is_ok());
+  EXPECT_NE(e.message().find("gemma3.attention.sliding_window_pattern"), std::string::npos) << e.message();
 }
 
 TEST(ModelLoad, UnsupportedArchitectureIsNamed) {
@@ -232,8 +239,11 @@ TEST(ModelLoad, MissingKeyIsNamed) {
 TEST(ModelLoad, MissingTensorAndWrongShapeAreNamed) {
   TinyGguf g = tiny_gemma3();
   g.tensor("blk.0.extra.weight", {4});
-  auto ok = load_model(g.write("specula_tiny_extra.gguf"));
-  EXPECT_TRUE(ok.is_ok()) << ok.message();  // extra tensors are ignored
+  auto extra = load_model(g.write("specula_tiny_extra.gguf"));
+  // A block tensor nothing reads is a variant this build would silently mis-run (as
+  // llama.cpp's loader, which counts the tensors it created): refused, naming it.
+  ASSERT_FALSE(extra.is_ok());
+  EXPECT_NE(extra.message().find("tensor 'blk.0.extra.weight' is not read"), std::string::npos) << extra.message();
 
   TinyGguf bad;
   bad.str("general.architecture", "gemma3");

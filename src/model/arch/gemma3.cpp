@@ -5,12 +5,13 @@
 // keys): embeddings scaled by sqrt(n_embd); sandwich blocks (pre- and post-attention,
 // pre- and post-FFN RMSNorms; the GGUF norm weights already include Gemma's +1), per-head
 // RMSNorm of Q and K, NEOX RoPE — base 10000 on sliding-window layers, gemma3.rope.freq_base
-// (with optional linear scaling) on global ones, every swa_pattern-th layer (default 6)
-// global — a sliding window of gemma3.attention.sliding_window tokens, a GELU-tanh gated
-// FFN, optional final logit soft-capping, output tied to the token embedding unless
-// output.weight exists. The attention scale is 1/sqrt(head_dim), except for the 62-layer
-// (27B) model, which uses 1/sqrt(n_embd / n_heads) (its query_pre_attn_scalar; llama.cpp
-// chooses it the same way, from the layer count, since the GGUF has no key for it).
+// (with optional linear scaling) on global ones; sliding_window_pattern (default 6: every
+// 6th layer global, or a per-layer array) — a sliding window of
+// gemma3.attention.sliding_window tokens, a GELU-tanh gated FFN, optional final logit
+// soft-capping, output tied to the token embedding unless output.weight exists. The
+// attention scale is 1/sqrt(head_dim), except for the 62-layer (27B) model, which uses
+// 1/sqrt(n_embd / n_heads) (its query_pre_attn_scalar; llama.cpp chooses it the same way,
+// from the layer count, since the GGUF has no key for it).
 // Does not support the vision tower (mmproj).
 #include <cmath>
 
@@ -22,23 +23,9 @@ namespace {
 Result<TransformerConfig> gemma3_config(const gguf::GgufFile& f) {
   Hparams h(f, "gemma3");
   TransformerConfig c = standard_config(h);
+  const int64_t n_layers = static_cast<int64_t>(c.layers.size());
   const int64_t window = h.i("attention.sliding_window", 1, int64_t{1} << 30);
-  // An integer period (every N-th layer is global), or the per-layer bool array gguf-py can
-  // also write (true = sliding window), accepted when it has such a period.
-  int64_t period = 6;
-  if (auto arr = h.ints("attention.sliding_window_pattern"); arr && h.status().is_ok()) {
-    period = 0;
-    for (size_t il = 0; il < arr->size() && period == 0; ++il)
-      if ((*arr)[il] == 0) period = static_cast<int64_t>(il) + 1;
-    bool periodic = period > 0 && arr->size() >= c.layers.size();
-    for (size_t il = 0; periodic && il < c.layers.size(); ++il)
-      periodic = ((*arr)[il] == 0) == ((static_cast<int64_t>(il) + 1) % period == 0);
-    if (!periodic)
-      h.fail("[gemma3] metadata key 'gemma3.attention.sliding_window_pattern': a per-layer array without a period "
-             "(every N-th layer global) is not supported");
-  } else if (h.has("attention.sliding_window_pattern")) {
-    period = h.i("attention.sliding_window_pattern", 1, 4096);
-  }
+  const std::vector<bool> sliding = sliding_layers(h, n_layers, 6);
   c.final_softcap = static_cast<float>(h.f("final_logit_softcapping", 0.0, 1e6, 0.0, false));
   if (!h.status().is_ok()) return h.status();
   c.embd_scale = std::sqrt(static_cast<float>(c.n_embd));
@@ -46,12 +33,10 @@ Result<TransformerConfig> gemma3_config(const gguf::GgufFile& f) {
   local.base = 10000.0f;
   local.freq_scale = 1.0f;
   c.ropes.insert(c.ropes.begin(), local);
-  const int64_t n_layers = static_cast<int64_t>(c.layers.size());
   for (int64_t il = 0; il < n_layers; ++il) {
     LayerConfig& l = c.layers[il];
-    const bool global = (il + 1) % period == 0;
-    l.window = global ? 0 : window;
-    l.rope = global ? 1 : 0;
+    l.window = sliding[il] ? window : 0;
+    l.rope = sliding[il] ? 0 : 1;
     l.qk_norm = l.sandwich = true;
     l.act = Activation::kGeluTanh;
     l.attn_scale = 1.0f / std::sqrt(static_cast<float>(n_layers == 62 ? c.n_embd / l.n_heads : l.head_dim));
