@@ -46,6 +46,31 @@ std::optional<std::vector<int32_t>> Hparams::ints(const std::string& key) {
   return std::move(a).value();
 }
 
+std::vector<int64_t> Hparams::per_layer(const std::string& key, int64_t n, int64_t lo, int64_t hi,
+                                        std::optional<int64_t> fallback) {
+  std::vector<int64_t> v(static_cast<size_t>(std::max<int64_t>(n, 0)), fallback.value_or(0));
+  if (!status_.is_ok()) return v;
+  if (auto arr = ints(key)) {
+    if (static_cast<int64_t>(arr->size()) < n) {
+      fail(who_ + " metadata key '" + full(key) + "' has " + std::to_string(arr->size()) + " entries for " +
+           std::to_string(n) + " layers");
+      return v;
+    }
+    for (int64_t il = 0; il < n; ++il) {
+      if ((*arr)[il] < lo || (*arr)[il] > hi) {
+        fail(who_ + " metadata key '" + full(key) + "'[" + std::to_string(il) + "] = " + std::to_string((*arr)[il]) +
+             " is out of range [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+        return v;
+      }
+      v[il] = (*arr)[il];
+    }
+    return v;
+  }
+  const int64_t x = i(key, lo, hi, fallback);
+  std::fill(v.begin(), v.end(), x);
+  return v;
+}
+
 void Hparams::fail(const std::string& message) {
   if (status_.is_ok()) status_ = Status::error(message);
 }
@@ -58,11 +83,15 @@ TransformerConfig standard_config(Hparams& h) {
   c.arch = h.arch();
   c.n_embd = h.i("embedding_length", 1, kMax);
   const int64_t n_layers = h.i("block_count", 1, 4096);
-  // (Optional for MoE files: their experts have expert_feed_forward_length.)
+  if (!h.status().is_ok()) return c;
+  // (Optional for MoE files: their experts have expert_feed_forward_length.) Widths and
+  // head counts may be per-layer arrays.
   const bool moe = h.has("expert_count");
-  const int64_t n_ff = h.i("feed_forward_length", moe ? 0 : 1, kMax, moe ? std::optional<int64_t>(0) : std::nullopt);
-  const int64_t H = h.i("attention.head_count", 1, 4096);
-  const int64_t Hkv = h.i("attention.head_count_kv", 1, 4096, H);
+  const std::vector<int64_t> n_ff =
+      h.per_layer("feed_forward_length", n_layers, moe ? 0 : 1, kMax, moe ? std::optional<int64_t>(0) : std::nullopt);
+  const std::vector<int64_t> heads = h.per_layer("attention.head_count", n_layers, 1, 4096);
+  const int64_t H = heads.empty() ? 1 : heads[0];
+  const std::vector<int64_t> kv_heads = h.per_layer("attention.head_count_kv", n_layers, 1, 4096, H);
   c.n_ctx_train = h.i("context_length", 1, int64_t{1} << 26);
   if (!h.status().is_ok()) return c;
   std::optional<int64_t> hd_default;
@@ -74,18 +103,22 @@ TransformerConfig standard_config(Hparams& h) {
   r.base = static_cast<float>(h.f("rope.freq_base", 1.0, 1e12, 10000.0));
   r.n_rot = h.i("rope.dimension_count", 2, 4096, hd);
   if (auto st = h.str("rope.scaling.type"); st && *st != "none") {
-    if (*st != "linear")
-      h.fail(w + " unsupported rope.scaling.type '" + *st + "' (supported: none, linear)");
-    r.freq_scale = static_cast<float>(1.0 / h.f("rope.scaling.factor", 0.0, 1e6));
+    if (*st == "linear")
+      r.freq_scale = static_cast<float>(1.0 / h.f("rope.scaling.factor", 0.0, 1e6));
+    else if (*st != "longrope")  // longrope: the factor tensors (read_longrope)
+      h.fail(w + " unsupported rope.scaling.type '" + *st + "' (supported: none, linear, longrope)");
   }
   if (!h.status().is_ok()) return c;
   if (hd_v != hd)
     h.fail(w + " attention.value_length " + std::to_string(hd_v) + " != key_length " + std::to_string(hd) +
            " is not supported");
-  if (H % Hkv != 0 || hd % 2 != 0 || r.n_rot % 2 != 0 || r.n_rot > hd)
-    h.fail(w + " inconsistent hyperparameters: heads " + std::to_string(H) + ", kv heads " + std::to_string(Hkv) +
-           ", head_dim " + std::to_string(hd) + ", rope dims " + std::to_string(r.n_rot) +
-           " (kv heads must divide heads; head_dim and rope dims even, rope dims <= head_dim)");
+  for (int64_t il = 0; il < n_layers; ++il)
+    if (heads[il] % kv_heads[il] != 0 || hd % 2 != 0 || r.n_rot % 2 != 0 || r.n_rot > hd) {
+      h.fail(w + " inconsistent hyperparameters: heads " + std::to_string(heads[il]) + ", kv heads " +
+             std::to_string(kv_heads[il]) + ", head_dim " + std::to_string(hd) + ", rope dims " + std::to_string(r.n_rot) +
+             " (kv heads must divide heads; head_dim and rope dims even, rope dims <= head_dim)");
+      break;
+    }
   const gguf::TensorInfo* te = h.file().find_tensor("token_embd.weight");
   if (te == nullptr || te->shape.size() != 2) {
     h.fail(w + " missing tensor 'token_embd.weight'");
@@ -99,12 +132,14 @@ TransformerConfig standard_config(Hparams& h) {
     if (!s.is_ok()) h.fail(s.message());
   }
   c.ropes = {r};
-  LayerConfig l;
-  l.n_heads = H;
-  l.n_kv_heads = Hkv;
-  l.head_dim = hd;
-  l.n_ff = n_ff;
-  c.layers.assign(static_cast<size_t>(n_layers), l);
+  c.layers.resize(static_cast<size_t>(n_layers));
+  for (int64_t il = 0; il < n_layers; ++il) {
+    LayerConfig& l = c.layers[il];
+    l.n_heads = heads[il];
+    l.n_kv_heads = kv_heads[il];
+    l.head_dim = hd;
+    l.n_ff = n_ff[il];
+  }
   return c;
 }
 
@@ -124,6 +159,31 @@ Status read_freq_factors(const gguf::GgufFile& f, RopeConfig& r) {
       return Status::error("[model] tensor 'rope_freqs.weight': factor " + std::to_string(x) + " is not positive");
   r.freq_factors = std::move(ff).value();
   return Status::ok();
+}
+
+void read_longrope(Hparams& h, RopeConfig& r, int64_t n_ctx_train) {
+  const gguf::GgufFile& f = h.file();
+  const bool has_short = f.find_tensor("rope_factors_short.weight") != nullptr;
+  const bool has_long = f.find_tensor("rope_factors_long.weight") != nullptr;
+  if (!has_short && !has_long) return;
+  if (has_short != has_long) {
+    h.fail(std::string(h.who()) + " tensor '" + (has_short ? "rope_factors_long.weight" : "rope_factors_short.weight") +
+           "' is missing (LongRoPE needs both factor sets)");
+    return;
+  }
+  r.long_context = h.i("rope.scaling.original_context_length", 1, int64_t{1} << 26, n_ctx_train);
+  r.mscale = static_cast<float>(h.f("rope.scaling.attn_factor", 0.0, 100.0, 1.0));
+  for (const char* name : {"rope_factors_short.weight", "rope_factors_long.weight"}) {
+    if (!h.status().is_ok()) return;
+    auto ff = weight_f32(f, kernels::active(), name, {r.n_rot / 2});
+    if (!ff) {
+      h.fail(ff.message());
+      return;
+    }
+    for (float x : *ff)
+      if (!(x > 0.0f) || !std::isfinite(x)) h.fail(std::string("[model] tensor '") + name + "': factor " + std::to_string(x) + " is not positive");
+    (std::string(name) == "rope_factors_short.weight" ? r.freq_factors : r.freq_factors_long) = std::move(ff).value();
+  }
 }
 
 bool has_layer_tensor(const gguf::GgufFile& f, int64_t il, const std::string& suffix) {
@@ -201,8 +261,8 @@ std::vector<WeightRef> layer_weights(const TransformerConfig& c, int64_t il, Lay
     mat("attn_qkv.weight", E, QD + 2 * KD, &L.wqkv);
   } else {
     mat("attn_q.weight", E, QD, &L.wq);
-    mat("attn_k.weight", E, KD, &L.wk);
-    mat("attn_v.weight", E, KD, &L.wv);
+    if (lc.kv_source < 0) mat("attn_k.weight", E, KD, &L.wk);
+    if (lc.kv_source < 0 && !lc.v_from_k) mat("attn_v.weight", E, KD, &L.wv);
   }
   if (lc.qkv_bias && lc.fused_qkv) {
     vec("attn_qkv.bias", QD + 2 * KD, &L.bq);  // split into bq, bk, bv after loading
@@ -213,7 +273,7 @@ std::vector<WeightRef> layer_weights(const TransformerConfig& c, int64_t il, Lay
   }
   if (lc.qk_norm) {
     vec("attn_q_norm.weight", hd, &L.q_norm);
-    vec("attn_k_norm.weight", hd, &L.k_norm);
+    if (lc.kv_source < 0) vec("attn_k_norm.weight", hd, &L.k_norm);
   }
   mat("attn_output.weight", QD, E, &L.wo);
   if (lc.o_bias) vec("attn_output.bias", E, &L.bo);
@@ -233,6 +293,12 @@ std::vector<WeightRef> layer_weights(const TransformerConfig& c, int64_t il, Lay
     mat("ffn_down.weight", F, E, &L.w_down);
   }
   if (lc.sandwich) vec("post_ffw_norm.weight", E, &L.post_ffn_norm);
+  if (c.n_embd_per_layer > 0) {
+    mat("inp_gate.weight", E, c.n_embd_per_layer, &L.ple_gate);
+    mat("proj.weight", c.n_embd_per_layer, E, &L.ple_proj);
+    vec("post_norm.weight", E, &L.ple_norm);
+  }
+  if (lc.out_scale) vec("layer_output_scale.weight", 1, &L.out_scale);
   return w;
 }
 
@@ -313,7 +379,8 @@ Result<std::unique_ptr<Model>> Transformer::create(ModelContext ctx, Transformer
     return Status::error(w + " empty configuration (no layers, embedding or vocabulary)");
   for (const RopeConfig& r : c.ropes) {
     if (r.n_rot < 2 || r.n_rot % 2 != 0 || !(r.base > 0.0f) || !(r.freq_scale > 0.0f) ||
-        (!r.freq_factors.empty() && static_cast<int64_t>(r.freq_factors.size()) != r.n_rot / 2))
+        (!r.freq_factors.empty() && static_cast<int64_t>(r.freq_factors.size()) != r.n_rot / 2) ||
+        (!r.freq_factors_long.empty() && static_cast<int64_t>(r.freq_factors_long.size()) != r.n_rot / 2))
       return Status::error(w + " invalid rope configuration (rotated dims " + std::to_string(r.n_rot) + ")");
   }
   for (size_t il = 0; il < c.layers.size(); ++il) {
@@ -333,6 +400,13 @@ Result<std::unique_ptr<Model>> Transformer::create(ModelContext ctx, Transformer
       return Status::error(at + "expert_used_count " + std::to_string(lc.n_expert_used) + " of " +
                            std::to_string(lc.n_expert) + " experts");
     if (lc.window < 0) return Status::error(at + "negative sliding window");
+    if (lc.kv_source >= 0) {
+      const LayerConfig* src = lc.kv_source < static_cast<int>(il) ? &c.layers[lc.kv_source] : nullptr;
+      if (src == nullptr || src->kv_source >= 0 || src->n_kv_heads != lc.n_kv_heads || src->head_dim != lc.head_dim ||
+          src->window != lc.window || src->rope != lc.rope || lc.fused_qkv)
+        return Status::error(at + "shares the K/V of layer " + std::to_string(lc.kv_source) +
+                             ", which is not an earlier layer of the same kind and geometry");
+    }
     if (lc.attn_scale == 0.0f) lc.attn_scale = 1.0f / std::sqrt(static_cast<float>(lc.head_dim));
   }
   auto tok = weight_2d(f, kt, "token_embd.weight", c.n_embd, c.n_vocab);
@@ -349,6 +423,21 @@ Result<std::unique_ptr<Model>> Transformer::create(ModelContext ctx, Transformer
   auto on = weight_1d_f32(f, kt, "output_norm.weight", c.n_embd);
   if (!on) return on.status();
   m->output_norm_ = std::move(on).value();
+  if (c.n_embd_per_layer > 0) {
+    const int64_t LP = c.n_embd_per_layer * static_cast<int64_t>(c.layers.size());
+    auto pe = weight_2d(f, kt, "per_layer_token_embd.weight", LP, c.n_vocab);
+    if (!pe) return pe.status();
+    m->ple_embd_ = *pe;
+    auto pm = weight_2d(f, kt, "per_layer_model_proj.weight", c.n_embd, LP);
+    if (!pm) return pm.status();
+    m->ple_model_proj_ = *pm;
+    auto pn = weight_1d_f32(f, kt, "per_layer_proj_norm.weight", c.n_embd_per_layer);
+    if (!pn) return pn.status();
+    m->ple_proj_norm_ = std::move(pn).value();
+  }
+  m->kv_kept_.assign(c.layers.size(), false);
+  for (const LayerConfig& lc : c.layers)
+    if (lc.kv_source >= 0) m->kv_kept_[lc.kv_source] = true;
 
   m->layers_.resize(c.layers.size());
   std::set<std::string> used;
@@ -382,8 +471,10 @@ Result<std::unique_ptr<Model>> Transformer::create(ModelContext ctx, Transformer
       L.v_offset = std::make_shared<const std::vector<float>>(L.bv);
       L.k_offset = key_offset(L.bk, lc, rope);
     }
-    if (lc.qk_norm && (rope == nullptr || rope->type == RopeType::kNeox))
+    if (lc.qk_norm && lc.kv_source < 0 && (rope == nullptr || rope->type == RopeType::kNeox))
       L.k_scale = key_scale_from_norm(L.k_norm, lc.n_kv_heads, rope != nullptr ? rope->n_rot : 0);
+    if (lc.kv_source >= 0) L.k_scale = m->layers_[lc.kv_source].k_scale;  // the same stored keys
+    if (lc.v_norm) L.ones.assign(static_cast<size_t>(lc.head_dim), 1.0f);
   }
   // A block tensor the configuration does not read is a feature this build would silently
   // drop (a bias, an extra norm): refuse the file, naming it.
@@ -400,10 +491,12 @@ Result<std::unique_ptr<Model>> Transformer::create(ModelContext ctx, Transformer
   m->kt_ = ctx.kernels;
 
   std::vector<TensorView*> mats{&m->output_};
+  if (m->ple_model_proj_.data != nullptr) mats.push_back(&m->ple_model_proj_);
   size_t expert_bytes = 0, expert_used_bytes = 0;
   for (size_t il = 0; il < c.layers.size(); ++il) {
     LayerWeights& L = m->layers_[il];
-    for (TensorView* v : {&L.wq, &L.wk, &L.wv, &L.wqkv, &L.wo, &L.w_gate, &L.w_up, &L.w_down, &L.router})
+    for (TensorView* v :
+         {&L.wq, &L.wk, &L.wv, &L.wqkv, &L.wo, &L.w_gate, &L.w_up, &L.w_down, &L.router, &L.ple_gate, &L.ple_proj})
       if (v->data != nullptr) mats.push_back(v);
     for (std::vector<TensorView>* ev : {&L.e_gate, &L.e_up, &L.e_down})
       for (TensorView& v : *ev) mats.push_back(&v);
@@ -466,6 +559,19 @@ void Transformer::ensure_buffers(int64_t M) {
   k_.assign(sz(KD), 0); v_.assign(sz(KD), 0);
   qkv_.assign(sz(QKV), 0);
   gate_.assign(sz(std::max(F, FG)), 0); up_.assign(sz(F), 0);
+  k_kept_.resize(c_.layers.size());
+  v_kept_.resize(c_.layers.size());
+  for (size_t il = 0; il < c_.layers.size(); ++il)
+    if (kv_kept_[il]) {
+      k_kept_[il].assign(sz(c_.layers[il].n_kv_heads * c_.layers[il].head_dim), 0);
+      v_kept_[il].assign(sz(c_.layers[il].n_kv_heads * c_.layers[il].head_dim), 0);
+    }
+  if (c_.n_embd_per_layer > 0) {
+    const int64_t P = c_.n_embd_per_layer, LP = P * static_cast<int64_t>(c_.layers.size());
+    ple_.assign(sz(LP), 0);
+    pt_.assign(sz(LP), 0);
+    pg_.assign(sz(P), 0);
+  }
   cos_.resize(c_.ropes.size());
   sin_.resize(c_.ropes.size());
   for (size_t r = 0; r < c_.ropes.size(); ++r) {
@@ -488,10 +594,18 @@ Status Transformer::forward(const Batch& batch, StateRows& state, Tensor& hidden
   const int32_t* pos = layout_.pos.data();
 
   ops::get_rows(*kt_, tok_embd_, batch.ids, M, c_.embd_scale, x_.data());
+  if (c_.n_embd_per_layer > 0) per_layer_inputs(batch, M);
   for (size_t r = 0; r < c_.ropes.size(); ++r) {
     const RopeConfig& rc = c_.ropes[r];
+    const bool use_long = !rc.freq_factors_long.empty() && state.max_length() > rc.long_context;
+    const std::vector<float>& ff = use_long ? rc.freq_factors_long : rc.freq_factors;
     ops::rope_table(pos, M, rc.n_rot, rc.base, rc.freq_scale, cos_[r].data(), sin_[r].data(),
-                    rc.freq_factors.empty() ? nullptr : rc.freq_factors.data());
+                    ff.empty() ? nullptr : ff.data());
+    if (rc.mscale != 1.0f)
+      for (int64_t i = 0; i < M * (rc.n_rot / 2); ++i) {
+        cos_[r][i] *= rc.mscale;
+        sin_[r][i] *= rc.mscale;
+      }
   }
   for (int64_t il = 0; il < n_layers; ++il) {
     const LayerConfig& lc = c_.layers[il];
@@ -513,6 +627,11 @@ Status Transformer::forward(const Batch& batch, StateRows& state, Tensor& hidden
       if (lc.sandwich) ops::rms_norm(o_.data() + a * E, L.post_ffn_norm.data(), b - a, E, c_.eps, o_.data() + a * E);
       for (int64_t i = a * E; i < b * E; ++i) x_[i] += o_[i];
     });
+    if (c_.n_embd_per_layer > 0) per_layer_step(il, M);
+    if (lc.out_scale)
+      rows(M, [&](int64_t a, int64_t b) {
+        for (int64_t i = a * E; i < b * E; ++i) x_[i] *= L.out_scale[0];
+      });
   }
   for (int32_t b = 0; b < batch.B; ++b) state.advance(batch.rows[b], batch.tokens_of(b));
   if (hidden.shape().size() != 2 || hidden.dim(0) != M || hidden.dim(1) != E) hidden = Tensor({M, E});
@@ -540,10 +659,16 @@ void Transformer::attention_block(int64_t il, const Batch& batch, StateRows& sta
     });
   } else {
     ops::matmul(pool, kt, L.wq, xn_.data(), M, q_.data(), ws_);
-    ops::matmul(pool, kt, L.wk, xn_.data(), M, k_.data(), ws_);
-    ops::matmul(pool, kt, L.wv, xn_.data(), M, v_.data(), ws_);
+    if (lc.kv_source < 0) {
+      ops::matmul(pool, kt, L.wk, xn_.data(), M, k_.data(), ws_);
+      if (lc.v_from_k)
+        std::copy(k_.data(), k_.data() + M * KD, v_.data());
+      else
+        ops::matmul(pool, kt, L.wv, xn_.data(), M, v_.data(), ws_);
+    }
   }
   const RopeConfig* rope = lc.rope >= 0 ? &c_.ropes[lc.rope] : nullptr;
+  const bool own_kv = lc.kv_source < 0;
   rows(M, [&](int64_t a, int64_t b) {
     if (lc.qkv_bias) {
       for (int64_t m = a; m < b; ++m) {
@@ -557,21 +682,31 @@ void Transformer::attention_block(int64_t il, const Batch& batch, StateRows& sta
     }
     if (lc.qk_norm) {
       ops::rms_norm(q_.data() + a * QD, L.q_norm.data(), (b - a) * nh, hd, c_.eps, q_.data() + a * QD);
-      ops::rms_norm(k_.data() + a * KD, L.k_norm.data(), (b - a) * nkv, hd, c_.eps, k_.data() + a * KD);
+      if (own_kv) ops::rms_norm(k_.data() + a * KD, L.k_norm.data(), (b - a) * nkv, hd, c_.eps, k_.data() + a * KD);
     }
+    if (lc.v_norm && own_kv)
+      ops::rms_norm(v_.data() + a * KD, L.ones.data(), (b - a) * nkv, hd, c_.eps, v_.data() + a * KD);
     if (rope != nullptr) {
       const int64_t half = rope->n_rot / 2;
       const float* cs = cos_[lc.rope].data() + a * half;
       const float* sn = sin_[lc.rope].data() + a * half;
       if (rope->type == RopeType::kNeox) {
         ops::rope_neox_partial(q_.data() + a * QD, b - a, nh, hd, rope->n_rot, cs, sn);
-        ops::rope_neox_partial(k_.data() + a * KD, b - a, nkv, hd, rope->n_rot, cs, sn);
+        if (own_kv) ops::rope_neox_partial(k_.data() + a * KD, b - a, nkv, hd, rope->n_rot, cs, sn);
       } else {
         ops::rope_norm(q_.data() + a * QD, b - a, nh, hd, rope->n_rot, cs, sn);
-        ops::rope_norm(k_.data() + a * KD, b - a, nkv, hd, rope->n_rot, cs, sn);
+        if (own_kv) ops::rope_norm(k_.data() + a * KD, b - a, nkv, hd, rope->n_rot, cs, sn);
       }
     }
   });
+  // Shared KV: keep this layer's step K/V for the layers that read them, or take them.
+  if (kv_kept_[il]) {
+    std::copy(k_.data(), k_.data() + M * KD, k_kept_[il].data());
+    std::copy(v_.data(), v_.data() + M * KD, v_kept_[il].data());
+  } else if (!own_kv) {
+    std::copy(k_kept_[lc.kv_source].data(), k_kept_[lc.kv_source].data() + M * KD, k_.data());
+    std::copy(v_kept_[lc.kv_source].data(), v_kept_[lc.kv_source].data() + M * KD, v_.data());
+  }
   AttentionArgs aa;
   aa.layer = il;
   aa.n_heads = nh;
@@ -592,6 +727,36 @@ void Transformer::attention_block(int64_t il, const Batch& batch, StateRows& sta
       for (int64_t m = a; m < b; ++m)
         for (int64_t i = 0; i < E; ++i) o_[m * E + i] += L.bo[i];
     });
+}
+
+void Transformer::per_layer_inputs(const Batch& batch, int64_t M) {
+  // ple_[m, il, :] = (RMSNorm(model_proj · x0 / sqrt(E)) + embd[tok] * sqrt(P)) / sqrt(2), x0
+  // the scaled token embedding (x_ on entry).
+  const int64_t P = c_.n_embd_per_layer, NL = static_cast<int64_t>(c_.layers.size()), LP = P * NL;
+  ops::get_rows(*kt_, ple_embd_, batch.ids, M, std::sqrt(static_cast<float>(P)), pt_.data());
+  ops::matmul(*ctx_.pool, *kt_, ple_model_proj_, x_.data(), M, ple_.data(), ws_);
+  const float proj_scale = 1.0f / std::sqrt(static_cast<float>(c_.n_embd));
+  const float input_scale = 1.0f / std::sqrt(2.0f);
+  rows(M, [&](int64_t a, int64_t b) {
+    for (int64_t i = a * LP; i < b * LP; ++i) ple_[i] *= proj_scale;
+    ops::rms_norm(ple_.data() + a * LP, ple_proj_norm_.data(), (b - a) * NL, P, c_.eps, ple_.data() + a * LP);
+    for (int64_t i = a * LP; i < b * LP; ++i) ple_[i] = (ple_[i] + pt_[i]) * input_scale;
+  });
+}
+
+void Transformer::per_layer_step(int64_t il, int64_t M) {
+  // x += RMSNorm(proj · (gelu_tanh(inp_gate · x) * ple_[:, il, :]), post_norm)
+  const LayerWeights& L = layers_[il];
+  const int64_t P = c_.n_embd_per_layer, LP = P * static_cast<int64_t>(c_.layers.size()), E = c_.n_embd;
+  ops::matmul(*ctx_.pool, *kt_, L.ple_gate, x_.data(), M, pg_.data(), ws_);
+  rows(M, [&](int64_t a, int64_t b) {
+    for (int64_t m = a; m < b; ++m) kt_->gelu_tanh_mul(P, pg_.data() + m * P, ple_.data() + m * LP + il * P, pg_.data() + m * P);
+  });
+  ops::matmul(*ctx_.pool, *kt_, L.ple_proj, pg_.data(), M, o_.data(), ws_);
+  rows(M, [&](int64_t a, int64_t b) {
+    ops::rms_norm(o_.data() + a * E, L.ple_norm.data(), b - a, E, c_.eps, o_.data() + a * E);
+    for (int64_t i = a * E; i < b * E; ++i) x_[i] += o_[i];
+  });
 }
 
 void Transformer::ffn_dense(const LayerConfig& lc, const LayerWeights& L, int64_t M) {

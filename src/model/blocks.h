@@ -27,7 +27,7 @@
 // 2017 as in Qwen3-MoE (softmax, top-k, renormalised). Tensor names and metadata keys are
 // llama.cpp's (src/llama-arch.cpp).
 // Does not do: LayerNorm with bias, parallel attention+FFN blocks, MLA, shared experts,
-// YaRN or LongRoPE scaling (rejected by name at load), recurrent layers (qwen35.cpp).
+// YaRN scaling (rejected by name at load), recurrent layers (qwen35.cpp).
 #pragma once
 
 #include <cstdint>
@@ -54,6 +54,9 @@ class Hparams {
   double f(const std::string& key, double lo, double hi, std::optional<double> fallback = std::nullopt,
            bool lo_open = true);
   bool has(const std::string& key) const { return f_.find(full(key)) != nullptr; }
+  // A per-layer value given as one integer or as an array of n (llama.cpp's get_key_or_arr).
+  std::vector<int64_t> per_layer(const std::string& key, int64_t n, int64_t lo, int64_t hi,
+                                 std::optional<int64_t> fallback = std::nullopt);
   std::optional<std::string> str(const std::string& key) const;
   // An integer or bool array; nullopt when absent or not an array (an error when an array
   // of another element type).
@@ -82,6 +85,11 @@ struct RopeConfig {
   float freq_scale = 1.0f;          // linear position interpolation (1 / rope.scaling.factor)
   int64_t n_rot = 0;                // rotated dims of each head (even, <= head_dim)
   std::vector<float> freq_factors;  // [n_rot/2] divisors of theta_i (llama3's rope_freqs), or empty
+  // LongRoPE (Phi-3 128k; Ding et al. 2024): freq_factors are the short factors, these the
+  // long ones, used when a state row can hold more than long_context positions.
+  std::vector<float> freq_factors_long;  // [n_rot/2] or empty
+  int64_t long_context = 0;
+  float mscale = 1.0f;  // cos and sin are multiplied by it (rope.scaling.attn_factor)
 };
 
 struct LayerConfig {
@@ -102,6 +110,13 @@ struct LayerConfig {
   int64_t n_expert_used = 0;   // top-k
   bool norm_topk = true;       // renormalise the k routing weights to sum 1
   float expert_scale = 0.0f;   // multiplies the routing weights (0 or 1 = none)
+  bool v_norm = false;         // V gets a per-head RMSNorm without weight (Gemma 4)
+  bool v_from_k = false;       // no attn_v: V is the K projection, before K's norm (Gemma 4)
+  // >= 0: the layer has no K/V projections and attends over the K/V that layer kv_source
+  // (earlier, same geometry) computed in this step (Gemma 4's shared KV). They are stored
+  // again in this layer's own cache rows (the same values; memory as an unshared layer).
+  int kv_source = -1;
+  bool out_scale = false;      // layer_output_scale [1]: x *= s at the end of the layer
 };
 
 struct TransformerConfig {
@@ -110,6 +125,11 @@ struct TransformerConfig {
   float eps = 1e-6f;           // RMSNorm epsilon
   float embd_scale = 1.0f;     // token embeddings are multiplied by it (Gemma: sqrt(n_embd))
   float final_softcap = 0.0f;  // logits become c·tanh(l/c); 0 = off
+  // Gemma 4 per-layer inputs (P > 0): per_layer_token_embd [n_layers*P, n_vocab] rows
+  // (times sqrt(P)) plus RMSNorm(per_layer_model_proj · x0 / sqrt(n_embd)) per layer slice,
+  // over sqrt(2), give each layer a [P] input; after its FFN the layer adds
+  // RMSNorm(proj · (gelu_tanh(inp_gate · x) * input), post_norm).
+  int64_t n_embd_per_layer = 0;
   std::vector<RopeConfig> ropes;
   std::vector<LayerConfig> layers;
 };
@@ -146,6 +166,11 @@ void read_moe(Hparams& h, TransformerConfig& c, bool required);
 // global; n = 1: none slides, n = 0: all do). [n_layers]
 std::vector<bool> sliding_layers(Hparams& h, int64_t n_layers, int64_t default_period);
 
+// LongRoPE as llama.cpp: global rope_factors_short.weight / rope_factors_long.weight
+// [n_rot/2] (both, or neither), rope.scaling.original_context_length (default
+// context_length) and rope.scaling.attn_factor (default 1) into rope `r`.
+void read_longrope(Hparams& h, RopeConfig& r, int64_t n_ctx_train);
+
 // A config reader per architecture; register_transformer makes load_model build a
 // Transformer from it for files whose general.architecture is `name`.
 using ConfigReader = std::function<Result<TransformerConfig>(const gguf::GgufFile&)>;
@@ -162,6 +187,11 @@ struct LayerWeights {
   TensorView wq, wk, wv, wqkv, wo, w_gate, w_up, w_down, router;
   // Experts: [n_expert] views into the 3-D *_exps tensors, each [n_ff, n_embd] / [n_embd, n_ff].
   std::vector<TensorView> e_gate, e_up, e_down;
+  std::vector<float> out_scale;  // [1]
+  std::vector<float> ones;       // [head_dim] 1s: the weight of an unweighted norm
+  // Per-layer inputs: ple_gate [P, n_embd], ple_proj [n_embd, P], ple_norm [n_embd].
+  TensorView ple_gate, ple_proj;
+  std::vector<float> ple_norm;
   // For quantizing caches (AttentionSpec): key/value offsets from the biases, key scale from k_norm.
   std::shared_ptr<const std::vector<float>> k_offset, v_offset, k_scale;
 };
@@ -200,12 +230,19 @@ class Transformer final : public Model {
   void attention_block(int64_t il, const Batch& batch, StateRows& state);
   void ffn_dense(const LayerConfig& lc, const LayerWeights& L, int64_t M);
   void ffn_moe(const LayerConfig& lc, const LayerWeights& L, int64_t M);
+  void per_layer_inputs(const Batch& batch, int64_t M);
+  void per_layer_step(int64_t il, int64_t M);
 
   ModelContext ctx_;
   ModelInfo info_;
   TransformerConfig c_;
   const kernels::KernelTable* kt_ = nullptr;
   TensorView tok_embd_, output_;    // [n_vocab, n_embd]
+  // Per-layer inputs (n_embd_per_layer P > 0): ple_embd_ [n_vocab, L*P], ple_model_proj_
+  // [L*P, n_embd], ple_proj_norm_ [P].
+  TensorView ple_embd_, ple_model_proj_;
+  std::vector<float> ple_proj_norm_;
+  std::vector<bool> kv_kept_;  // [n_layers] a later layer reads this layer's step K/V
   std::vector<float> output_norm_;  // [n_embd]
   std::vector<float> output_bias_;  // [n_vocab] or empty
   std::vector<LayerWeights> layers_;
@@ -218,6 +255,10 @@ class Transformer final : public Model {
   int64_t cap_m_ = 0;
   std::vector<float> x_, xn_, o_, q_, k_, v_, qkv_, attn_, gate_, up_;
   std::vector<std::vector<float>> cos_, sin_;
+  // Kept step K/V of the layers others share [n_layers] x [M, n_kv*hd] (empty if not kept);
+  // per-layer inputs ple_ [M, L, P], pg_ [M, P].
+  std::vector<std::vector<float>> k_kept_, v_kept_;
+  std::vector<float> ple_, pt_, pg_;
   // MoE (grow only): router probabilities [M, n_expert]; chosen experts and weights
   // [M, k]; per expert its tokens' (token, rank) pairs; gathered rows xg [n, n_embd],
   // eg/eu [n, n_ff]; expert outputs y [M*k, n_embd].

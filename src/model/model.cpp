@@ -28,6 +28,12 @@ bool register_architecture(const std::string& name, ArchitectureFactory factory)
   return true;
 }
 
+std::vector<std::string> registered_architectures() {
+  std::vector<std::string> names;
+  for (const auto& [k, v] : registry()) names.push_back(k);
+  return names;
+}
+
 Result<std::unique_ptr<Model>> load_model(const std::string& path, const ModelOptions& options) {
   auto f = gguf::GgufFile::open(path);
   if (!f) return f.status();

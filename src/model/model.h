@@ -121,6 +121,9 @@ using ArchitectureFactory = std::function<Result<std::unique_ptr<Model>>(ModelCo
 // Registers a factory for a `general.architecture` name; returns true (for static init).
 bool register_architecture(const std::string& name, ArchitectureFactory factory);
 
+// The registered `general.architecture` names, sorted.
+std::vector<std::string> registered_architectures();
+
 // Opens a GGUF file and builds the model its architecture names.
 // Errors: file errors from the reader, "[model] unsupported architecture 'x' (supported: ...)",
 // and the architecture's own errors (missing metadata key, tensor missing/shape/type).

@@ -10,7 +10,8 @@
 // rope_freqs.weight when present, optional linear scaling; grouped-query attention scaled by
 // 1/sqrt(head_dim), a SwiGLU FFN, or with llama.expert_count a Mixtral-style MoE FFN
 // (softmax router, top-k, weights renormalised); final RMSNorm, output or tied embedding.
-// Does not support FFN biases, shared experts, LongRoPE or YaRN (errors name them).
+// LongRoPE factor tensors are used when present (as phi3). Does not support FFN biases,
+// shared experts or YaRN (errors name them).
 #include "model/blocks.h"
 
 namespace specula {
@@ -20,6 +21,7 @@ Result<TransformerConfig> llama_config(const gguf::GgufFile& f) {
   Hparams h(f, "llama");
   TransformerConfig c = standard_config(h);
   read_moe(h, c, false);
+  if (h.status().is_ok()) read_longrope(h, c.ropes[0], c.n_ctx_train);
   if (!h.status().is_ok()) return h.status();
   c.ropes[0].type = RopeType::kNorm;
   SPECULA_RETURN_IF_ERROR(read_freq_factors(f, c.ropes[0]));

@@ -6,22 +6,22 @@
 // NEOX RoPE over rope.dimension_count dims; attention scaled by 1/sqrt(head_dim) over the
 // full context (llama.cpp disables Phi's sliding window, and so does this); the FFN's
 // ffn_up holds gate and up stacked ([n_embd, 2 n_ff]: silu(first half) * second half);
-// final RMSNorm, output projection with optional output.bias.
-// Does not support LongRoPE (rope_factors_long/short, the 128k-context variants: refused by
-// name) or the MoE variant (phimoe).
+// final RMSNorm, output projection with optional output.bias. The 128k-context variants'
+// LongRoPE: rope_factors_short / rope_factors_long (long ones when a row holds more than
+// rope.scaling.original_context_length positions) and attn_factor on cos and sin.
+// Does not support the MoE variant (phimoe).
 #include "model/blocks.h"
 
 namespace specula {
 namespace {
 
 Result<TransformerConfig> phi3_config(const gguf::GgufFile& f) {
-  auto c = standard_config(f, "phi3");
-  if (!c) return c;
-  for (const char* t : {"rope_factors_long.weight", "rope_factors_short.weight"})
-    if (f.find_tensor(t) != nullptr)
-      return Status::error(std::string("[phi3] tensor '") + t + "': LongRoPE scaling is not supported");
-  probe_attention_tensors(f, *c);
-  for (LayerConfig& l : c->layers) l.fused_gate_up = true;
+  Hparams h(f, "phi3");
+  TransformerConfig c = standard_config(h);
+  if (h.status().is_ok()) read_longrope(h, c.ropes[0], c.n_ctx_train);
+  if (!h.status().is_ok()) return h.status();
+  probe_attention_tensors(f, c);
+  for (LayerConfig& l : c.layers) l.fused_gate_up = true;
   return c;
 }
 
