@@ -147,7 +147,7 @@ SHAPES = {
 # Matrices are N(0, (gain / sqrt(fan_in))^2) with this gain: at 1 most of these random models fall
 # into repeating one token within a few steps; at 2 the greedy continuations wander.
 LAYER_GAIN = 2.0
-PROMPT_LENGTHS = [7, 19, 33, 48]
+PROMPT_LENGTHS = [7, 19, 33, 48, 12, 26, 40, 55]  # 8 prompts: >= 4 must match in full
 N_GEN = 24
 N_CTX = 256
 # Relative RMS error (|deq - w| / |w|) allowed for the encoders on N(0, 1) weights; measured
