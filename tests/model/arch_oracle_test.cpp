@@ -259,6 +259,19 @@ TEST_P(ArchTest, RowResultsDoNotDependOnTheBatch) {
   std::vector<int32_t> next = {step[0], 3, 4, 5};
   ASSERT_TRUE(m->forward(Batch{4, 1, next.data(), rows}, *batch, h).is_ok());
   EXPECT_EQ(std::vector<float>(h.data(), h.data() + E), want_step) << GetParam();
+
+  // The same four rows in another order (row 0 third, so with experts each expert sees its
+  // tokens gathered in another order and count): row 0's results are unchanged.
+  auto perm = testing::make_state(*m, 4, 256);
+  ASSERT_TRUE(perm.is_ok());
+  std::vector<int32_t> pids = o2;
+  pids.insert(pids.end(), o3.begin(), o3.end());
+  pids.insert(pids.end(), mine.begin(), mine.end());
+  pids.insert(pids.end(), o1.begin(), o1.end());
+  const int32_t prow[4] = {2, 3, 0, 1};
+  const int64_t pn[4] = {31, 1, 23, 5};
+  ASSERT_TRUE(m->forward(Batch{4, 0, pids.data(), prow, pn}, *perm, h).is_ok());
+  EXPECT_EQ(std::vector<float>(h.data() + 32 * E, h.data() + 55 * E), want) << GetParam() << " permuted";
 }
 
 TEST_P(ArchTest, NgramSpeculationEqualsPlain) {
