@@ -531,16 +531,7 @@ std::vector<LayerSpec> Transformer::layer_specs() const {
   return specs;
 }
 
-void Transformer::rows(int64_t M, const std::function<void(int64_t, int64_t)>& fn) {
-  if (M < 4) {
-    fn(0, M);
-    return;
-  }
-  ctx_.pool->run([&](int ith, int nth) {
-    auto [a, b] = ThreadPool::split(M, ith, nth);
-    if (a < b) fn(a, b);
-  });
-}
+void Transformer::rows(int64_t M, const std::function<void(int64_t, int64_t)>& fn) { parallel_rows(*ctx_.pool, M, fn); }
 
 void Transformer::ensure_buffers(int64_t M) {
   if (M <= cap_m_) return;

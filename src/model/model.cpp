@@ -97,6 +97,17 @@ Status plan_batch(const Batch& batch, const StateRows& state, int64_t n_vocab, c
   return Status::ok();
 }
 
+void parallel_rows(ThreadPool& pool, int64_t M, const std::function<void(int64_t, int64_t)>& fn) {
+  if (M < 4) {
+    fn(0, M);
+    return;
+  }
+  pool.run([&](int ith, int nth) {
+    auto [a, b] = ThreadPool::split(M, ith, nth);
+    if (a < b) fn(a, b);
+  });
+}
+
 Result<int64_t> hparam_int(const gguf::GgufFile& f, const std::string& key, int64_t lo, int64_t hi, const char* who,
                            std::optional<int64_t> fallback) {
   std::string range = "[";  // (built in steps: GCC 12's -Wrestrict misfires on "[" + to_string)

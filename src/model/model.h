@@ -140,6 +140,10 @@ Result<StateRows> new_state(const Model& model, const CacheOptions& options, int
 // repeated, a row that would pass max_length, an id outside [0, n_vocab).
 Status plan_batch(const Batch& batch, const StateRows& state, int64_t n_vocab, const char* who,
                   BatchLayout& layout);
+// Runs fn(a, b) over row ranges [a, b) splitting [0, M) across the pool's threads; fewer
+// than 4 rows run on the calling thread in one call. fn must compute each row the same way
+// whatever its range (the split depends on M and the thread count).
+void parallel_rows(ThreadPool& pool, int64_t M, const std::function<void(int64_t, int64_t)>& fn);
 // Hyperparameters from GGUF metadata, checked at load so nonsense values fail there, naming
 // the key and the value, instead of generating garbage. `who` prefixes errors ("[qwen2]").
 // An integer key must hold an integer in [lo, hi]; a float key a finite number with

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <random>
 #include <vector>
 
 #include "engine/scheduler.h"
@@ -61,5 +62,43 @@ inline std::vector<std::vector<int32_t>> run_all(Engine& e, const std::vector<En
   return out;
 }
 
+// Four requests whose prompts repeat a random phrase (so an n-gram draft source has
+// something to propose), over ids [2, V).
+inline std::vector<EngineRequest> repeating_requests(int32_t V, int max_tokens) {
+  std::vector<EngineRequest> reqs;
+  for (int i = 0; i < 4; ++i) {
+    std::mt19937 rng(30 + i);
+    std::vector<int32_t> phrase;
+    for (int k = 0; k < 5 + i; ++k) phrase.push_back(2 + static_cast<int32_t>(rng() % (V - 2)));
+    EngineRequest r;
+    while (r.prompt.size() < static_cast<size_t>(40 + 10 * i)) r.prompt.insert(r.prompt.end(), phrase.begin(), phrase.end());
+    r.max_tokens = max_tokens;
+    r.ignore_eos = true;
+    reqs.push_back(r);
+  }
+  return reqs;
+}
+
+// An engine of `rows` rows (256 positions each, 64-token steps) speculating `depth` tokens
+// deep with `draft` (none: plain decoding).
+inline std::unique_ptr<Engine> speculative_engine(Model& m, int32_t rows, std::shared_ptr<DraftSource> draft,
+                                                  int depth = 4) {
+  EngineOptions o;
+  o.n_rows = rows;
+  o.n_ctx = 256;
+  o.step_tokens = 64;
+  o.spec_depth = depth;
+  o.draft = std::move(draft);
+  auto e = Engine::create(m, o);
+  EXPECT_TRUE(e.is_ok()) << e.message();
+  return e.is_ok() ? std::move(e).value() : nullptr;
+}
+
+// Each request alone on `e` (one after the other).
+inline std::vector<std::vector<int32_t>> run_each(Engine& e, const std::vector<EngineRequest>& reqs) {
+  std::vector<std::vector<int32_t>> out;
+  for (const auto& r : reqs) out.push_back(run_all(e, {r})[0]);
+  return out;
+}
 
 }  // namespace specula

@@ -278,47 +278,17 @@ TEST_P(ArchTest, NgramSpeculationEqualsPlain) {
   const std::string name = GetParam();
   auto m = load_tiny(name);
   ASSERT_NE(m, nullptr);
-  const int32_t V = static_cast<int32_t>(m->info().n_vocab);
-  std::vector<EngineRequest> reqs;
-  for (int i = 0; i < 4; ++i) {
-    std::mt19937 rng(30 + i);
-    std::vector<int32_t> phrase;
-    for (int k = 0; k < 5 + i; ++k) phrase.push_back(2 + static_cast<int32_t>(rng() % (V - 2)));
-    EngineRequest r;
-    while (r.prompt.size() < static_cast<size_t>(40 + 10 * i)) r.prompt.insert(r.prompt.end(), phrase.begin(), phrase.end());
-    r.max_tokens = 24;
-    r.ignore_eos = true;
-    reqs.push_back(r);
-  }
+  std::vector<EngineRequest> reqs = repeating_requests(static_cast<int32_t>(m->info().n_vocab), 24);
   uint64_t drafted = 0;
   for (float temperature : {0.0f, 0.9f}) {
     for (auto& r : reqs) {
       r.sampling.temperature = temperature;
       r.sampling.seed = 77 + r.prompt.size();
     }
-    auto make = [&](int32_t rows, std::shared_ptr<DraftSource> d) {
-      EngineOptions o;
-      o.n_rows = rows;
-      o.n_ctx = 256;
-      o.step_tokens = 64;
-      o.spec_depth = 4;
-      o.draft = std::move(d);
-      auto e = Engine::create(*m, o);
-      EXPECT_TRUE(e.is_ok()) << e.message();
-      return std::move(e).value();
-    };
-    std::vector<std::vector<int32_t>> plain;
-    {
-      auto e = make(1, nullptr);
-      for (const auto& r : reqs) plain.push_back(run_all(*e, {r})[0]);
-    }
-    {
-      auto e = make(1, make_ngram_draft());
-      std::vector<std::vector<int32_t>> b1;
-      for (const auto& r : reqs) b1.push_back(run_all(*e, {r})[0]);
-      EXPECT_EQ(b1, plain) << name << " n-gram B=1 T=" << temperature;
-    }
-    auto e4 = make(4, make_ngram_draft());
+    const auto plain = run_each(*speculative_engine(*m, 1, nullptr), reqs);
+    EXPECT_EQ(run_each(*speculative_engine(*m, 1, make_ngram_draft()), reqs), plain)
+        << name << " n-gram B=1 T=" << temperature;
+    auto e4 = speculative_engine(*m, 4, make_ngram_draft());
     EXPECT_EQ(run_all(*e4, reqs), plain) << name << " n-gram B=4 T=" << temperature;
     drafted += e4->stats().drafted;
   }

@@ -84,16 +84,7 @@ class Qwen35 final : public Model {
   }
 
  private:
-  void rows(int64_t M, const std::function<void(int64_t, int64_t)>& fn) {
-    if (M < 4) {
-      fn(0, M);
-      return;
-    }
-    ctx_.pool->run([&](int ith, int nth) {
-      auto [a, b] = ThreadPool::split(M, ith, nth);
-      if (a < b) fn(a, b);
-    });
-  }
+  void rows(int64_t M, const std::function<void(int64_t, int64_t)>& fn) { parallel_rows(*ctx_.pool, M, fn); }
   void attention_layer(const Layer& L, int64_t il, const Batch& batch, StateRows& state);
   void linear_layer(const Layer& L, int64_t il, const Batch& batch, StateRows& state);
   static std::vector<float>& grow(std::vector<float>& v, int64_t n) {
