@@ -42,6 +42,9 @@ const KernelTable* table_if_built() {
     k.set_weight(DType::Q4_K, dequantize_row_q4_k, DType::Q8_K, gemm_q4_k);
     k.set_weight(DType::Q5_K, dequantize_row_q5_k, DType::Q8_K, gemm_q5_k);
     k.set_weight(DType::Q6_K, dequantize_row_q6_k, DType::Q8_K, gemm_q6_k);
+    // Not vectorized yet: the generic kernels.
+    for (DType t : {DType::Q2_K, DType::Q3_K, DType::IQ4_NL, DType::IQ4_XS})
+      k.types[static_cast<uint32_t>(t)] = generic_table().of(t);
     k.set_activation(DType::F32, dequantize_row_f32, quantize_row_f32);
     k.set_activation(DType::Q8_0, dequantize_row_q8_0, quantize_row_q8_0);
     k.set_activation(DType::Q8_1, dequantize_row_q8_1, quantize_row_q8_1);
