@@ -154,6 +154,17 @@ BENCHMARK(BM_Avx2_Q5_0_QwenDraftFfnUp)->DenseRange(1, 8)->Unit(benchmark::kMicro
 void BM_Avx2_Q8_0_QwenDraftOutput(benchmark::State& state) { run_gemm(state, avx2_table(), DType::Q8_0, 151936, 896); }
 BENCHMARK(BM_Avx2_Q8_0_QwenDraftOutput)->DenseRange(1, 5)->Unit(benchmark::kMillisecond);
 
+// The low-bit types on the Qwen 1.5B ffn_up shape [8960 x 1536] (compare Q4_K above);
+// AVX2 in every tier (no packed form).
+void BM_Avx2_Q2_K_QwenFfnUp(benchmark::State& state) { run_gemm(state, avx2_table(), DType::Q2_K, 8960, 1536); }
+BENCHMARK(BM_Avx2_Q2_K_QwenFfnUp)->Arg(1)->Arg(4)->Arg(64)->Arg(512)->Unit(benchmark::kMicrosecond);
+void BM_Avx2_Q3_K_QwenFfnUp(benchmark::State& state) { run_gemm(state, avx2_table(), DType::Q3_K, 8960, 1536); }
+BENCHMARK(BM_Avx2_Q3_K_QwenFfnUp)->Arg(1)->Arg(4)->Arg(64)->Arg(512)->Unit(benchmark::kMicrosecond);
+void BM_Avx2_IQ4_NL_QwenFfnUp(benchmark::State& state) { run_gemm(state, avx2_table(), DType::IQ4_NL, 8960, 1536); }
+BENCHMARK(BM_Avx2_IQ4_NL_QwenFfnUp)->Arg(1)->Arg(4)->Arg(64)->Arg(512)->Unit(benchmark::kMicrosecond);
+void BM_Avx2_IQ4_XS_QwenFfnUp(benchmark::State& state) { run_gemm(state, avx2_table(), DType::IQ4_XS, 8960, 1536); }
+BENCHMARK(BM_Avx2_IQ4_XS_QwenFfnUp)->Arg(1)->Arg(4)->Arg(64)->Arg(512)->Unit(benchmark::kMicrosecond);
+
 // The AVX-512 table's repacked gemms on the Qwen 1.5B and Gemma shapes (decode, verify
 // widths, prefill 64 / 512): packed once outside the timed loop; bytes/s counts the
 // packed bytes read.

@@ -6,9 +6,15 @@ Oracle: the `gguf` Python package's reference (de)quantizers, gguf/quants.py.
 
 Outputs (little-endian, no header; the test derives counts from the file size):
   <type>.blocks          raw blocks of <type>, then float32 gguf.quants.dequantize(raw)
-                      for F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q5_K Q6_K.
+                      for F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K
+                      IQ4_NL IQ4_XS.
                       Quant bytes are random; fp16 scales are overwritten with finite
-                      moderate values (d, m in [-2, 2], K-quant dmin in (0, 2]).
+                      moderate values (d, m in [-2, 2], K-quant dmin in (0, 2]). Q2_K, Q3_K,
+                      IQ4_NL and IQ4_XS (from their own generator, so the older files stay
+                      byte-identical) also start with blocks whose scales are extreme
+                      halves: +-65504, the smallest subnormal, -0.0; their packed 4/6-bit
+                      sub-block scales, high-bit masks and IQ4 indices are random bytes, so
+                      every bit of every field is exercised.
   q8_0_quantize.blocks   float32 input [n], then gguf.quants.quantize(input, Q8_0) bytes.
   q4_0_quantize.blocks   the same for Q4_0 (the q4_0 KV cache's encoder).
                       Includes an all-zero block and a block with exact rounding ties.
@@ -37,6 +43,17 @@ QUANT = {
     T.Q6_K: (256, 210, 8, {208: "d"}),
 }
 
+# The types added later, same format; written from a second generator.
+QUANT_LOW = {
+    T.Q2_K: (256, 84, 12, {80: "d", 82: "dmin"}),
+    T.Q3_K: (256, 110, 12, {108: "d"}),
+    T.IQ4_NL: (32, 18, 48, {0: "d"}),
+    T.IQ4_XS: (256, 136, 12, {0: "d"}),
+}
+# Extreme fp16 scale values placed in the first blocks (d, then dmin where present).
+EXTREME_D = [65504.0, -65504.0, 6.0e-8, -0.0]
+EXTREME_DMIN = [6.0e-8, 65504.0, 0.0, 1.0]
+
 
 def fp16_bytes(rng, kind, n):
     if kind == "d":
@@ -62,6 +79,18 @@ def main():
         raw = rng.integers(0, 256, size=(nb, ts), dtype=np.uint8)
         for off, kind in fields.items():
             raw[:, off:off + 2] = fp16_bytes(rng, kind, nb)
+        out = quants.dequantize(raw.reshape(-1), qtype).astype(np.float32).reshape(-1)
+        assert out.size == nb * bs and np.all(np.isfinite(out)), qtype.name
+        write(f"{qtype.name.lower()}.blocks", raw, out)
+
+    rng_low = np.random.default_rng(20250301)
+    for qtype, (bs, ts, nb, fields) in QUANT_LOW.items():
+        raw = rng_low.integers(0, 256, size=(nb, ts), dtype=np.uint8)
+        for off, kind in fields.items():
+            raw[:, off:off + 2] = fp16_bytes(rng_low, kind, nb)
+            extremes = EXTREME_D if kind == "d" else EXTREME_DMIN
+            for b, v in enumerate(extremes):
+                raw[b, off:off + 2] = np.array([v], dtype=np.float16).view(np.uint8)
         out = quants.dequantize(raw.reshape(-1), qtype).astype(np.float32).reshape(-1)
         assert out.size == nb * bs and np.all(np.isfinite(out)), qtype.name
         write(f"{qtype.name.lower()}.blocks", raw, out)

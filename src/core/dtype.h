@@ -22,10 +22,14 @@ enum class DType : uint32_t {
   Q5_1 = 7,
   Q8_0 = 8,
   Q8_1 = 9,   // activations only (not loaded from files)
+  Q2_K = 10,
+  Q3_K = 11,
   Q4_K = 12,
   Q5_K = 13,
   Q6_K = 14,
   Q8_K = 15,  // activations only (not loaded from files)
+  IQ4_NL = 20,
+  IQ4_XS = 23,
   BF16 = 30,
 };
 

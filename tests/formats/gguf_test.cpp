@@ -453,6 +453,14 @@ TEST(Gguf, TensorInfoErrors) {
     w.tensor_info("x", {4}, 99, 0);
     EXPECT_EQ(msg(w), "[gguf] tensor 'x': unknown type id 99");
   }
+  // GGML types specula does not implement are named in the error.
+  for (auto [id, name] : {std::pair<uint32_t, const char*>{16, "IQ2_XXS"}, {18, "IQ3_XXS"}, {22, "IQ2_S"},
+                          {34, "TQ1_0"}, {35, "TQ2_0"}, {39, "MXFP4"}}) {
+    GgufWriter w;
+    w.tensor_info("x", {256}, id, 0);
+    EXPECT_EQ(msg(w), "[gguf] tensor 'x': tensor type " + std::string(name) + " (id " + std::to_string(id) +
+                          ") is not supported");
+  }
   {
     GgufWriter w;
     w.tensor_info("x", {1, 1, 1, 1, 1}, 0, 0);
@@ -515,6 +523,33 @@ TEST(Gguf, TensorInfoErrors) {
     w.scalar<uint32_t>("k", static_cast<ValueType>(13), 0);
     EXPECT_NE(msg(w).find("[gguf] metadata key 'k': unknown value type 13"), std::string::npos);
   }
+}
+
+// Q2_K, Q3_K, IQ4_NL and IQ4_XS tensors parse with their block geometry (ggml-common.h:
+// 84, 110, 18 and 136 bytes per 256, 256, 32 and 256 elements).
+TEST(Gguf, LowBitTypesParse) {
+  GgufWriter w;
+  w.tensor("q2", {512, 2}, DType::Q2_K, pattern(4 * 84, 1))
+      .tensor("q3", {256}, DType::Q3_K, pattern(110, 2))
+      .tensor("nl", {64, 3}, DType::IQ4_NL, pattern(6 * 18, 3))
+      .tensor("xs", {256, 2}, DType::IQ4_XS, pattern(2 * 136, 4));
+  const auto b = w.build();
+  auto r = parse(b);
+  ASSERT_TRUE(r.is_ok()) << r.message();
+  const struct {
+    const char* name;
+    DType type;
+    size_t n_bytes;
+  } kWant[] = {{"q2", DType::Q2_K, 336}, {"q3", DType::Q3_K, 110}, {"nl", DType::IQ4_NL, 108}, {"xs", DType::IQ4_XS, 272}};
+  for (const auto& want : kWant) {
+    const TensorInfo* t = r->find_tensor(want.name);
+    ASSERT_NE(t, nullptr) << want.name;
+    EXPECT_EQ(t->type, want.type) << want.name;
+    EXPECT_EQ(t->n_bytes, want.n_bytes) << want.name;
+  }
+  GgufWriter bad;
+  bad.tensor_info("x", {100}, static_cast<uint32_t>(DType::IQ4_XS), 0);
+  EXPECT_EQ(parse(bad.build()).message(), "[gguf] tensor 'x': shape[0] = 100 is not a multiple of the IQ4_XS block size 256");
 }
 
 TEST(Gguf, HugeCountsFailFastWithoutAllocating) {

@@ -1,7 +1,9 @@
 // tests/kernels/avx2_test.cpp — the AVX2 kernel table against the generic reference.
 //
 // For every weight type: random valid blocks (finite fp16 scales), odd shapes, gemm
-// NMSE vs generic; batch invariance (a row's output is bitwise the same at m=1, inside
+// NMSE vs generic; for Q2_K, Q3_K, IQ4_NL and IQ4_XS also extreme blocks (half-range,
+// subnormal and zero scales, all-zero / all-one quant bytes, activations at +-127) and
+// the float64 dot of the dequantized operands; batch invariance (a row's output is bitwise the same at m=1, inside
 // m=13, and whatever the n_rows split). Activation quantizers and all dequantizers
 // must match generic bit for bit (including rounding ties). Dense helpers within float
 // rounding. Skipped when this CPU has no AVX2 table. Does not benchmark (bench/).
@@ -21,9 +23,18 @@
 namespace specula::kernels {
 namespace {
 
-const DType kWeightTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q4_0,
-                              DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0,
-                              DType::Q4_K, DType::Q5_K, DType::Q6_K};
+const DType kWeightTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q4_0,   DType::Q4_1,
+                              DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q2_K,   DType::Q3_K,
+                              DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS};
+
+// The types added with the low-bit kernels, with the byte offsets of their fp16 scale
+// fields (d first, then Q2_K's dmin).
+struct LowBitType {
+  DType type;
+  std::vector<int> scale_offsets;
+};
+const LowBitType kLowBitTypes[] = {
+    {DType::Q2_K, {80, 82}}, {DType::Q3_K, {108}}, {DType::IQ4_NL, {0}}, {DType::IQ4_XS, {0}}};
 
 #define SKIP_WITHOUT_AVX2()                                          \
   if (avx2_table() == nullptr) GTEST_SKIP() << "no AVX2/FMA/F16C on this CPU"
@@ -123,6 +134,106 @@ TEST(Avx2Kernels, GemmIsBatchInvariant) {
       gemm_with(k, t, K, w, 1, xq, ms, split, n_rows, 5);
       gemm_with(k, t, K, w, 11, xq, ms, split, n_rows, 6);
       for (size_t i = 0; i < split.size(); ++i) ASSERT_EQ(split[i], full[i]) << "m=" << ms << " split index " << i;
+    }
+  }
+}
+
+// Extreme blocks: every block gets one of the given quant byte fills (0x00, 0xFF or random)
+// and scale halves cycling through +-65504, the smallest subnormal, zero and a normal
+// value. Activations: random, or every quant at +-127 (the largest maddubs pair sums).
+// Compared with generic by NMSE (1e-10), or exactly when the reference is all zero.
+TEST(Avx2Kernels, LowBitExtremeBlocks) {
+  SKIP_WITHOUT_AVX2();
+  std::mt19937 rng(21);
+  const uint16_t kHalves[] = {0x7BFF, 0xFBFF, 0x0001, 0x0000, 0x8000, 0x3C00, 0x1400};
+  for (const LowBitType& lt : kLowBitTypes) {
+    const DType t = lt.type;
+    const DTypeInfo& info = dtype_info(t);
+    const int64_t K = 4 * 256, n_rows = 19;
+    const DType vt = generic_table().of(t).vec_dot_type;
+    for (int fill : {0x00, 0xFF, -1}) {
+      std::vector<uint8_t> w = random_weights(t, K, n_rows, rng);
+      const size_t nblocks = w.size() / info.type_size;
+      for (size_t b = 0; b < nblocks; ++b) {
+        uint8_t* blk = w.data() + b * info.type_size;
+        if (fill >= 0) std::memset(blk, fill, info.type_size);
+        for (size_t f = 0; f < lt.scale_offsets.size(); ++f) {
+          const uint16_t h = kHalves[(b + 3 * f) % std::size(kHalves)];
+          std::memcpy(blk + lt.scale_offsets[f], &h, 2);
+        }
+      }
+      for (int act = 0; act < 3; ++act) {
+        const int64_t m = 13;
+        std::vector<float> x = random_floats(K * m, rng);
+        if (act == 1) for (auto& v : x) v = v < 0 ? -1.0f : 1.0f;  // every quant +-127
+        if (act == 2) for (auto& v : x) v = 1000.0f;                // one sign, large d
+        const size_t xs = row_bytes(vt, K);
+        std::vector<uint8_t> xq(xs * m);
+        for (int64_t i = 0; i < m; ++i) generic_table().of(vt).quantize_row(x.data() + i * K, xq.data() + xs * i, K);
+        for (int64_t mm : {int64_t{1}, int64_t{5}, m}) {
+          SCOPED_TRACE(::testing::Message() << dtype_name(t) << " fill=" << fill << " act=" << act << " m=" << mm);
+          std::vector<float> ya(static_cast<size_t>(mm * n_rows), -7.0f), yg = ya;
+          gemm_with(*avx2_table(), t, K, w, n_rows, xq, mm, ya, n_rows);
+          gemm_with(generic_table(), t, K, w, n_rows, xq, mm, yg, n_rows);
+          double ref = 0;
+          for (float g : yg) ref += double(g) * g;
+          if (ref == 0.0) {
+            for (size_t i = 0; i < ya.size(); ++i) ASSERT_EQ(ya[i], yg[i]) << i;
+          } else {
+            expect_gemm_matches(ya, yg, mm, n_rows, n_rows);
+          }
+        }
+      }
+    }
+  }
+}
+
+// The AVX2 gemm of the low-bit types within 1e-6 * sum_k |w_k * x_k| of the float64 dot of
+// the dequantized weights and activations (w_k x_k for Q2_K counted as its scale and min
+// parts, |dl*q*x| + |ml*x|, since the kernel sums those separately): float rounding of
+// the per-block scale products and of the float accumulation over K / 256 (or K / 32)
+// blocks is a few ulps (6e-8) of that magnitude.
+TEST(Avx2Kernels, LowBitGemmMatchesFloat64) {
+  SKIP_WITHOUT_AVX2();
+  std::mt19937 rng(33);
+  for (const LowBitType& lt : kLowBitTypes) {
+    const DType t = lt.type;
+    const DTypeInfo& info = dtype_info(t);
+    const DType vt = generic_table().of(t).vec_dot_type;
+    for (int64_t K : {int64_t{256}, int64_t{2816}}) {
+      const int64_t n_rows = 9, m = 11;
+      const auto w = random_weights(t, K, n_rows, rng);
+      const auto xq = quantized_acts(t, K, m, rng);
+      const size_t ws = row_bytes(t, K), xs = row_bytes(vt, K);
+      // Dequantized weights, and for Q2_K the scale part (dmin zeroed) and min part (d zeroed).
+      std::vector<float> wf(K * n_rows), wd(K * n_rows), wm(K * n_rows), xf(K * m);
+      for (int64_t r = 0; r < n_rows; ++r) {
+        const uint8_t* row = w.data() + ws * r;
+        generic_table().of(t).dequantize_row(row, wf.data() + K * r, K);
+        std::copy(wf.begin() + K * r, wf.begin() + K * (r + 1), wd.begin() + K * r);
+        std::fill(wm.begin() + K * r, wm.begin() + K * (r + 1), 0.0f);
+        if (t == DType::Q2_K) {
+          for (int field = 0; field < 2; ++field) {
+            std::vector<uint8_t> part(row, row + ws);
+            for (size_t b = 0; b < ws / info.type_size; ++b) std::memset(part.data() + b * info.type_size + lt.scale_offsets[1 - field], 0, 2);
+            generic_table().of(t).dequantize_row(part.data(), (field == 0 ? wd : wm).data() + K * r, K);
+          }
+        }
+      }
+      for (int64_t i = 0; i < m; ++i) generic_table().of(vt).dequantize_row(xq.data() + xs * i, xf.data() + K * i, K);
+      std::vector<float> y(static_cast<size_t>(m * n_rows));
+      gemm_with(*avx2_table(), t, K, w, n_rows, xq, m, y, n_rows);
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t r = 0; r < n_rows; ++r) {
+          double ref = 0, mag = 0;
+          for (int64_t k = 0; k < K; ++k) {
+            const double xv = xf[K * i + k];
+            ref += double(wf[K * r + k]) * xv;
+            mag += std::fabs(double(wd[K * r + k]) * xv) + std::fabs(double(wm[K * r + k]) * xv);
+          }
+          EXPECT_LE(std::fabs(y[n_rows * i + r] - ref), 1e-6 * mag + 1e-30)
+              << dtype_name(t) << " K=" << K << " y[" << i << "," << r << "]=" << y[n_rows * i + r] << " ref=" << ref;
+        }
     }
   }
 }

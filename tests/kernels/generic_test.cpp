@@ -53,6 +53,10 @@ const std::vector<WeightType>& weight_types() {
       {DType::Q4_K, "q4_k.blocks", {{0, false}, {2, true}}},
       {DType::Q5_K, "q5_k.blocks", {{0, false}, {2, true}}},
       {DType::Q6_K, "q6_k.blocks", {{208, false}}},
+      {DType::Q2_K, "q2_k.blocks", {{80, false}, {82, true}}},
+      {DType::Q3_K, "q3_k.blocks", {{108, false}}},
+      {DType::IQ4_NL, "iq4_nl.blocks", {{0, false}}},
+      {DType::IQ4_XS, "iq4_xs.blocks", {{0, false}}},
   };
   return kTypes;
 }
@@ -240,7 +244,8 @@ TEST(GenericKernels, TableShape) {
   } kPairs[] = {{DType::F32, DType::F32},   {DType::F16, DType::F32},   {DType::BF16, DType::F32},
                 {DType::Q4_0, DType::Q8_0}, {DType::Q5_0, DType::Q8_0}, {DType::Q8_0, DType::Q8_0},
                 {DType::Q4_1, DType::Q8_1}, {DType::Q5_1, DType::Q8_1}, {DType::Q4_K, DType::Q8_K},
-                {DType::Q5_K, DType::Q8_K}, {DType::Q6_K, DType::Q8_K}};
+                {DType::Q5_K, DType::Q8_K}, {DType::Q6_K, DType::Q8_K}, {DType::Q2_K, DType::Q8_K},
+                {DType::Q3_K, DType::Q8_K}, {DType::IQ4_NL, DType::Q8_0}, {DType::IQ4_XS, DType::Q8_K}};
   EXPECT_STREQ(table().isa, "generic");
   for (auto p : kPairs) {
     EXPECT_EQ(table().of(p.w).vec_dot_type, p.act) << dtype_name(p.w);

@@ -84,6 +84,24 @@ inline std::vector<uint8_t> random_weights(DType t, int64_t K, int64_t n_rows, s
       for (auto* b = reinterpret_cast<BlockQ6_K*>(w.data()); b < reinterpret_cast<BlockQ6_K*>(w.data() + w.size()); ++b)
         b->d = rand_half(rng, -0.01f, 0.01f);
       break;
+    case DType::Q2_K:
+      for (auto* b = reinterpret_cast<BlockQ2_K*>(w.data()); b < reinterpret_cast<BlockQ2_K*>(w.data() + w.size()); ++b) {
+        b->d = rand_half(rng, 0.0f, 0.01f);
+        b->dmin = rand_half(rng, 0.0f, 0.01f);
+      }
+      break;
+    case DType::Q3_K:
+      for (auto* b = reinterpret_cast<BlockQ3_K*>(w.data()); b < reinterpret_cast<BlockQ3_K*>(w.data() + w.size()); ++b)
+        b->d = rand_half(rng, -0.01f, 0.01f);
+      break;
+    case DType::IQ4_NL:
+      for (auto* b = reinterpret_cast<BlockIQ4_NL*>(w.data()); b < reinterpret_cast<BlockIQ4_NL*>(w.data() + w.size()); ++b)
+        b->d = rand_half(rng, -0.01f, 0.01f);
+      break;
+    case DType::IQ4_XS:
+      for (auto* b = reinterpret_cast<BlockIQ4_XS*>(w.data()); b < reinterpret_cast<BlockIQ4_XS*>(w.data() + w.size()); ++b)
+        b->d = rand_half(rng, -0.01f, 0.01f);
+      break;
     default:
       ADD_FAILURE() << "unexpected type";
   }

@@ -73,6 +73,16 @@ TEST(PackedGemm, TablesAreAvx2PlusPackedGemms) {
       EXPECT_NE(tk.gemm_packed, nullptr);
       EXPECT_NE(tk.packed_bytes, nullptr);
     }
+    // Types without a packed form run the AVX2 entries unchanged.
+    for (DType t : {DType::Q2_K, DType::Q3_K, DType::IQ4_NL, DType::IQ4_XS}) {
+      SCOPED_TRACE(dtype_name(t));
+      const TypeKernels& tk = a.of(t);
+      ASSERT_NE(avx2_table(), nullptr);
+      EXPECT_EQ(tk.gemm, avx2_table()->of(t).gemm);
+      EXPECT_EQ(tk.dequantize_row, avx2_table()->of(t).dequantize_row);
+      EXPECT_EQ(tk.pack_rows, 0);
+      EXPECT_EQ(tk.gemm_packed, nullptr);
+    }
   }
 }
 

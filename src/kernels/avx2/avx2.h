@@ -27,6 +27,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/quant_blocks.h"
+
 namespace specula::kernels::avx2 {
 
 // ---- entry points (convert.cpp, gemm_*.cpp, vector.cpp) ----
@@ -44,10 +46,14 @@ void dequantize_row_q5_0(const void* x, float* y, int64_t n);
 void dequantize_row_q5_1(const void* x, float* y, int64_t n);
 void dequantize_row_q8_0(const void* x, float* y, int64_t n);
 void dequantize_row_q8_1(const void* x, float* y, int64_t n);
+void dequantize_row_q2_k(const void* x, float* y, int64_t n);
+void dequantize_row_q3_k(const void* x, float* y, int64_t n);
 void dequantize_row_q4_k(const void* x, float* y, int64_t n);
 void dequantize_row_q5_k(const void* x, float* y, int64_t n);
 void dequantize_row_q6_k(const void* x, float* y, int64_t n);
 void dequantize_row_q8_k(const void* x, float* y, int64_t n);
+void dequantize_row_iq4_nl(const void* x, float* y, int64_t n);
+void dequantize_row_iq4_xs(const void* x, float* y, int64_t n);
 
 #define SPECULA_AVX2_GEMM(name)                                                               \
   void name(int64_t K, const void* w, size_t w_stride, int64_t n_rows, const void* xq,       \
@@ -60,9 +66,13 @@ SPECULA_AVX2_GEMM(gemm_q4_1);
 SPECULA_AVX2_GEMM(gemm_q5_0);
 SPECULA_AVX2_GEMM(gemm_q5_1);
 SPECULA_AVX2_GEMM(gemm_q8_0);
+SPECULA_AVX2_GEMM(gemm_q2_k);
+SPECULA_AVX2_GEMM(gemm_q3_k);
 SPECULA_AVX2_GEMM(gemm_q4_k);
 SPECULA_AVX2_GEMM(gemm_q5_k);
 SPECULA_AVX2_GEMM(gemm_q6_k);
+SPECULA_AVX2_GEMM(gemm_iq4_nl);
+SPECULA_AVX2_GEMM(gemm_iq4_xs);
 
 float dot_f32(int64_t n, const float* a, const float* b);
 void axpy_f32(int64_t n, float alpha, const float* x, float* y);
@@ -96,6 +106,12 @@ inline __m256i bits_to_0x10(uint32_t bits) {
   const __m256i mask = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ULL));
   v = _mm256_cmpeq_epi8(_mm256_and_si256(v, mask), mask);
   return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
+}
+
+// The IQ4 codebook (kIQ4NLValues) in both 128-bit lanes: _mm256_shuffle_epi8(codebook,
+// indices 0..15) maps 4-bit indices to the int8 levels.
+inline __m256i iq4_codebook() {
+  return _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIQ4NLValues)));
 }
 
 // Sum of adjacent int16 pairs as 8 int32.

@@ -1,5 +1,6 @@
 // kernels/avx2/convert.cpp — AVX2 activation quantizers (F32 copy, Q8_0, Q8_1, Q8_K)
-// and row dequantizers for every type of the kernel table.
+// and row dequantizers for every type of the kernel table (Q2_K, Q3_K and Q6_K as scalar
+// loops: they are only used for single rows, e.g. an embedding lookup).
 //
 // Results are bit-identical to the generic reference (kernels/generic/quantize.cpp,
 // dequant.cpp): the same float operations in the same order — Q8_0/Q8_1:
@@ -313,6 +314,58 @@ void dequantize_row_q8_k(const void* x, float* y, int64_t n) {
   for (int64_t b = 0; b < n / kQKK; ++b, y += kQKK) {
     const __m256 d = _mm256_set1_ps(blocks[b].d);
     for (int i = 0; i < kQKK; i += 32) store_scaled(loadu256(blocks[b].qs + i), d, y + i);
+  }
+}
+
+void dequantize_row_q2_k(const void* x, float* y, int64_t n) {
+  const auto* blocks = static_cast<const BlockQ2_K*>(x);
+  for (int64_t b = 0; b < n / kQKK; ++b, y += kQKK) {
+    const BlockQ2_K& blk = blocks[b];
+    const float d = h2f(blk.d), dmin = h2f(blk.dmin);
+    for (int e = 0; e < kQKK; ++e) {
+      const int q = (blk.qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+      const uint8_t sc = blk.scales[e / 16];
+      const float dl = d * static_cast<float>(sc & 0x0F), ml = dmin * static_cast<float>(sc >> 4);
+      y[e] = dl * static_cast<float>(q) - ml;
+    }
+  }
+}
+
+void dequantize_row_q3_k(const void* x, float* y, int64_t n) {
+  const auto* blocks = static_cast<const BlockQ3_K*>(x);
+  for (int64_t b = 0; b < n / kQKK; ++b, y += kQKK) {
+    const BlockQ3_K& blk = blocks[b];
+    const float d = h2f(blk.d);
+    for (int e = 0; e < kQKK; ++e) {
+      const int t = e / 32, l = e % 32, s = e / 16;  // t = 4h + j
+      const int lo = (blk.qs[32 * (t / 4) + l] >> (2 * (t % 4))) & 3;
+      const int q = lo - (((blk.hmask[l] >> t) & 1) ? 0 : 4);
+      const int sc = ((blk.scales[s % 8] >> (4 * (s / 8))) & 0x0F) | (((blk.scales[8 + s % 4] >> (2 * (s / 4))) & 3) << 4);
+      const float dl = d * static_cast<float>(sc - 32);
+      y[e] = dl * static_cast<float>(q);
+    }
+  }
+}
+
+void dequantize_row_iq4_nl(const void* x, float* y, int64_t n) {
+  const auto* blocks = static_cast<const BlockIQ4_NL*>(x);
+  const __m256i codebook = iq4_codebook();
+  for (int64_t b = 0; b < n / kQK; ++b, y += kQK) {
+    store_scaled(_mm256_shuffle_epi8(codebook, unpack_nibbles16(blocks[b].qs)), _mm256_set1_ps(h2f(blocks[b].d)), y);
+  }
+}
+
+void dequantize_row_iq4_xs(const void* x, float* y, int64_t n) {
+  const auto* blocks = static_cast<const BlockIQ4_XS*>(x);
+  const __m256i codebook = iq4_codebook();
+  for (int64_t b = 0; b < n / kQKK; ++b) {
+    const BlockIQ4_XS& blk = blocks[b];
+    const float d = h2f(blk.d);
+    for (int s = 0; s < kQKK / 32; ++s, y += 32) {
+      const int ls = ((blk.scales_l[s / 2] >> (4 * (s % 2))) & 0x0F) | (((blk.scales_h >> (2 * s)) & 3) << 4);
+      const float dl = d * static_cast<float>(ls - 32);
+      store_scaled(_mm256_shuffle_epi8(codebook, unpack_nibbles16(blk.qs + 16 * s)), _mm256_set1_ps(dl), y);
+    }
   }
 }
 

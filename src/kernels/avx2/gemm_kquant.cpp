@@ -1,13 +1,15 @@
-// kernels/avx2/gemm_kquant.cpp — AVX2 gemm for the 256-element K-quant weight types
-// Q4_K, Q5_K, Q6_K with Q8_K activations.
+// kernels/avx2/gemm_kquant.cpp — AVX2 gemm for the 256-element super-block weight types
+// with Q8_K activations: the K-quants Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS.
 //
-// Per super-block: unsigned weight quants (Q4_K/Q5_K 0..31, Q6_K 0..63) times the
-// signed activations with maddubs, weighted by the sub-block scales with madd, summed
-// exactly in int32; the mins (Q4_K/Q5_K) and the Q6_K -32 centring are applied
-// through the activation bsums, also in int32. Then one FMA by d_w*d_x (and one by
+// Per super-block: unsigned weight quants (Q2_K 0..3, Q3_K 0..7, Q4_K/Q5_K 0..31, Q6_K
+// 0..63) times the signed activations with maddubs, weighted by the sub-block scales with
+// madd, summed exactly in int32; the mins (Q2_K/Q4_K/Q5_K) and the Q3_K -4 / Q6_K -32
+// centring are applied through the activation bsums, also in int32. IQ4_XS looks its
+// 4-bit indices up in the codebook (signed int8 levels) and multiplies |level| by the
+// activation with the level's sign (the sign trick). Then one FMA by d_w*d_x (and one by
 // -dmin_w*d_x for the mins) into an 8-lane float accumulator. Block formulas as in
-// llama.cpp's ggml_vec_dot_q*_K_q8_K (facts only). Tiling and batch invariance:
-// avx2.h. Does not quantize activations (convert.cpp).
+// llama.cpp's ggml_vec_dot_*_q8_K (facts only). Tiling and batch invariance: avx2.h and
+// the notes below. Does not quantize activations (convert.cpp).
 #include "kernels/avx2/avx2.h"
 #include "kernels/quant_blocks.h"
 
@@ -273,6 +275,144 @@ inline void k6_block(const uint8_t* blk_bytes, const BlockQ8_K* const* x, __m256
   }
 }
 
+// Q2_K super-block against C activation blocks. 16 sub-blocks of 16; the register for
+// elements 32t..32t+31 (t = 4h + j) holds bits 2j..2j+1 of qs[32h..32h+32), and its two
+// 128-bit lanes belong to sub-blocks 2t and 2t+1 (scales in the low nibbles, mins in the
+// high nibbles of scales[]).
+template <int C>
+inline void q2k_block(const uint8_t* blk_bytes, const BlockQ8_K* const* x, __m256* acc) {
+  const BlockQ2_K* blk = reinterpret_cast<const BlockQ2_K*>(blk_bytes);
+  const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk->scales));
+  const __m128i m4 = _mm_set1_epi8(0x0F);
+  const __m256i sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(packed, m4));
+  const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), m4));
+  const __m256i m3 = _mm256_set1_epi8(3);
+  __m256i s[C];
+  for (int c = 0; c < C; ++c) s[c] = _mm256_setzero_si256();
+  for (int h = 0; h < 2; ++h) {
+    // scales[8h .. 8h+8) as int16 in both lanes; chunk t = 4h + j uses words 2j, 2j+1.
+    const __m256i half = h == 0 ? _mm256_permute2x128_si256(sc16, sc16, 0x00)
+                                : _mm256_permute2x128_si256(sc16, sc16, 0x11);
+    __m256i raw = loadu256(blk->qs + 32 * h);
+    for (int j = 0; j < 4; ++j) {
+      const __m256i q = _mm256_and_si256(raw, m3);
+      raw = _mm256_srli_epi16(raw, 2);
+      const __m256i sc = _mm256_shuffle_epi8(half, word_pair(2 * j));
+      const int t = 4 * h + j;
+      for (int c = 0; c < C; ++c)
+        s[c] = _mm256_add_epi32(s[c], _mm256_madd_epi16(_mm256_maddubs_epi16(q, loadu256(x[c]->qs + 32 * t)), sc));
+    }
+  }
+  const float d = h2f(blk->d), dmin = h2f(blk->dmin);
+  for (int c = 0; c < C; ++c) {
+    const __m256i summ = _mm256_madd_epi16(loadu256(x[c]->bsums), mins);  // sum_s m_s * bsums[s]
+    acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(d * x[c]->d), _mm256_cvtepi32_ps(s[c]), acc[c]);
+    acc[c] = _mm256_fnmadd_ps(_mm256_set1_ps(dmin * x[c]->d), _mm256_cvtepi32_ps(summ), acc[c]);
+  }
+}
+
+// The sixteen 6-bit Q3_K scales minus 32, as int8 (12 packed bytes): scale s has its low
+// 4 bits in nibble s / 8 of byte s % 8 and its high 2 bits at bit 2 * (s / 4) of byte
+// 8 + s % 4. Word k of the result holds scales 4k..4k+3.
+inline __m128i q3k_scales(const uint8_t* p) {
+  uint32_t a0, a1, a2;
+  __builtin_memcpy(&a0, p, 4);
+  __builtin_memcpy(&a1, p + 4, 4);
+  __builtin_memcpy(&a2, p + 8, 4);
+  constexpr uint32_t kLow4 = 0x0F0F0F0Fu, kLow2 = 0x03030303u;
+  const uint32_t w0 = (a0 & kLow4) | ((a2 & kLow2) << 4);
+  const uint32_t w1 = (a1 & kLow4) | (((a2 >> 2) & kLow2) << 4);
+  const uint32_t w2 = ((a0 >> 4) & kLow4) | (((a2 >> 4) & kLow2) << 4);
+  const uint32_t w3 = ((a1 >> 4) & kLow4) | (((a2 >> 6) & kLow2) << 4);
+  const __m128i v = _mm_setr_epi32(static_cast<int>(w0), static_cast<int>(w1), static_cast<int>(w2),
+                                   static_cast<int>(w3));
+  return _mm_sub_epi8(v, _mm_set1_epi8(32));
+}
+
+// Q3_K super-block against C activation blocks: the Q2_K layout for the low 2 bits plus
+// bit 4h + j of hmask[l] as bit 2, giving q + 4 in 0..7; the -4 is applied as
+// 4 * sum_s sc_s * bsums[s].
+template <int C>
+inline void q3k_block(const uint8_t* blk_bytes, const BlockQ8_K* const* x, __m256* acc) {
+  const BlockQ3_K* blk = reinterpret_cast<const BlockQ3_K*>(blk_bytes);
+  const __m256i sc16 = _mm256_cvtepi8_epi16(q3k_scales(blk->scales));
+  const __m256i m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+  __m256i s[C];
+  for (int c = 0; c < C; ++c) s[c] = _mm256_setzero_si256();
+  __m256i hb = loadu256(blk->hmask);  // bit t of byte l: element 32t + l
+  for (int h = 0; h < 2; ++h) {
+    const __m256i half = h == 0 ? _mm256_permute2x128_si256(sc16, sc16, 0x00)
+                                : _mm256_permute2x128_si256(sc16, sc16, 0x11);
+    __m256i raw = loadu256(blk->qs + 32 * h);
+    for (int j = 0; j < 4; ++j) {
+      const __m256i q = _mm256_or_si256(_mm256_and_si256(raw, m3), _mm256_slli_epi16(_mm256_and_si256(hb, one), 2));
+      raw = _mm256_srli_epi16(raw, 2);
+      hb = _mm256_srli_epi16(hb, 1);
+      const __m256i sc = _mm256_shuffle_epi8(half, word_pair(2 * j));
+      const int t = 4 * h + j;
+      for (int c = 0; c < C; ++c)
+        s[c] = _mm256_add_epi32(s[c], _mm256_madd_epi16(_mm256_maddubs_epi16(q, loadu256(x[c]->qs + 32 * t)), sc));
+    }
+  }
+  const float d = h2f(blk->d);
+  for (int c = 0; c < C; ++c) {
+    const __m256i off = _mm256_slli_epi32(_mm256_madd_epi16(loadu256(x[c]->bsums), sc16), 2);
+    acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(d * x[c]->d), _mm256_cvtepi32_ps(_mm256_sub_epi32(s[c], off)), acc[c]);
+  }
+}
+
+// The eight 6-bit IQ4_XS scales minus 32 as int16, in both 128-bit lanes: the low 4 bits
+// of scale s are nibble s of the 32-bit scales_l, the high 2 bits are bits 2s..2s+1 of
+// scales_h (moved to the top of word s by a multiply, then shifted down).
+inline __m256i iq4xs_scales(uint16_t scales_h, const uint8_t* scales_l) {
+  uint32_t l;
+  __builtin_memcpy(&l, scales_l, 4);
+  const __m128i lb = _mm_cvtsi32_si128(static_cast<int>(l));
+  const __m128i m4 = _mm_set1_epi8(0x0F);
+  const __m128i nib = _mm_unpacklo_epi8(_mm_and_si128(lb, m4), _mm_and_si128(_mm_srli_epi16(lb, 4), m4));
+  const __m128i lo = _mm_cvtepu8_epi16(nib);
+  const __m128i hmul = _mm_setr_epi16(1 << 14, 1 << 12, 1 << 10, 1 << 8, 1 << 6, 1 << 4, 1 << 2, 1);
+  const __m128i hi = _mm_srli_epi16(_mm_mullo_epi16(_mm_set1_epi16(static_cast<int16_t>(scales_h)), hmul), 14);
+  const __m128i ls = _mm_sub_epi16(_mm_or_si128(lo, _mm_slli_epi16(hi, 4)), _mm_set1_epi16(32));
+  return _mm256_broadcastsi128_si256(ls);
+}
+
+// IQ4_XS super-block against C activation blocks: sub-block s (32 elements) is an IQ4_NL
+// nibble block at qs[16s..16s+16); levels are signed, so |level| * (x with the level's
+// sign) goes through maddubs (|level| <= 127: no int16 saturation).
+template <int C>
+inline void iq4xs_block(const uint8_t* blk_bytes, const BlockQ8_K* const* x, __m256* acc) {
+  const BlockIQ4_XS* blk = reinterpret_cast<const BlockIQ4_XS*>(blk_bytes);
+  const __m256i scales = iq4xs_scales(blk->scales_h, blk->scales_l);
+  const __m256i codebook = iq4_codebook();
+  __m256i s[C];
+  for (int c = 0; c < C; ++c) s[c] = _mm256_setzero_si256();
+  for (int sb = 0; sb < kQKK / 32; ++sb) {
+    const __m256i q = _mm256_shuffle_epi8(codebook, unpack_nibbles16(blk->qs + 16 * sb));
+    const __m256i aq = _mm256_abs_epi8(q);
+    const __m256i sc = _mm256_shuffle_epi8(scales, word_broadcast(sb));
+    for (int c = 0; c < C; ++c) {
+      const __m256i p = _mm256_maddubs_epi16(aq, _mm256_sign_epi8(loadu256(x[c]->qs + 32 * sb), q));
+      s[c] = _mm256_add_epi32(s[c], _mm256_madd_epi16(p, sc));
+    }
+  }
+  const float d = h2f(blk->d);
+  for (int c = 0; c < C; ++c)
+    acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(d * x[c]->d), _mm256_cvtepi32_ps(s[c]), acc[c]);
+}
+
+struct K2Cols {
+  static constexpr size_t kBytes = sizeof(BlockQ2_K);
+  template <int C> static void block(const uint8_t* w, const BlockQ8_K* const* x, __m256* acc) { q2k_block<C>(w, x, acc); }
+};
+struct K3Cols {
+  static constexpr size_t kBytes = sizeof(BlockQ3_K);
+  template <int C> static void block(const uint8_t* w, const BlockQ8_K* const* x, __m256* acc) { q3k_block<C>(w, x, acc); }
+};
+struct IQ4XSCols {
+  static constexpr size_t kBytes = sizeof(BlockIQ4_XS);
+  template <int C> static void block(const uint8_t* w, const BlockQ8_K* const* x, __m256* acc) { iq4xs_block<C>(w, x, acc); }
+};
 struct K4Cols {
   static constexpr size_t kBytes = sizeof(BlockQ4_K);
   template <int C> static void block(const uint8_t* w, const BlockQ8_K* const* x, __m256* acc) { k45_block<false, C>(w, x, acc); }
@@ -354,6 +494,37 @@ void gemm_k_small(int64_t K, const void* w, size_t w_stride, int64_t n_rows, con
   }
 }
 
+// Prefill for the types without an unpacked-panel form (Q2_K, Q3_K, IQ4_XS): the
+// register kernels of gemm_k_small over a panel of kRows weight rows (a few KiB, kept in
+// L1) and groups of 4 activation rows (tail 1..3), activation group outer, so each
+// activation group is read from memory once per panel. Unpacking a block again per
+// group costs less than the group's dot products for these few-bit types. Per output
+// element the same block<C> operations run in the same order as at small m, so results
+// are bitwise equal to gemm_k_small (batch invariance).
+template <class T>
+void gemm_k_rows(int64_t K, const void* w, size_t w_stride, int64_t n_rows, const void* xq, size_t xq_stride,
+                 int64_t m, float* y, int64_t ldy) {
+  constexpr int64_t kRows = 8;
+  const auto* wb = static_cast<const uint8_t*>(w);
+  const auto* xb = static_cast<const uint8_t*>(xq);
+  const int64_t nb = K / kQKK;
+  for (int64_t r0 = 0; r0 < n_rows; r0 += kRows) {
+    const int64_t r1 = std::min(n_rows, r0 + kRows);
+    for (int64_t i0 = 0; i0 < m; i0 += 4) {
+      const int nc = static_cast<int>(std::min<int64_t>(4, m - i0));
+      for (int64_t r = r0; r < r1; ++r) {
+        const uint8_t* wrow = wb + static_cast<size_t>(r) * w_stride;
+        switch (nc) {
+          case 4: k_row_cols<T, 4>(nb, wrow, xb, xq_stride, i0, y + r, ldy); break;
+          case 3: k_row_cols<T, 3>(nb, wrow, xb, xq_stride, i0, y + r, ldy); break;
+          case 2: k_row_cols<T, 2>(nb, wrow, xb, xq_stride, i0, y + r, ldy); break;
+          default: k_row_cols<T, 1>(nb, wrow, xb, xq_stride, i0, y + r, ldy); break;
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 
 // m > kSmallMK (prefill): unpack each row panel once (gemm_panel); else registers.
@@ -368,6 +539,19 @@ SPECULA_AVX2_GEMM(gemm_q5_k) {
 SPECULA_AVX2_GEMM(gemm_q6_k) {
   if (m > kSmallMK) return gemm_panel<Q6K>(K, w, w_stride, n_rows, xq, xq_stride, m, y, ldy);
   gemm_k_small<K6Cols>(K, w, w_stride, n_rows, xq, xq_stride, m, y, ldy);
+}
+
+SPECULA_AVX2_GEMM(gemm_q2_k) {
+  if (m > kSmallMK) return gemm_k_rows<K2Cols>(K, w, w_stride, n_rows, xq, xq_stride, m, y, ldy);
+  gemm_k_small<K2Cols>(K, w, w_stride, n_rows, xq, xq_stride, m, y, ldy);
+}
+SPECULA_AVX2_GEMM(gemm_q3_k) {
+  if (m > kSmallMK) return gemm_k_rows<K3Cols>(K, w, w_stride, n_rows, xq, xq_stride, m, y, ldy);
+  gemm_k_small<K3Cols>(K, w, w_stride, n_rows, xq, xq_stride, m, y, ldy);
+}
+SPECULA_AVX2_GEMM(gemm_iq4_xs) {
+  if (m > kSmallMK) return gemm_k_rows<IQ4XSCols>(K, w, w_stride, n_rows, xq, xq_stride, m, y, ldy);
+  gemm_k_small<IQ4XSCols>(K, w, w_stride, n_rows, xq, xq_stride, m, y, ldy);
 }
 
 }  // namespace specula::kernels::avx2

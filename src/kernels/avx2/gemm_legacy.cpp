@@ -1,9 +1,10 @@
 // kernels/avx2/gemm_legacy.cpp — AVX2 gemm for the 32-element block types: Q4_0,
-// Q5_0, Q8_0 (with Q8_0 activations) and Q4_1, Q5_1 (with Q8_1 activations).
+// Q5_0, Q8_0, IQ4_NL (with Q8_0 activations) and Q4_1, Q5_1 (with Q8_1 activations).
 //
 // Per block: the exact int32 sum of qw*qx is formed with maddubs/madd (unsigned
 // weights times signed activations; the Q4_0/Q5_0 centring offset is subtracted as
-// offset*sum(qx), Q8_0 uses the sign trick), converted to float and folded into an
+// offset*sum(qx), Q8_0 uses the sign trick; IQ4_NL looks its 4-bit indices up in the
+// codebook, which gives int8 weights, and then is Q8_0), converted to float and folded into an
 // 8-lane accumulator with one FMA by (d_w*d_x); Q4_1/Q5_1 add m_w*s_x into lane 0.
 // Same block formulas as llama.cpp's ggml_vec_dot_q*_q8_* (facts only). Tiling and
 // batch invariance: avx2.h. Does not quantize activations (convert.cpp).
@@ -97,6 +98,22 @@ struct Q8_0 : QuantBase {
   }
 };
 
+// IQ4_NL: the codebook lookup turns a block into a Q8_0 block (same d, q = level), so
+// it runs Q8_0's dot: sum_b (d_w*d_x) * sum_j level_j * qx_j, as the generic reference.
+struct IQ4_NL : QuantBase {
+  using Block = BlockIQ4_NL;
+  using W = Q8_0::W;
+  using X = XQ8_0<0>;
+  static void load_w(const uint8_t* row, int64_t b, W& w) {
+    const BlockIQ4_NL* blk = reinterpret_cast<const BlockIQ4_NL*>(row) + b;
+    w.q = _mm256_shuffle_epi8(iq4_codebook(), unpack_nibbles16(blk->qs));
+    w.aq = _mm256_abs_epi8(w.q);
+    w.d = _mm256_set1_ps(h2f(blk->d));
+  }
+  static void load_x(const uint8_t* row, int64_t b, X& x) { load_x_q8_0(row, b, x); }
+  static Acc dot(const W& w, const X& x, Acc acc) { return Q8_0::dot(w, x, acc); }
+};
+
 // Q4_1 / Q5_1 with Q8_1 activations: sum_b (d_w*d_x)*sum(q*qx) + m_w*s_x.
 struct AffineW {
   __m256i q;
@@ -151,11 +168,12 @@ struct Q5_1 : QuantBase {
 }  // namespace
 
 namespace {
-// Prefill path for centred types (Q4_0, Q5_0): unpack a panel of weight rows once into
-// Q8_0 blocks (q - offset as int8, the same half scale) and run the Q8_0 tiles over all
-// activation rows. Each block's int32 lane sums are the same integers either way and the
-// float ops per block are identical (fma(d_w*d_x, lanes, acc), then hsum), so results
-// are bitwise equal to the unpack-per-tile path (batch invariance holds).
+// Prefill path for centred types (Q4_0, Q5_0) and IQ4_NL (offset 0): unpack a panel of
+// weight rows once into Q8_0 blocks (q - offset as int8, the same half scale) and run the
+// Q8_0 tiles over all activation rows. Each block's int32 lane sums are the same
+// integers either way and the float ops per block are identical (fma(d_w*d_x, lanes,
+// acc), then hsum), so results are bitwise equal to the unpack-per-tile path (batch
+// invariance holds).
 template <class T, int kOffset>
 void gemm_repacked(int64_t K, const void* w, size_t w_stride, int64_t n_rows, const void* xq,
                    size_t xq_stride, int64_t m, float* y, int64_t ldy) {
@@ -201,6 +219,11 @@ SPECULA_AVX2_GEMM(gemm_q5_0) {
 SPECULA_AVX2_GEMM(gemm_q8_0) {
   if (m > 1 && m <= kSmallMLegacy) return gemm_tiled<Q8_0, 4, 1, 8>(K, w, w_stride, n_rows, xq, xq_stride, m, y, ldy);
   gemm_tiled<Q8_0, 4, 2, 4>(K, w, w_stride, n_rows, xq, xq_stride, m, y, ldy);
+}
+SPECULA_AVX2_GEMM(gemm_iq4_nl) {
+  if (m > kSmallMLegacy) return gemm_repacked<IQ4_NL, 0>(K, w, w_stride, n_rows, xq, xq_stride, m, y, ldy);
+  if (m > 1) return gemm_tiled<IQ4_NL, 4, 1, 8>(K, w, w_stride, n_rows, xq, xq_stride, m, y, ldy);
+  gemm_tiled<IQ4_NL, 4, 2, 4>(K, w, w_stride, n_rows, xq, xq_stride, m, y, ldy);
 }
 SPECULA_AVX2_GEMM(gemm_q4_1) { gemm_tiled<Q4_1, 4, 2, 4>(K, w, w_stride, n_rows, xq, xq_stride, m, y, ldy); }
 SPECULA_AVX2_GEMM(gemm_q5_1) { gemm_tiled<Q5_1, 4, 2, 4>(K, w, w_stride, n_rows, xq, xq_stride, m, y, ldy); }

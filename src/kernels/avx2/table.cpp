@@ -39,9 +39,13 @@ const KernelTable* table_if_built() {
     k.set_weight(DType::Q5_0, dequantize_row_q5_0, DType::Q8_0, gemm_q5_0);
     k.set_weight(DType::Q5_1, dequantize_row_q5_1, DType::Q8_1, gemm_q5_1);
     k.set_weight(DType::Q8_0, dequantize_row_q8_0, DType::Q8_0, gemm_q8_0);
+    k.set_weight(DType::Q2_K, dequantize_row_q2_k, DType::Q8_K, gemm_q2_k);
+    k.set_weight(DType::Q3_K, dequantize_row_q3_k, DType::Q8_K, gemm_q3_k);
     k.set_weight(DType::Q4_K, dequantize_row_q4_k, DType::Q8_K, gemm_q4_k);
     k.set_weight(DType::Q5_K, dequantize_row_q5_k, DType::Q8_K, gemm_q5_k);
     k.set_weight(DType::Q6_K, dequantize_row_q6_k, DType::Q8_K, gemm_q6_k);
+    k.set_weight(DType::IQ4_NL, dequantize_row_iq4_nl, DType::Q8_0, gemm_iq4_nl);
+    k.set_weight(DType::IQ4_XS, dequantize_row_iq4_xs, DType::Q8_K, gemm_iq4_xs);
     k.set_activation(DType::F32, dequantize_row_f32, quantize_row_f32);
     k.set_activation(DType::Q8_0, dequantize_row_q8_0, quantize_row_q8_0);
     k.set_activation(DType::Q8_1, dequantize_row_q8_1, quantize_row_q8_1);

@@ -9,6 +9,11 @@
 //   Q4_K/Q5_K · Q8_K:       sum_b (d_w * d_x) * sum_s sc_s * sum_l qw*qx
 //                                 - (dmin_w * d_x) * sum_s m_s * (sum of qx in s, bsums)
 //   Q6_K · Q8_K:            sum_b (d_w * d_x) * sum_s sc_s * sum_l (qw - 32) * qx
+//   Q2_K · Q8_K:            as Q4_K over 16 sub-blocks of 16 (sc_s = low nibble, m_s =
+//                           high nibble of scales[s]; bsums[s] pairs with sub-block s)
+//   Q3_K · Q8_K:            sum_b (d_w * d_x) * sum_s (sc_s - 32) * sum_l qw * qx, qw in [-4,3]
+//   IQ4_NL · Q8_0:          sum_b (d_w * d_x) * sum_j v[qw_j] * qx_j    (v: the IQ4 codebook)
+//   IQ4_XS · Q8_K:          sum_b (d_w * d_x) * sum_s (ls_s - 32) * sum_l v[qw] * qx
 //   F32/F16/BF16 · F32:     sum_j w_j * x_j accumulated in double, rounded once.
 // The order of operations depends only on K, never on the row's position in a batch.
 // Does not tile, vectorize or thread.
@@ -131,6 +136,46 @@ float vec_dot_q8_0_q8_0(int64_t K, const void* w, const void* x) {
   return sum;
 }
 
+float vec_dot_q2_k_q8_k(int64_t K, const void* w, const void* x) {
+  const auto* wb = static_cast<const BlockQ2_K*>(w);
+  const auto* xb = static_cast<const BlockQ8_K*>(x);
+  float sum = 0.0f;
+  for (int64_t b = 0; b < K / kQKK; ++b) {
+    const BlockQ2_K& wq = wb[b];
+    const BlockQ8_K& xq = xb[b];
+    int sumi = 0;  // sum_s sc_s * sum_l q * qx
+    int summ = 0;  // sum_s m_s * sum_l qx
+    for (int s = 0; s < kQKK / 16; ++s) {
+      int dot = 0;
+      for (int l = 0; l < 16; ++l) dot += q2_k_bits(wq.qs, 16 * s + l) * xq.qs[16 * s + l];
+      sumi += (wq.scales[s] & 0x0F) * dot;
+      summ += (wq.scales[s] >> 4) * xq.bsums[s];
+    }
+    const float d = fp16_to_fp32(wq.d) * xq.d;
+    const float dmin = fp16_to_fp32(wq.dmin) * xq.d;
+    sum += d * static_cast<float>(sumi) - dmin * static_cast<float>(summ);
+  }
+  return sum;
+}
+
+float vec_dot_q3_k_q8_k(int64_t K, const void* w, const void* x) {
+  const auto* wb = static_cast<const BlockQ3_K*>(w);
+  const auto* xb = static_cast<const BlockQ8_K*>(x);
+  float sum = 0.0f;
+  for (int64_t b = 0; b < K / kQKK; ++b) {
+    const BlockQ3_K& wq = wb[b];
+    const BlockQ8_K& xq = xb[b];
+    int sumi = 0;
+    for (int s = 0; s < kQKK / 16; ++s) {
+      int dot = 0;
+      for (int l = 0; l < 16; ++l) dot += q3_k_value(wq.hmask, wq.qs, 16 * s + l) * xq.qs[16 * s + l];
+      sumi += (q3_k_scale(wq.scales, s) - 32) * dot;
+    }
+    sum += (fp16_to_fp32(wq.d) * xq.d) * static_cast<float>(sumi);
+  }
+  return sum;
+}
+
 float vec_dot_q4_k_q8_k(int64_t K, const void* w, const void* x) {
   const auto* wb = static_cast<const BlockQ4_K*>(w);
   const auto* xb = static_cast<const BlockQ8_K*>(x);
@@ -204,6 +249,40 @@ float vec_dot_q6_k_q8_k(int64_t K, const void* w, const void* x) {
         dot += ((lo | (hi << 4)) - 32) * xq.qs[e];
       }
       sumi += wq.scales[s] * dot;
+    }
+    sum += (fp16_to_fp32(wq.d) * xq.d) * static_cast<float>(sumi);
+  }
+  return sum;
+}
+
+float vec_dot_iq4_nl_q8_0(int64_t K, const void* w, const void* x) {
+  const auto* wb = static_cast<const BlockIQ4_NL*>(w);
+  const auto* xb = static_cast<const BlockQ8_0*>(x);
+  float sum = 0.0f;
+  for (int64_t b = 0; b < K / kQK; ++b) {
+    int sumi = 0;
+    for (int j = 0; j < kQK / 2; ++j) {
+      sumi += kIQ4NLValues[wb[b].qs[j] & 0x0F] * xb[b].qs[j] + kIQ4NLValues[wb[b].qs[j] >> 4] * xb[b].qs[j + kQK / 2];
+    }
+    sum += (fp16_to_fp32(wb[b].d) * fp16_to_fp32(xb[b].d)) * static_cast<float>(sumi);
+  }
+  return sum;
+}
+
+float vec_dot_iq4_xs_q8_k(int64_t K, const void* w, const void* x) {
+  const auto* wb = static_cast<const BlockIQ4_XS*>(w);
+  const auto* xb = static_cast<const BlockQ8_K*>(x);
+  float sum = 0.0f;
+  for (int64_t b = 0; b < K / kQKK; ++b) {
+    const BlockIQ4_XS& wq = wb[b];
+    const BlockQ8_K& xq = xb[b];
+    int sumi = 0;
+    for (int s = 0; s < kQKK / 32; ++s) {
+      const uint8_t* q = wq.qs + 16 * s;
+      const int8_t* qx = xq.qs + 32 * s;
+      int dot = 0;
+      for (int j = 0; j < 16; ++j) dot += kIQ4NLValues[q[j] & 0x0F] * qx[j] + kIQ4NLValues[q[j] >> 4] * qx[j + 16];
+      sumi += (iq4_xs_scale(wq.scales_h, wq.scales_l, s) - 32) * dot;
     }
     sum += (fp16_to_fp32(wq.d) * xq.d) * static_cast<float>(sumi);
   }

@@ -24,10 +24,14 @@ void dequantize_row_q5_0(const void* x, float* y, int64_t n);
 void dequantize_row_q5_1(const void* x, float* y, int64_t n);
 void dequantize_row_q8_0(const void* x, float* y, int64_t n);
 void dequantize_row_q8_1(const void* x, float* y, int64_t n);
+void dequantize_row_q2_k(const void* x, float* y, int64_t n);
+void dequantize_row_q3_k(const void* x, float* y, int64_t n);
 void dequantize_row_q4_k(const void* x, float* y, int64_t n);
 void dequantize_row_q5_k(const void* x, float* y, int64_t n);
 void dequantize_row_q6_k(const void* x, float* y, int64_t n);
 void dequantize_row_q8_k(const void* x, float* y, int64_t n);
+void dequantize_row_iq4_nl(const void* x, float* y, int64_t n);
+void dequantize_row_iq4_xs(const void* x, float* y, int64_t n);
 
 // ---- quantize activations: x [n] f32 -> y [n] of the type (quantize.cpp).
 void quantize_row_f32(const float* x, void* y, int64_t n);   // copy
@@ -46,9 +50,13 @@ float vec_dot_q4_1_q8_1(int64_t K, const void* w, const void* x);
 float vec_dot_q5_0_q8_0(int64_t K, const void* w, const void* x);
 float vec_dot_q5_1_q8_1(int64_t K, const void* w, const void* x);
 float vec_dot_q8_0_q8_0(int64_t K, const void* w, const void* x);
+float vec_dot_q2_k_q8_k(int64_t K, const void* w, const void* x);
+float vec_dot_q3_k_q8_k(int64_t K, const void* w, const void* x);
 float vec_dot_q4_k_q8_k(int64_t K, const void* w, const void* x);
 float vec_dot_q5_k_q8_k(int64_t K, const void* w, const void* x);
 float vec_dot_q6_k_q8_k(int64_t K, const void* w, const void* x);
+float vec_dot_iq4_nl_q8_0(int64_t K, const void* w, const void* x);
+float vec_dot_iq4_xs_q8_k(int64_t K, const void* w, const void* x);
 
 // gemm signature of TypeKernels::gemm, one instantiation per dot (dot.cpp).
 using VecDotFn = float (*)(int64_t K, const void* w, const void* x);
@@ -67,6 +75,16 @@ void gemm(int64_t K, const void* w, size_t w_stride, int64_t n_rows, const void*
 
 // Q4_K/Q5_K packed 6-bit scale and min of sub-block j in [0,8) (dequant.cpp).
 void k_scale_min(const uint8_t scales[12], int j, int* sc, int* m);
+// Quant bits of the Q2_K/Q3_K/IQ4_XS layouts (dequant.cpp), shared by dequant.cpp and
+// dot.cpp so both read the same bits:
+//  q2_k_bits: bits 0..1 of element e in [0,256) of a Q2_K/Q3_K qs array, 0..3.
+//  q3_k_value: element e of a Q3_K block as the signed quant in [-4, 3].
+//  q3_k_scale: the 6-bit scale of Q3_K sub-block s in [0,16), 0..63 (not yet minus 32).
+//  iq4_xs_scale: the 6-bit scale of IQ4_XS sub-block s in [0,8), 0..63 (not yet minus 32).
+int q2_k_bits(const uint8_t* qs, int e);
+int q3_k_value(const uint8_t* hmask, const uint8_t* qs, int e);
+int q3_k_scale(const uint8_t scales[12], int s);
+int iq4_xs_scale(uint16_t scales_h, const uint8_t* scales_l, int s);
 
 // ---- dense f32 helpers (dense.cpp).
 float dot_f32(int64_t n, const float* a, const float* b);

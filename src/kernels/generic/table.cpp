@@ -1,7 +1,7 @@
 // kernels/generic/table.cpp — the reference kernel table: wires the generic
 // dequantizers, activation quantizers, dot-product gemms and dense helpers
 // (generic.h) into a KernelTable. Weight types: F32, F16, BF16, Q4_0, Q4_1, Q5_0,
-// Q5_1, Q8_0, Q4_K, Q5_K, Q6_K. Activation types (quantize_row set): F32, Q8_0,
+// Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS. Activation types (quantize_row set): F32, Q8_0,
 // Q8_1, Q8_K. Does not choose between ISAs (dispatch.cpp does).
 #include "kernels/generic/generic.h"
 #include "kernels/kernels.h"
@@ -35,9 +35,13 @@ const KernelTable& generic_table() {
     k.set_weight(DType::Q5_0, g::dequantize_row_q5_0, DType::Q8_0, g::gemm<g::vec_dot_q5_0_q8_0>);
     k.set_weight(DType::Q5_1, g::dequantize_row_q5_1, DType::Q8_1, g::gemm<g::vec_dot_q5_1_q8_1>);
     k.set_weight(DType::Q8_0, g::dequantize_row_q8_0, DType::Q8_0, g::gemm<g::vec_dot_q8_0_q8_0>);
+    k.set_weight(DType::Q2_K, g::dequantize_row_q2_k, DType::Q8_K, g::gemm<g::vec_dot_q2_k_q8_k>);
+    k.set_weight(DType::Q3_K, g::dequantize_row_q3_k, DType::Q8_K, g::gemm<g::vec_dot_q3_k_q8_k>);
     k.set_weight(DType::Q4_K, g::dequantize_row_q4_k, DType::Q8_K, g::gemm<g::vec_dot_q4_k_q8_k>);
     k.set_weight(DType::Q5_K, g::dequantize_row_q5_k, DType::Q8_K, g::gemm<g::vec_dot_q5_k_q8_k>);
     k.set_weight(DType::Q6_K, g::dequantize_row_q6_k, DType::Q8_K, g::gemm<g::vec_dot_q6_k_q8_k>);
+    k.set_weight(DType::IQ4_NL, g::dequantize_row_iq4_nl, DType::Q8_0, g::gemm<g::vec_dot_iq4_nl_q8_0>);
+    k.set_weight(DType::IQ4_XS, g::dequantize_row_iq4_xs, DType::Q8_K, g::gemm<g::vec_dot_iq4_xs_q8_k>);
     // Activation types. F32 and Q8_0 are also weight types (set above).
     k.set_activation(DType::F32, g::dequantize_row_f32, g::quantize_row_f32);
     k.set_activation(DType::Q8_0, g::dequantize_row_q8_0, g::quantize_row_q8_0);
