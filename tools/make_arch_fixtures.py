@@ -115,6 +115,14 @@ SHAPES = {
                       embd=1.0, base=10000.0,
                       shape="layers 3 and 7 without rope, n_embd 96, 8 layers, 6 heads / 3 kv heads of 16, "
                             "n_ff 160, vocab 300, f16, untied"),
+    # --- ernie4_5 (the llama block, rope NORM; added as one file: src/model/arch/ernie4_5.cpp) ---
+    "ernie4_5_a": dict(arch="ernie4_5", seed=4801, E=64, L=3, H=4, Hkv=2, hd=None, F=160, V=256, tied=True, dt=F32,
+                       embd=0.5, base=500000.0,
+                       shape="n_embd 64, 3 layers, 4 heads / 2 kv heads of 16, n_ff 160, vocab 256, rope base 5e5, "
+                             "f32, tied"),
+    "ernie4_5_b": dict(arch="ernie4_5", seed=4802, E=96, L=4, H=3, Hkv=3, hd=None, F=224, V=300, tied=False, dt=F16,
+                       embd=1.0, base=10000.0,
+                       shape="n_embd 96, 4 layers, 3 heads / 3 kv heads of 32, n_ff 224, vocab 300, f16, untied"),
     # --- gemma4 ---
     "gemma4_a": dict(arch="gemma4", seed=4701, E=96, L=6, H=4, Hkv=None, hd=None, F=192, V=256, tied=True, dt=F32,
                      embd=0.06, base=1000000.0, base_swa=10000.0, swa=8, out_norm=6.0,
@@ -381,7 +389,7 @@ def common_kv(b: Builder, hd=None):
 
 
 def write_llama_like(b: Builder):
-    """llama, qwen3, qwen3moe, smollm3: pre-norm blocks with separate q/k/v and a SwiGLU MLP."""
+    """llama, qwen3, qwen3moe, smollm3, ernie4_5: pre-norm blocks with separate q/k/v and a SwiGLU MLP."""
     s = b.s
     E, L, H, Hkv, F, V = s["E"], s["L"], s["H"], s["Hkv"], s["F"], s["V"]
     hd = s["hd"] or E // H
@@ -555,7 +563,7 @@ def write_gemma4(b: Builder):
 
 
 WRITERS = {"llama": write_llama_like, "qwen3": write_llama_like, "qwen3moe": write_llama_like,
-           "smollm3": write_llama_like, "phi3": write_phi3, "gemma2": write_gemma2, "gemma4": write_gemma4}
+           "smollm3": write_llama_like, "ernie4_5": write_llama_like, "phi3": write_phi3, "gemma2": write_gemma2, "gemma4": write_gemma4}
 
 
 def write_model(name: str, path: str) -> list[float]:
