@@ -125,59 +125,33 @@ void k_scale_min(const uint8_t scales[kKScaleSize], int j, int* sc, int* m) {
   }
 }
 
-// Q2_K / Q3_K: a 256-element block is two halves of 128; in half h, the four 2-bit
-// fields j of qs[32h + l] (l in [0,32)) hold elements 128h + 32j + l.
-int q2_k_bits(const uint8_t* qs, int e) {
-  const int h = e / 128, j = (e % 128) / 32, l = e % 32;
-  return (qs[32 * h + l] >> (2 * j)) & 3;
-}
-
-// Q3_K: the low 2 bits as in Q2_K; bit 4h + j of hmask[l] set means +0, clear means -4.
-int q3_k_value(const uint8_t* hmask, const uint8_t* qs, int e) {
-  const int h = e / 128, j = (e % 128) / 32, l = e % 32;
-  const int high = (hmask[l] >> (4 * h + j)) & 1;
-  return q2_k_bits(qs, e) - (high ? 0 : 4);
-}
-
-// Q3_K's sixteen 6-bit scales: low 4 bits are nibble s / 8 of scales[s % 8], high 2 bits
-// are bits 2 * (s / 4) .. of scales[8 + s % 4].
-int q3_k_scale(const uint8_t scales[kKScaleSize], int s) {
-  const int lo = (scales[s % 8] >> (4 * (s / 8))) & 0x0F;
-  const int hi = (scales[8 + s % 4] >> (2 * (s / 4))) & 3;
-  return lo | (hi << 4);
-}
-
-// IQ4_XS's eight 6-bit scales: low 4 bits in nibble s % 2 of scales_l[s / 2], high 2 bits
-// at bits 2s.. of scales_h.
-int iq4_xs_scale(uint16_t scales_h, const uint8_t* scales_l, int s) {
-  const int lo = (scales_l[s / 2] >> (4 * (s % 2))) & 0x0F;
-  const int hi = (scales_h >> (2 * s)) & 3;
-  return lo | (hi << 4);
-}
-
 void dequantize_row_q2_k(const void* x, float* y, int64_t n) {
   const auto* blocks = static_cast<const BlockQ2_K*>(x);
-  for (int64_t b = 0; b < n / kQKK; ++b, y += kQKK) {
+  for (int64_t b = 0; b < n / kQKK; ++b) {
     const BlockQ2_K& blk = blocks[b];
     const float d = fp16_to_fp32(blk.d);
     const float dmin = fp16_to_fp32(blk.dmin);
-    for (int e = 0; e < kQKK; ++e) {
-      const uint8_t sc = blk.scales[e / 16];
-      const float dl = d * static_cast<float>(sc & 0x0F);
-      const float ml = dmin * static_cast<float>(sc >> 4);
-      y[e] = dl * static_cast<float>(q2_k_bits(blk.qs, e)) - ml;
+    // Sub-block s (16 elements): scale in the low nibble of scales[s], min in the high.
+    for (int s = 0; s < kQKK / 16; ++s, y += 16) {
+      int q[16];
+      q2_k_sub_block(blk.qs, s, q);
+      const float dl = d * static_cast<float>(blk.scales[s] & 0x0F);
+      const float ml = dmin * static_cast<float>(blk.scales[s] >> 4);
+      for (int l = 0; l < 16; ++l) y[l] = dl * static_cast<float>(q[l]) - ml;
     }
   }
 }
 
 void dequantize_row_q3_k(const void* x, float* y, int64_t n) {
   const auto* blocks = static_cast<const BlockQ3_K*>(x);
-  for (int64_t b = 0; b < n / kQKK; ++b, y += kQKK) {
+  for (int64_t b = 0; b < n / kQKK; ++b) {
     const BlockQ3_K& blk = blocks[b];
     const float d = fp16_to_fp32(blk.d);
-    for (int e = 0; e < kQKK; ++e) {
-      const float dl = d * static_cast<float>(q3_k_scale(blk.scales, e / 16) - 32);
-      y[e] = dl * static_cast<float>(q3_k_value(blk.hmask, blk.qs, e));
+    for (int s = 0; s < kQKK / 16; ++s, y += 16) {
+      int q[16];
+      q3_k_sub_block(blk.hmask, blk.qs, s, q);
+      const float dl = d * static_cast<float>(q3_k_scale(blk.scales, s) - 32);
+      for (int l = 0; l < 16; ++l) y[l] = dl * static_cast<float>(q[l]);
     }
   }
 }

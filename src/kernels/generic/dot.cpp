@@ -146,8 +146,10 @@ float vec_dot_q2_k_q8_k(int64_t K, const void* w, const void* x) {
     int sumi = 0;  // sum_s sc_s * sum_l q * qx
     int summ = 0;  // sum_s m_s * sum_l qx
     for (int s = 0; s < kQKK / 16; ++s) {
+      int q[16];
+      q2_k_sub_block(wq.qs, s, q);
       int dot = 0;
-      for (int l = 0; l < 16; ++l) dot += q2_k_bits(wq.qs, 16 * s + l) * xq.qs[16 * s + l];
+      for (int l = 0; l < 16; ++l) dot += q[l] * xq.qs[16 * s + l];
       sumi += (wq.scales[s] & 0x0F) * dot;
       summ += (wq.scales[s] >> 4) * xq.bsums[s];
     }
@@ -167,8 +169,10 @@ float vec_dot_q3_k_q8_k(int64_t K, const void* w, const void* x) {
     const BlockQ8_K& xq = xb[b];
     int sumi = 0;
     for (int s = 0; s < kQKK / 16; ++s) {
+      int q[16];
+      q3_k_sub_block(wq.hmask, wq.qs, s, q);
       int dot = 0;
-      for (int l = 0; l < 16; ++l) dot += q3_k_value(wq.hmask, wq.qs, 16 * s + l) * xq.qs[16 * s + l];
+      for (int l = 0; l < 16; ++l) dot += q[l] * xq.qs[16 * s + l];
       sumi += (q3_k_scale(wq.scales, s) - 32) * dot;
     }
     sum += (fp16_to_fp32(wq.d) * xq.d) * static_cast<float>(sumi);

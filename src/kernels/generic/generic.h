@@ -75,16 +75,35 @@ void gemm(int64_t K, const void* w, size_t w_stride, int64_t n_rows, const void*
 
 // Q4_K/Q5_K packed 6-bit scale and min of sub-block j in [0,8) (dequant.cpp).
 void k_scale_min(const uint8_t scales[12], int j, int* sc, int* m);
-// Quant bits of the Q2_K/Q3_K/IQ4_XS layouts (dequant.cpp), shared by dequant.cpp and
-// dot.cpp so both read the same bits:
-//  q2_k_bits: bits 0..1 of element e in [0,256) of a Q2_K/Q3_K qs array, 0..3.
-//  q3_k_value: element e of a Q3_K block as the signed quant in [-4, 3].
-//  q3_k_scale: the 6-bit scale of Q3_K sub-block s in [0,16), 0..63 (not yet minus 32).
-//  iq4_xs_scale: the 6-bit scale of IQ4_XS sub-block s in [0,8), 0..63 (not yet minus 32).
-int q2_k_bits(const uint8_t* qs, int e);
-int q3_k_value(const uint8_t* hmask, const uint8_t* qs, int e);
-int q3_k_scale(const uint8_t scales[12], int s);
-int iq4_xs_scale(uint16_t scales_h, const uint8_t* scales_l, int s);
+// Quant fields of the Q2_K / Q3_K / IQ4_XS layouts, shared by dequant.cpp and dot.cpp so
+// both read the same bits (inline: the dots call them per sub-block).
+// Q2_K / Q3_K sub-block s in [0,16) (elements 16s..16s+15) lies in the 32-element chunk
+// t = s / 2 = 4h + j: its 2-bit fields are bits 2j..2j+1 of qs[32h + 16(s % 2) + l], and
+// Q3_K adds 4 where bit t of hmask[16(s % 2) + l] is set (q = field - 4 where it is not).
+inline void q2_k_sub_block(const uint8_t* qs, int s, int q[16]) {
+  const int t = s / 2;
+  const uint8_t* p = qs + 32 * (t / 4) + 16 * (s % 2);
+  for (int l = 0; l < 16; ++l) q[l] = (p[l] >> (2 * (t % 4))) & 3;
+}
+inline void q3_k_sub_block(const uint8_t* hmask, const uint8_t* qs, int s, int q[16]) {
+  q2_k_sub_block(qs, s, q);
+  const uint8_t* hm = hmask + 16 * (s % 2);
+  for (int l = 0; l < 16; ++l) q[l] -= ((hm[l] >> (s / 2)) & 1) ? 0 : 4;
+}
+// Q3_K's sixteen 6-bit scales (0..63, not yet minus 32): the low 4 bits of scale s are
+// nibble s / 8 of scales[s % 8], the high 2 bits are bits 2(s / 4).. of scales[8 + s % 4].
+inline int q3_k_scale(const uint8_t scales[12], int s) {
+  const int lo = (scales[s % 8] >> (4 * (s / 8))) & 0x0F;
+  const int hi = (scales[8 + s % 4] >> (2 * (s / 4))) & 3;
+  return lo | (hi << 4);
+}
+// IQ4_XS's eight 6-bit scales (0..63, not yet minus 32): the low 4 bits of scale s are
+// nibble s % 2 of scales_l[s / 2], the high 2 bits are bits 2s..2s+1 of scales_h.
+inline int iq4_xs_scale(uint16_t scales_h, const uint8_t* scales_l, int s) {
+  const int lo = (scales_l[s / 2] >> (4 * (s % 2))) & 0x0F;
+  const int hi = (scales_h >> (2 * s)) & 3;
+  return lo | (hi << 4);
+}
 
 // ---- dense f32 helpers (dense.cpp).
 float dot_f32(int64_t n, const float* a, const float* b);
