@@ -106,6 +106,11 @@ SHAPES = {
                      embd=0.1, base=10000.0, swa=12, attn_cap=8.0, final_cap=10.0, post_norm=3.0, out_norm=3.0,
                      shape="sliding window 12 on layers 0, 2, 4, attn softcap 8, final softcap 10 (both active), "
                            "n_embd 96, 5 layers, 2 heads / 1 kv head of 64 (2*64 != 96), n_ff 192, vocab 300, f16"),
+    "gemma2_c": dict(arch="gemma2", seed=4503, E=64, L=3, H=2, Hkv=2, hd=32, F=100, V=256, tied=True, dt=F32,
+                     embd=0.06, base=10000.0, swa=6, attn_cap=20.0, final_cap=30.0, out_norm=8.0,
+                     shape="n_ff 100 (not a multiple of 8: the GELU kernels' vector/scalar split), sliding window "
+                           "6 on layers 0 and 2, attn softcap 20, final 30, n_embd 64, 3 layers, 2 heads / 2 kv heads "
+                           "of 32, vocab 256, f32"),
     # --- smollm3 (NoPE every 4th layer, rope NORM) ---
     "smollm3_a": dict(arch="smollm3", seed=4601, E=64, L=4, H=4, Hkv=1, hd=None, F=128, V=256, tied=True, dt=F32,
                       embd=0.5, base=5000000.0,
@@ -115,6 +120,11 @@ SHAPES = {
                       embd=1.0, base=10000.0,
                       shape="layers 3 and 7 without rope, n_embd 96, 8 layers, 6 heads / 3 kv heads of 16, "
                             "n_ff 160, vocab 300, f16, untied"),
+    "llama_d": dict(arch="llama", seed=4104, E=64, L=3, H=4, Hkv=2, hd=None, F=96, V=256, tied=False, dt=F32,
+                    embd=1.0, base=10000.0, n_expert=4, n_used=2, rope_linear=2.0,
+                    shape="Mixtral style: 4 experts top-2 each of the dense width (no expert_feed_forward_length), "
+                          "linear rope scaling factor 2 (rope.scaling.type linear), n_embd 64, 3 layers, 4 heads / "
+                          "2 kv heads of 16, n_ff 96, vocab 256, f32, untied"),
     # --- ernie4_5 (the llama block, rope NORM; added as one file: src/model/arch/ernie4_5.cpp) ---
     "ernie4_5_a": dict(arch="ernie4_5", seed=4801, E=64, L=3, H=4, Hkv=2, hd=None, F=160, V=256, tied=True, dt=F32,
                        embd=0.5, base=500000.0,
@@ -396,11 +406,15 @@ def write_llama_like(b: Builder):
     common_kv(b, hd=s["hd"])
     if s["hd"] is not None:
         b.u32("rope.dimension_count", hd)
-    moe = b.arch == "qwen3moe"
+    moe = "n_expert" in s
     if moe:
         b.u32("expert_count", s["n_expert"])
         b.u32("expert_used_count", s["n_used"])
-        b.u32("expert_feed_forward_length", s["F_exp"])
+        if b.arch == "qwen3moe":  # Mixtral-style llama MoE: each expert has the dense width
+            b.u32("expert_feed_forward_length", s["F_exp"])
+    if s.get("rope_linear"):
+        b.w.add_string(f"{b.arch}.rope.scaling.type", "linear")
+        b.f32("rope.scaling.factor", s["rope_linear"])
     b.vocab()
     b.embeddings(E, V)
     b.output(E, V)
@@ -423,7 +437,7 @@ def write_llama_like(b: Builder):
             b.tensor(p + "attn_k_norm.weight", b.norm(hd))
         b.tensor(p + "ffn_norm.weight", b.norm(E))
         if moe:
-            X, Fe = s["n_expert"], s["F_exp"]
+            X, Fe = s["n_expert"], s.get("F_exp", F)
             b.tensor(p + "ffn_gate_inp.weight", b.mat(X, E, 2.0))
             b.tensor(p + "ffn_gate_exps.weight", np.stack([b.mat(Fe, E) for _ in range(X)]))
             b.tensor(p + "ffn_up_exps.weight", np.stack([b.mat(Fe, E) for _ in range(X)]))

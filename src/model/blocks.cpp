@@ -51,7 +51,7 @@ std::vector<int64_t> Hparams::per_layer(const std::string& key, int64_t n, int64
   std::vector<int64_t> v(static_cast<size_t>(std::max<int64_t>(n, 0)), fallback.value_or(0));
   if (!status_.is_ok()) return v;
   if (auto arr = ints(key)) {
-    if (static_cast<int64_t>(arr->size()) < n) {
+    if (static_cast<int64_t>(arr->size()) != n) {
       fail(who_ + " metadata key '" + full(key) + "' has " + std::to_string(arr->size()) + " entries for " +
            std::to_string(n) + " layers");
       return v;
@@ -91,7 +91,8 @@ TransformerConfig standard_config(Hparams& h) {
       h.per_layer("feed_forward_length", n_layers, moe ? 0 : 1, kMax, moe ? std::optional<int64_t>(0) : std::nullopt);
   const std::vector<int64_t> heads = h.per_layer("attention.head_count", n_layers, 1, 4096);
   const int64_t H = heads.empty() ? 1 : heads[0];
-  const std::vector<int64_t> kv_heads = h.per_layer("attention.head_count_kv", n_layers, 1, 4096, H);
+  std::vector<int64_t> kv_heads = heads;  // absent: as many as the query heads, layer by layer
+  if (h.has("attention.head_count_kv")) kv_heads = h.per_layer("attention.head_count_kv", n_layers, 1, 4096);
   c.n_ctx_train = h.i("context_length", 1, int64_t{1} << 26);
   if (!h.status().is_ok()) return c;
   std::optional<int64_t> hd_default;
@@ -102,12 +103,16 @@ TransformerConfig standard_config(Hparams& h) {
   RopeConfig r;
   r.base = static_cast<float>(h.f("rope.freq_base", 1.0, 1e12, 10000.0));
   r.n_rot = h.i("rope.dimension_count", 2, 4096, hd);
-  if (auto st = h.str("rope.scaling.type"); st && *st != "none") {
-    if (*st == "linear")
-      r.freq_scale = static_cast<float>(1.0 / h.f("rope.scaling.factor", 0.0, 1e6));
-    else if (*st != "longrope")  // longrope: the factor tensors (read_longrope)
-      h.fail(w + " unsupported rope.scaling.type '" + *st + "' (supported: none, linear, longrope)");
+  // As llama.cpp: the scaling factor (or the older rope.scale_linear) divides positions
+  // whatever the type says; YaRN is not implemented (longrope: factor tensors, read_longrope).
+  if (auto st = h.str("rope.scaling.type"); st && *st != "none" && *st != "linear" && *st != "longrope")
+    h.fail(w + " unsupported rope.scaling.type '" + *st + "' (supported: none, linear, longrope)");
+  const char* factor_key = h.has("rope.scaling.factor") ? "rope.scaling.factor" : "rope.scale_linear";
+  if (h.has(factor_key)) {
+    const double factor = h.f(factor_key, 0.0, 1e6, std::nullopt, false);
+    if (factor != 0.0) r.freq_scale = static_cast<float>(1.0 / factor);
   }
+  r.mscale = static_cast<float>(h.f("rope.scaling.attn_factor", 0.0, 100.0, 1.0));
   if (!h.status().is_ok()) return c;
   if (hd_v != hd)
     h.fail(w + " attention.value_length " + std::to_string(hd_v) + " != key_length " + std::to_string(hd) +
@@ -152,12 +157,15 @@ Result<TransformerConfig> standard_config(const gguf::GgufFile& f, const std::st
 
 Status read_freq_factors(const gguf::GgufFile& f, RopeConfig& r) {
   if (f.find_tensor("rope_freqs.weight") == nullptr) return Status::ok();
+  if (!r.freq_factors.empty())
+    return Status::error("[model] both rope_freqs.weight and LongRoPE factor tensors are present");
   auto ff = weight_f32(f, kernels::active(), "rope_freqs.weight", {r.n_rot / 2});
   if (!ff) return ff.status();
   for (float x : *ff)
     if (!(x > 0.0f) || !std::isfinite(x))
       return Status::error("[model] tensor 'rope_freqs.weight': factor " + std::to_string(x) + " is not positive");
   r.freq_factors = std::move(ff).value();
+  r.tensors.push_back("rope_freqs.weight");
   return Status::ok();
 }
 
@@ -167,12 +175,15 @@ void read_longrope(Hparams& h, RopeConfig& r, int64_t n_ctx_train) {
   const bool has_long = f.find_tensor("rope_factors_long.weight") != nullptr;
   if (!has_short && !has_long) return;
   if (has_short != has_long) {
-    h.fail(std::string(h.who()) + " tensor '" + (has_short ? "rope_factors_long.weight" : "rope_factors_short.weight") +
-           "' is missing (LongRoPE needs both factor sets)");
+    h.fail(std::string(h.who()) + " missing tensor '" +
+           (has_short ? "rope_factors_long.weight" : "rope_factors_short.weight") + "' (LongRoPE needs both factor sets)");
+    return;
+  }
+  if (!r.freq_factors.empty()) {
+    h.fail(std::string(h.who()) + " both rope_freqs.weight and LongRoPE factor tensors are present");
     return;
   }
   r.long_context = h.i("rope.scaling.original_context_length", 1, int64_t{1} << 26, n_ctx_train);
-  r.mscale = static_cast<float>(h.f("rope.scaling.attn_factor", 0.0, 100.0, 1.0));
   for (const char* name : {"rope_factors_short.weight", "rope_factors_long.weight"}) {
     if (!h.status().is_ok()) return;
     auto ff = weight_f32(f, kernels::active(), name, {r.n_rot / 2});
@@ -183,6 +194,7 @@ void read_longrope(Hparams& h, RopeConfig& r, int64_t n_ctx_train) {
     for (float x : *ff)
       if (!(x > 0.0f) || !std::isfinite(x)) h.fail(std::string("[model] tensor '") + name + "': factor " + std::to_string(x) + " is not positive");
     (std::string(name) == "rope_factors_short.weight" ? r.freq_factors : r.freq_factors_long) = std::move(ff).value();
+    r.tensors.push_back(name);
   }
 }
 
@@ -200,20 +212,21 @@ void probe_attention_tensors(const gguf::GgufFile& f, TransformerConfig& c) {
   }
 }
 
-void read_moe(Hparams& h, TransformerConfig& c, bool required) {
+void read_moe(Hparams& h, TransformerConfig& c, bool required, bool expert_width_key) {
   const int64_t n_expert = h.i("expert_count", required ? 1 : 0, 4096, required ? std::nullopt : std::optional<int64_t>(0));
   if (n_expert == 0) return;
   const int64_t used = h.i("expert_used_count", 1, n_expert);
-  // Default as llama.cpp: the dense width over the experts used.
+  // expert_width_key: expert_feed_forward_length, default as llama.cpp the dense width over
+  // the experts used (qwen3moe); otherwise each expert has the dense width (Mixtral).
   const int64_t n_ff = c.layers.empty() ? 0 : c.layers[0].n_ff;
-  const int64_t n_ff_exp = h.i("expert_feed_forward_length", 1, int64_t{1} << 20,
-                               n_ff > 0 ? std::optional<int64_t>(n_ff / used) : std::nullopt);
-  const float scale = static_cast<float>(h.f("expert_weights_scale", 0.0, 1e6, 0.0, false));
+  int64_t n_ff_exp = n_ff;
+  if (expert_width_key)
+    n_ff_exp = h.i("expert_feed_forward_length", 1, int64_t{1} << 20,
+                   n_ff / used > 0 ? std::optional<int64_t>(n_ff / used) : std::nullopt);
   for (LayerConfig& l : c.layers) {
     l.n_expert = n_expert;
     l.n_expert_used = used;
     l.n_ff = n_ff_exp;
-    l.expert_scale = scale;
   }
 }
 
@@ -338,11 +351,11 @@ Status load_experts(const gguf::GgufFile& f, const kernels::KernelTable& kt, con
 
 // K's bias is rotated by RoPE with the position: its constant part is the rotation
 // averaged over the first 4096 positions (the slow pairs keep it, the fast ones average
-// it away). NEOX pairs only; NoPE keeps the bias; none for NORM pairs (no offset is exact).
+// it away); dims past n_rot and NoPE layers keep the bias. Pairs as the rope pairs them.
 std::shared_ptr<const std::vector<float>> key_offset(const std::vector<float>& bk, const LayerConfig& lc,
                                                      const RopeConfig* r) {
   if (r == nullptr) return std::make_shared<const std::vector<float>>(bk);
-  if (r->type != RopeType::kNeox) return nullptr;
+  const bool neox = r->type == RopeType::kNeox;
   auto ko = std::make_shared<std::vector<float>>(bk);
   const int64_t half = r->n_rot / 2;
   constexpr int kSpan = 4096;
@@ -356,10 +369,11 @@ std::shared_ptr<const std::vector<float>> key_offset(const std::vector<float>& b
     }
     c /= kSpan;
     sn /= kSpan;
+    const int64_t i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
     for (int64_t g = 0; g < lc.n_kv_heads; ++g) {
-      const float b1 = bk[g * lc.head_dim + i], b2 = bk[g * lc.head_dim + i + half];
-      (*ko)[g * lc.head_dim + i] = static_cast<float>(c * b1 - sn * b2);
-      (*ko)[g * lc.head_dim + i + half] = static_cast<float>(sn * b1 + c * b2);
+      const float b1 = bk[g * lc.head_dim + i0], b2 = bk[g * lc.head_dim + i1];
+      (*ko)[g * lc.head_dim + i0] = static_cast<float>(c * b1 - sn * b2);
+      (*ko)[g * lc.head_dim + i1] = static_cast<float>(sn * b1 + c * b2);
     }
   }
   return ko;
@@ -412,10 +426,20 @@ Result<std::unique_ptr<Model>> Transformer::create(ModelContext ctx, Transformer
   auto tok = weight_2d(f, kt, "token_embd.weight", c.n_embd, c.n_vocab);
   if (!tok) return tok.status();
   m->tok_embd_ = *tok;
-  auto out = output_weight(f, kt, c.n_embd, c.n_vocab, m->tok_embd_);
-  if (!out) return out.status();
-  m->output_ = *out;
+  std::set<std::string> used = {"token_embd.weight", "output_norm.weight"};
+  if (c.tied_output) {
+    m->output_ = m->tok_embd_;
+  } else {
+    auto out = output_weight(f, kt, c.n_embd, c.n_vocab, m->tok_embd_);
+    if (!out) return out.status();
+    m->output_ = *out;
+    used.insert("output.weight");
+  }
+  for (const RopeConfig& r : c.ropes) used.insert(r.tensors.begin(), r.tensors.end());
+  if (c.n_embd_per_layer > 0)
+    used.insert({"per_layer_token_embd.weight", "per_layer_model_proj.weight", "per_layer_proj_norm.weight"});
   if (f.find_tensor("output.bias") != nullptr) {
+    used.insert("output.bias");
     auto ob = weight_1d_f32(f, kt, "output.bias", c.n_vocab);
     if (!ob) return ob.status();
     m->output_bias_ = std::move(ob).value();
@@ -440,7 +464,6 @@ Result<std::unique_ptr<Model>> Transformer::create(ModelContext ctx, Transformer
     if (lc.kv_source >= 0) m->kv_kept_[lc.kv_source] = true;
 
   m->layers_.resize(c.layers.size());
-  std::set<std::string> used;
   for (size_t il = 0; il < c.layers.size(); ++il) {
     LayerWeights& L = m->layers_[il];
     const LayerConfig& lc = c.layers[il];
@@ -466,20 +489,22 @@ Result<std::unique_ptr<Model>> Transformer::create(ModelContext ctx, Transformer
       L.bq.resize(static_cast<size_t>(QD));
     }
     const RopeConfig* rope = lc.rope >= 0 ? &c.ropes[lc.rope] : nullptr;
-    // Offsets shift every score of a query by one constant: exact only without soft-capping.
-    if (lc.qkv_bias && lc.attn_softcap == 0.0f) {
+    // The biases are the constant parts of K and V unless a norm follows them. A key offset
+    // shifts every score of a query by one constant: exact only without soft-capping.
+    if (lc.qkv_bias && !lc.qk_norm && !lc.v_norm && lc.kv_source < 0) {
       L.v_offset = std::make_shared<const std::vector<float>>(L.bv);
-      L.k_offset = key_offset(L.bk, lc, rope);
+      if (lc.attn_softcap == 0.0f) L.k_offset = key_offset(L.bk, lc, rope);
     }
     if (lc.qk_norm && lc.kv_source < 0 && (rope == nullptr || rope->type == RopeType::kNeox))
       L.k_scale = key_scale_from_norm(L.k_norm, lc.n_kv_heads, rope != nullptr ? rope->n_rot : 0);
     if (lc.kv_source >= 0) L.k_scale = m->layers_[lc.kv_source].k_scale;  // the same stored keys
     if (lc.v_norm) L.ones.assign(static_cast<size_t>(lc.head_dim), 1.0f);
   }
-  // A block tensor the configuration does not read is a feature this build would silently
-  // drop (a bias, an extra norm): refuse the file, naming it.
+  // A tensor the configuration does not read is a feature this build would silently drop (a
+  // bias, an extra norm, rope factors): refuse the file, naming it (as llama.cpp's loader,
+  // which counts the tensors it created).
   for (const gguf::TensorInfo& t : f.tensors())
-    if (t.name.rfind("blk.", 0) == 0 && used.count(t.name) == 0)
+    if (used.count(t.name) == 0)
       return Status::error(w + " tensor '" + t.name + "' is not read by the " + c.arch +
                            " configuration (an unsupported variant of the architecture)");
   m->info_.architecture = c.arch;
@@ -777,8 +802,10 @@ void Transformer::ffn_dense(const LayerConfig& lc, const LayerWeights& L, int64_
         if (a < b) ops::silu_mul(b - a, gate_.data() + a, up_.data() + a, gate_.data() + a);
       });
     } else {
+      // One call per row: a kernel's vector/scalar split then falls the same way for each
+      // row whatever the batch and thread split.
       rows(M, [&](int64_t a, int64_t b) {
-        kt.gelu_tanh_mul((b - a) * F, gate_.data() + a * F, up_.data() + a * F, gate_.data() + a * F);
+        for (int64_t m = a; m < b; ++m) kt.gelu_tanh_mul(F, gate_.data() + m * F, up_.data() + m * F, gate_.data() + m * F);
       });
     }
   }
@@ -846,7 +873,7 @@ void Transformer::ffn_moe(const LayerConfig& lc, const LayerWeights& L, int64_t 
       });
     } else {
       rows(n, [&](int64_t a, int64_t b) {
-        kt.gelu_tanh_mul((b - a) * F, eg_.data() + a * F, eu_.data() + a * F, eg_.data() + a * F);
+        for (int64_t i = a; i < b; ++i) kt.gelu_tanh_mul(F, eg_.data() + i * F, eu_.data() + i * F, eg_.data() + i * F);
       });
     }
     ops::matmul(pool, kt, L.e_down[e], eg_.data(), n, eo_.data(), ws_);

@@ -90,6 +90,7 @@ struct RopeConfig {
   std::vector<float> freq_factors_long;  // [n_rot/2] or empty
   int64_t long_context = 0;
   float mscale = 1.0f;  // cos and sin are multiplied by it (rope.scaling.attn_factor)
+  std::vector<std::string> tensors;  // the global tensors the factors were read from
 };
 
 struct LayerConfig {
@@ -125,6 +126,7 @@ struct TransformerConfig {
   float eps = 1e-6f;           // RMSNorm epsilon
   float embd_scale = 1.0f;     // token embeddings are multiplied by it (Gemma: sqrt(n_embd))
   float final_softcap = 0.0f;  // logits become c·tanh(l/c); 0 = off
+  bool tied_output = false;    // the output projection is always the token embedding (output.weight refused)
   // Gemma 4 per-layer inputs (P > 0): per_layer_token_embd [n_layers*P, n_vocab] rows
   // (times sqrt(P)) plus RMSNorm(per_layer_model_proj · x0 / sqrt(n_embd)) per layer slice,
   // over sqrt(2), give each layer a [P] input; after its FFN the layer adds
@@ -139,9 +141,11 @@ struct TransformerConfig {
 // attention.head_count_kv (default head_count), context_length, attention.key_length and
 // value_length (default n_embd / head_count; must be equal), attention.layer_norm_rms_epsilon,
 // rope.freq_base (default 10000), rope.dimension_count (default head_dim), rope.scaling.type
-// none | linear (rope.scaling.factor), attention.sliding_window (when present, on every
-// layer); n_vocab from token_embd.weight. One NEOX rope table; SiLU dense FFN. Also checks no
-// tensor belongs to a block past block_count. Errors name the key or tensor.
+// none | linear | longrope (yarn refused), rope.scaling.factor (or rope.scale_linear) and
+// rope.scaling.attn_factor whenever present; head counts and widths may be per-layer arrays
+// (exactly block_count long); n_vocab from token_embd.weight. One NEOX rope table; SiLU dense
+// FFN; no sliding window. Also checks no tensor belongs to a block past block_count. Errors
+// name the key or tensor.
 Result<TransformerConfig> standard_config(const gguf::GgufFile& f, const std::string& arch);
 // Hparams-level variant: reads into `h` (errors kept there).
 TransformerConfig standard_config(Hparams& h);
@@ -155,10 +159,10 @@ bool has_layer_tensor(const gguf::GgufFile& f, int64_t il, const std::string& su
 // separate, with optional biases (attn_qkv.bias or attn_q/k/v.bias) and an optional
 // attn_output.bias — sets fused_qkv, qkv_bias and o_bias of each layer from the file.
 void probe_attention_tensors(const gguf::GgufFile& f, TransformerConfig& c);
-// MoE keys: expert_count (absent = dense unless required), expert_used_count,
-// expert_feed_forward_length (default: the dense width), expert_weights_scale; sets every
-// layer's FFN to experts.
-void read_moe(Hparams& h, TransformerConfig& c, bool required);
+// MoE keys: expert_count (absent = dense unless required), expert_used_count, and with
+// expert_width_key expert_feed_forward_length (default: the dense width / experts used;
+// without it each expert has the dense width, as Mixtral); sets every layer's FFN to experts.
+void read_moe(Hparams& h, TransformerConfig& c, bool required, bool expert_width_key);
 
 // Which layers use the sliding window, as llama.cpp's load_swa_pattern: the per-layer bool
 // array attention.sliding_window_pattern (true = sliding window), or its integer form n

@@ -30,6 +30,7 @@ Result<TransformerConfig> gemma2_config(const gguf::GgufFile& f) {
   if (!h.status().is_ok()) return h.status();
   probe_attention_tensors(f, c);
   c.embd_scale = std::sqrt(static_cast<float>(c.n_embd));
+  c.tied_output = true;  // llama.cpp's gemma2 always projects with the token embedding
   RopeConfig local = c.ropes[0];
   local.base = base_swa;
   c.ropes.push_back(local);

@@ -4,7 +4,8 @@
 // Architecture (Gemma Team 2025, "Gemma 3 Technical Report"; llama.cpp's loader for the
 // keys): embeddings scaled by sqrt(n_embd); sandwich blocks (pre- and post-attention,
 // pre- and post-FFN RMSNorms; the GGUF norm weights already include Gemma's +1), per-head
-// RMSNorm of Q and K, NEOX RoPE — base 10000 on sliding-window layers, gemma3.rope.freq_base
+// RMSNorm of Q and K, NEOX RoPE — base rope.freq_base_swa (default 10000) on sliding-window
+// layers, gemma3.rope.freq_base
 // (with optional linear scaling) on global ones; sliding_window_pattern (default 6: every
 // 6th layer global, or a per-layer array) — a sliding window of
 // gemma3.attention.sliding_window tokens, a GELU-tanh gated FFN, optional final logit
@@ -27,10 +28,11 @@ Result<TransformerConfig> gemma3_config(const gguf::GgufFile& f) {
   const int64_t window = h.i("attention.sliding_window", 1, int64_t{1} << 30);
   const std::vector<bool> sliding = sliding_layers(h, n_layers, 6);
   c.final_softcap = static_cast<float>(h.f("final_logit_softcapping", 0.0, 1e6, 0.0, false));
+  const float base_swa = static_cast<float>(h.f("rope.freq_base_swa", 1.0, 1e12, 10000.0));
   if (!h.status().is_ok()) return h.status();
   c.embd_scale = std::sqrt(static_cast<float>(c.n_embd));
   RopeConfig local = c.ropes[0];  // the global table keeps freq_base and the scaling
-  local.base = 10000.0f;
+  local.base = base_swa;
   local.freq_scale = 1.0f;
   c.ropes.insert(c.ropes.begin(), local);
   for (int64_t il = 0; il < n_layers; ++il) {

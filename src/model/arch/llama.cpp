@@ -20,7 +20,7 @@ namespace {
 Result<TransformerConfig> llama_config(const gguf::GgufFile& f) {
   Hparams h(f, "llama");
   TransformerConfig c = standard_config(h);
-  read_moe(h, c, false);
+  read_moe(h, c, false, false);
   if (h.status().is_ok()) read_longrope(h, c.ropes[0], c.n_ctx_train);
   if (!h.status().is_ok()) return h.status();
   c.ropes[0].type = RopeType::kNorm;

@@ -14,7 +14,7 @@ namespace {
 Result<TransformerConfig> qwen3moe_config(const gguf::GgufFile& f) {
   Hparams h(f, "qwen3moe");
   TransformerConfig c = standard_config(h);
-  read_moe(h, c, true);
+  read_moe(h, c, true, true);
   if (!h.status().is_ok()) return h.status();
   probe_attention_tensors(f, c);
   for (LayerConfig& l : c.layers) l.qk_norm = true;
