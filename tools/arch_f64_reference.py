@@ -1,9 +1,8 @@
 #!/usr/bin/env python3
 """Float64 oracle for the tiny random-weight architecture fixtures (tools/make_arch_fixtures.py,
 tests/fixtures/arch_reference.json): an independent numpy forward pass for the llama.cpp
-architectures llama, qwen3, qwen3moe, phi3, gemma2 and smollm3 (and the quant_* models, which are
-llama with Q2_K / Q3_K / IQ4_NL / IQ4_XS matrices), following docs/ARCH_FACTS.md. gemma4 is not
-implemented.
+architectures llama, qwen3, qwen3moe, phi3, gemma2, smollm3 and gemma4 (dense; and the quant_* models,
+which are llama with Q2_K / Q3_K / IQ4_NL / IQ4_XS matrices), following docs/ARCH_FACTS.md.
 
 Every tensor is dequantized with the `gguf` package's reference dequantizers and used in float64;
 no KV cache, no f16 / Q8 activation rounding, RoPE angles in float64, exact GELU-tanh and SiLU.
@@ -12,7 +11,7 @@ position, which are compared with llama.cpp's (the fixture's top-8 logits and pr
 
 usage: python3 tools/arch_f64_reference.py [--only a,b] [--save DIR] [--compare-bin PATTERN]
                                            [--models DIR] [--verbose]
-  --only a,b            models to run (default: every non-gemma4 model in the fixture)
+  --only a,b            models to run (default: every model in the fixture)
   --save DIR            writes DIR/<name>_case<i>.npy, float64 logits [n_positions, n_vocab]
   --compare-bin PATTERN another engine's float32 logits [n_positions, n_vocab] row-major, one file
                         per case; <name> / {name} and <i> / {i} in PATTERN are replaced by the model
@@ -33,6 +32,10 @@ random models amplify that noise: llama.cpp run on an f32 copy of the same dequa
 stays within 0.03..0.06 of this f64 pass (top-1 202-203/203), so the gap is the activation
 quantization, not the architecture or the dequantization (gguf's dequantizers equal ggml's
 to_float bit for bit on these tensors).
+gemma4 (8 cases per model): gemma4_b 0.16 max |d|, top-1 428/432; gemma4_a 0.92 max |d|, top-1
+424/432 (98.1%): its attention has scale 1.0 on RMS-normed Q/K (large scores), so llama.cpp's f16
+rounding of Q, K, V and the probabilities (plus its f16 GELU table) is amplified; rounding those
+the same way in this pass brings gemma4_a to 0.15 max |d|, top-1 430/432.
 """
 import argparse
 import json
@@ -47,7 +50,7 @@ from gguf.quants import dequantize
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURE = os.path.join(HERE, "..", "tests", "fixtures", "arch_reference.json")
 N_CTX = 256  # the fixture's llama.cpp context size (decides phi3's short vs long rope factors)
-SUPPORTED = {"llama", "qwen3", "qwen3moe", "phi3", "gemma2", "smollm3"}
+SUPPORTED = {"llama", "qwen3", "qwen3moe", "phi3", "gemma2", "smollm3", "gemma4"}
 NORM_ROPE = {"llama", "smollm3"}  # adjacent pairs; the others here are NEOX (half split)
 
 
@@ -116,8 +119,114 @@ def rope(x, pos, n_rot, base, freq_scale, ff, mscale, neox):
     return np.concatenate([out, rest], -1)
 
 
+def attend(q, k, v, pos, scale, n_swa_l):
+    """q [T, H, hd], k/v [T, Hkv, hd]: causal (and, if n_swa_l, sliding-window) attention, [T, H*hd_v]."""
+    T, H = q.shape[:2]
+    rep = H // k.shape[1]
+    kk = np.repeat(k, rep, axis=1)  # query head h reads kv head h // rep
+    vv = np.repeat(v, rep, axis=1)
+    s = np.einsum("qhd,khd->hqk", q * scale, kk)
+    mask = pos[None, :] <= pos[:, None]
+    if n_swa_l:
+        mask = mask & (pos[:, None] - pos[None, :] < n_swa_l)
+    s = np.where(mask[None], s, -np.inf)
+    return np.einsum("hqk,khd->qhd", softmax(s, -1), vv).reshape(T, -1)
+
+
+def forward_gemma4(m: Model, ids):
+    """gemma4 dense (src/models/gemma4.cpp; docs/ARCH_FACTS.md, gemma4)."""
+    t = m.t
+    ids = np.asarray(ids)
+    T = len(ids)
+    pos = np.arange(T, dtype=np.float64)
+    E = m.key("embedding_length")
+    L = m.key("block_count")
+    eps = float(m.key("attention.layer_norm_rms_epsilon"))
+    base = float(m.key("rope.freq_base", 10000.0))
+    base_swa = float(m.key("rope.freq_base_swa", 10000.0))  # default 10000, not rope.freq_base
+    factor = m.key("rope.scaling.factor")
+    freq_scale = 1.0 / float(factor) if factor else 1.0
+    mscale = float(m.key("rope.scaling.attn_factor", 1.0))
+    pattern = m.key("attention.sliding_window_pattern")  # bool array, 1 = sliding
+    assert isinstance(pattern, list) and len(pattern) == L, pattern
+    n_swa = int(m.key("attention.sliding_window"))
+    hd_full, hd_swa = m.key("attention.key_length"), m.key("attention.key_length_swa")
+    assert hd_full == m.key("attention.value_length", hd_full)
+    assert hd_swa == m.key("attention.value_length_swa", hd_swa)
+    n_rot_full = m.key("rope.dimension_count", hd_full)
+    n_rot_swa = m.key("rope.dimension_count_swa", hd_swa)
+    shared = int(m.key("attention.shared_kv_layers", 0))
+    kv_from = L - shared
+    P = int(m.key("embedding_length_per_layer_input", 0))
+    final_cap = float(m.key("final_logit_softcapping", 30.0))
+    ff_full = t.get("rope_freqs.weight")
+
+    x = t["token_embd.weight"][ids] * np.sqrt(float(E))  # x0, the scaled embedding
+    pl = None
+    if P:
+        tok = (t["per_layer_token_embd.weight"][ids] * np.sqrt(float(P))).reshape(T, L, P)
+        proj = ((x @ t["per_layer_model_proj.weight"].T) / np.sqrt(float(E))).reshape(T, L, P)
+        proj = rms(proj, t["per_layer_proj_norm.weight"], eps)
+        pl = (proj + tok) / np.sqrt(2.0)  # [T, L, P]
+    kv_cache = {}
+    for il in range(L):
+        p = f"blk.{il}."
+        sliding = bool(pattern[il])
+        H = m.per_layer("attention.head_count", il)
+        Hkv = m.per_layer("attention.head_count_kv", il, H)
+        hd = hd_swa if sliding else hd_full
+        n_rot = n_rot_swa if sliding else n_rot_full
+        b = base_swa if sliding else base
+        ff = None if sliding else ff_full
+
+        h = rms(x, t[p + "attn_norm.weight"], eps)
+        fused = m.has(p + "attn_qkv.weight")
+        if fused:
+            qkv = h @ t[p + "attn_qkv.weight"].T
+            q = qkv[:, :H * hd]
+        else:
+            q = h @ t[p + "attn_q.weight"].T
+        q = rms(q.reshape(T, H, hd), t[p + "attn_q_norm.weight"], eps)
+        q = rope(q, pos, n_rot, b, freq_scale, ff, mscale, True)
+        if il < kv_from:
+            if fused:
+                k = qkv[:, H * hd:(H + Hkv) * hd]
+                v = qkv[:, (H + Hkv) * hd:(H + 2 * Hkv) * hd]
+            else:
+                k = h @ t[p + "attn_k.weight"].T
+                v = h @ t[p + "attn_v.weight"].T if m.has(p + "attn_v.weight") else k  # raw K projection
+            k = rms(k.reshape(T, Hkv, hd), t[p + "attn_k_norm.weight"], eps)
+            v = rms(v.reshape(T, Hkv, hd), None, eps)
+            k = rope(k, pos, n_rot, b, freq_scale, ff, mscale, True)
+            kv_cache[il] = (k, v)
+        else:
+            src = kv_from - 2 if sliding else kv_from - 1
+            assert bool(pattern[src]) == sliding, (il, src)
+            k, v = kv_cache[src]
+        o = attend(q, k, v, pos, 1.0, n_swa if sliding else 0) @ t[p + "attn_output.weight"].T
+        a = x + rms(o, t[p + "post_attention_norm.weight"], eps)
+
+        h = rms(a, t[p + "ffn_norm.weight"], eps)
+        f = (gelu_tanh(h @ t[p + "ffn_gate.weight"].T) * (h @ t[p + "ffn_up.weight"].T)) @ t[p + "ffn_down.weight"].T
+        x = a + rms(f, t[p + "post_ffw_norm.weight"], eps)
+        if P:
+            g = gelu_tanh(x @ t[p + "inp_gate.weight"].T) * pl[:, il, :]
+            x = x + rms(g @ t[p + "proj.weight"].T, t[p + "post_norm.weight"], eps)
+        if m.has(p + "layer_output_scale.weight"):
+            x = x * float(t[p + "layer_output_scale.weight"].reshape(-1)[0])
+
+    x = rms(x, t["output_norm.weight"], eps)
+    out = t["output.weight"] if m.has("output.weight") else t["token_embd.weight"]
+    logits = x @ out.T
+    if final_cap:
+        logits = final_cap * np.tanh(logits / final_cap)
+    return logits
+
+
 def forward(m: Model, ids):
     arch, t = m.arch, m.t
+    if arch == "gemma4":
+        return forward_gemma4(m, ids)
     ids = np.asarray(ids)
     T = len(ids)
     pos = np.arange(T, dtype=np.float64)
