@@ -88,26 +88,8 @@ std::unique_ptr<Model> load_tiny(const std::string& name) {
   return m.is_ok() ? std::move(m).value() : nullptr;
 }
 
-int32_t argmax(const float* l, int64_t n) { return static_cast<int32_t>(std::max_element(l, l + n) - l); }
-
-// Greedy: prefill the prompt in one forward, then decode one token at a time.
-std::vector<int32_t> greedy(Model& m, const std::vector<int32_t>& prompt, int n) {
-  auto st = testing::make_state(m, 1, 512);
-  EXPECT_TRUE(st.is_ok()) << st.message();
-  const int64_t V = m.info().n_vocab, E = m.info().n_embd;
-  std::vector<float> logits(V);
-  Tensor h;
-  const int32_t row[1] = {0};
-  EXPECT_TRUE(m.forward(Batch{1, static_cast<int64_t>(prompt.size()), prompt.data(), row}, *st, h).is_ok());
-  m.project_logits(h.data() + (h.dim(0) - 1) * E, 1, logits.data());
-  std::vector<int32_t> out = {argmax(logits.data(), V)};
-  while (static_cast<int>(out.size()) < n) {
-    EXPECT_TRUE(m.forward(Batch{1, 1, &out.back(), row}, *st, h).is_ok());
-    m.project_logits(h.data(), 1, logits.data());
-    out.push_back(argmax(logits.data(), V));
-  }
-  return out;
-}
+using testing::argmax;
+using testing::greedy;
 
 class ArchTest : public ::testing::TestWithParam<std::string> {};
 
