@@ -10,7 +10,10 @@
 //   h  = x;  x = norm(x, attn_norm)
 //   q, k, v = x·Wq, x·Wk, x·Wv          (or one fused attn_qkv; + biases when present)
 //   q, k = RMSNorm per head (QK-norm)    (when the layer has it)
-//   q, k = RoPE (NORM or NEOX pairs, base, linear scale, frequency factors), or none (NoPE)
+//   v  = RMSNorm per head without weight (Gemma 4; V may be the K projection)
+//   q, k = RoPE (NORM or NEOX pairs, base, linear scale, frequency factors, LongRoPE,
+//        attn_factor on cos/sin), or none (NoPE); shared-KV layers take an earlier
+//        layer's step K/V instead of projecting their own
 //   a  = attention(q · scale, k, v)       (causal, optional sliding window, optional
 //                                          score soft-capping c·tanh(s/c))
 //   o  = a·Wo (+ bias);  o = norm(o, post_attention_norm) (sandwich layers);  x = h + o
@@ -19,6 +22,8 @@
 //      | sum_k w_k down_e(act(gate_e(x)) * up_e(x)) over the top-k experts e of
 //        softmax(x·W_router) (weights renormalised over the k when the config says so)
 //   f  = norm(f, post_ffw_norm) (sandwich); x = h + f
+//   x += norm(proj · (gelu(inp_gate · x) * per_layer_input), post_norm)   (Gemma 4)
+//   x *= layer_output_scale                                               (when present)
 //
 // then a final RMSNorm (hidden), and project_logits = hidden·W_out (+ bias), optionally
 // soft-capped. Norms are RMSNorm (Zhang & Sennrich 2019); GGUF norm weights already hold
