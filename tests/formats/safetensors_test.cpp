@@ -1,7 +1,8 @@
 // tests/formats/safetensors_test.cpp — safetensors reader: round trips through an in-test
 // writer (every dtype, scalars, empty tensors, metadata, alignment), one error message per
 // malformed field, truncation / byte-flip corruption sweeps (run under ASan by the asan
-// preset), and model folders (single file, sharded index and its errors).
+// preset), model folders (single file, sharded index and its errors), and a file written
+// by the reference `safetensors` Python package when it is installed.
 // Does not test any model's use of the tensors.
 #include "formats/safetensors.h"
 
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+#include <sys/wait.h>
 #include <unistd.h>
 
 namespace specula::safetensors {
@@ -795,6 +797,58 @@ TEST(SafetensorsFolder, Errors) {
     ASSERT_TRUE(r.is_ok()) << r.message();
     EXPECT_TRUE(r->tensors().empty());
   }
+}
+
+// ---------------------------------------------------------------------------------
+// Cross-check with the reference writer (python3 with numpy and safetensors; scripts/test
+// installs safetensors==0.4.5). Skipped when they are missing.
+
+std::vector<uint8_t> from_hex(const std::string& h) {
+  std::vector<uint8_t> out(h.size() / 2);
+  for (size_t k = 0; k < out.size(); ++k) out[k] = static_cast<uint8_t>(std::stoi(h.substr(2 * k, 2), nullptr, 16));
+  return out;
+}
+
+TEST(SafetensorsReference, PythonWriter) {
+  const std::string dir = tmp_dir("python");
+  const std::string prefix = dir + "/sample";
+  const std::string cmd = "python3 '" SPECULA_FIXTURES_DIR "/../../tools/write_safetensors_sample.py' '" + prefix + "'";
+  const int rc = std::system(cmd.c_str());
+  if (rc == -1 || !WIFEXITED(rc) || WEXITSTATUS(rc) == 77) {
+    fs::remove_all(dir);
+    GTEST_SKIP() << "python3 with numpy and safetensors not available";
+  }
+  ASSERT_EQ(WEXITSTATUS(rc), 0) << cmd;
+  std::ifstream in(prefix + ".json");
+  const nlohmann::json manifest = nlohmann::json::parse(in, nullptr, false);
+  ASSERT_FALSE(manifest.is_discarded());
+  auto r = File::open(prefix + ".safetensors");
+  ASSERT_TRUE(r.is_ok()) << r.message();
+  EXPECT_EQ(r->data_offset() % 8, 0u);  // the reference writer pads the header
+  std::map<std::string, std::string> meta;
+  for (const auto& [k, v] : manifest["metadata"].items()) meta[k] = v.get<std::string>();
+  EXPECT_EQ(r->metadata(), meta);
+  ASSERT_EQ(r->tensors().size(), manifest["tensors"].size());
+  for (const auto& [name, want] : manifest["tensors"].items()) {
+    const TensorInfo* t = r->find(name);
+    ASSERT_NE(t, nullptr) << name;
+    EXPECT_EQ(element_type_name(t->type), want["dtype"].get<std::string>()) << name;
+    EXPECT_EQ(t->shape, want["shape"].get<std::vector<int64_t>>()) << name;
+    EXPECT_EQ(std::vector<uint8_t>(t->data, t->data + t->n_bytes), from_hex(want["hex"].get<std::string>())) << name;
+  }
+  // Sharded through a hand-written index over two reference files.
+  const fs::path s1 = fs::path(dir) / "m-1.safetensors", s2 = fs::path(dir) / "m-2.safetensors";
+  fs::copy_file(prefix + ".safetensors", s1);
+  write_file(s2.string(), shard({"lm_head"}, 5));
+  nlohmann::json index = {{"metadata", {{"total_size", 1}}}, {"weight_map", nlohmann::json::object()}};
+  for (const auto& [name, _] : manifest["tensors"].items()) index["weight_map"][name] = "m-1.safetensors";
+  index["weight_map"]["lm_head"] = "m-2.safetensors";
+  write_text(dir + "/" + kIndex, index.dump(1));
+  auto folder = Folder::open(dir);
+  ASSERT_TRUE(folder.is_ok()) << folder.message();
+  EXPECT_EQ(folder->tensors().size(), manifest["tensors"].size() + 1);
+  EXPECT_EQ(folder->find("t.float32")->n_bytes, r->find("t.float32")->n_bytes);
+  fs::remove_all(dir);
 }
 
 }  // namespace
