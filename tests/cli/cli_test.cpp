@@ -2,6 +2,9 @@
 // line (never a crash) for bad files and bad arguments.
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <unistd.h>
+
 #include <sys/wait.h>
 
 #include <array>
@@ -68,6 +71,33 @@ TEST(Cli, CacheTypesAndTheirErrors) {
   EXPECT_EQ(r.code, 0);
   EXPECT_NE(r.out.find("f16/f16: 18432 bytes per token"), std::string::npos) << r.out.substr(r.out.size() - 600);
   EXPECT_NE(r.out.find("q8_0/q8_0: 9792 bytes per token"), std::string::npos);
+}
+
+// `specula info` on a Hugging Face model folder: config, tokenizer kind and the tensor table;
+// a config.json that is not JSON is one error naming the file.
+TEST(Cli, InfoOnASafetensorsFolder) {
+  const auto dir = std::filesystem::temp_directory_path() / ("specula_cli_test_folder_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string header = R"({"model.norm.weight":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
+  std::string bytes(8, '\0');
+  const uint64_t n = header.size();
+  std::memcpy(bytes.data(), &n, 8);
+  bytes += header + std::string(8, '\0');
+  std::ofstream(dir / "model.safetensors", std::ios::binary) << bytes;
+  std::ofstream(dir / "config.json") << R"({"model_type": "qwen2", "hidden_size": 2, "quantization": {"bits": 4, "group_size": 64}})";
+  std::ofstream(dir / "tokenizer.json") << R"({"model": {"type": "BPE"}, "added_tokens": []})";
+  CliRun r = run("info " + dir.string());
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("\"model_type\":\"qwen2\""), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\"quantization\":{\"bits\":4,\"group_size\":64}"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\"type\":\"BPE\""), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("model.norm.weight"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("F32    [2]"), std::string::npos) << r.out;
+  std::ofstream(dir / "config.json") << "{\"model_type\": ";
+  r = run("info " + dir.string());
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("config.json: not valid JSON"), std::string::npos) << r.out;
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Cli, NotAGgufIsOneClearError) {
