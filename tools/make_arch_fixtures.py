@@ -31,7 +31,6 @@ without its extra CPU buffer types (no weight repacking, no AMX: the plain ggml 
 path crashes on IQ4_XS on this machine).
 """
 import argparse
-import hashlib
 import json
 import math
 import os
@@ -39,6 +38,8 @@ import sys
 import tempfile
 
 import numpy as np
+
+from llama_oracle import greedy_and_teacher_forced, no_extra_buffers, sha256
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURE = os.path.join(HERE, "..", "tests", "fixtures", "arch_reference.json")
@@ -588,36 +589,10 @@ def write_model(name: str, path: str) -> list[float]:
     return b.quant_errors
 
 
-def sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def prompts(name: str) -> list[list[int]]:
     rng = np.random.default_rng(SHAPES[name]["seed"] + 1000)
     V = SHAPES[name]["V"]
     return [[int(x) for x in rng.integers(2, V, n)] for n in PROMPT_LENGTHS]
-
-
-def no_extra_buffers():
-    """Loads weights without llama.cpp's extra CPU buffer types (weight repacking, AMX): the plain
-    ggml CPU kernels, the same on every machine. (The AMX path crashes on IQ4_XS here.)"""
-    import llama_cpp.llama_cpp as C
-
-    if getattr(C.llama_model_default_params, "specula_patched", False):
-        return
-    default = C.llama_model_default_params
-
-    def params():
-        p = default()
-        p.use_extra_bufts = False
-        return p
-
-    params.specula_patched = True
-    C.llama_model_default_params = params
 
 
 def oracle(name: str, path: str) -> dict:
@@ -627,26 +602,7 @@ def oracle(name: str, path: str) -> dict:
     llm = Llama(model_path=path, n_ctx=N_CTX, logits_all=True, n_threads=2, n_batch=N_CTX, verbose=False)
     V = SHAPES[name]["V"]
     probe = [int(x) for x in np.random.default_rng(7).choice(V, 16, replace=False)]
-    cases = []
-    for p in prompts(name):
-        llm.reset()
-        llm.eval(p)
-        out = []
-        for _ in range(N_GEN):
-            tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
-            out.append(tok)
-            llm.eval([tok])
-        llm.reset()
-        seq = p + out
-        llm.eval(seq)
-        rows = []
-        for i in range(len(seq)):
-            lg = np.asarray(llm.scores[i], dtype=np.float64)
-            top = np.argsort(-lg, kind="stable")[:8]
-            rows.append({"argmax": int(np.argmax(lg)), "top_ids": [int(t) for t in top],
-                         "top_logits": [round(float(lg[t]), 5) for t in top],
-                         "probe_logits": [round(float(lg[t]), 5) for t in probe]})
-        cases.append({"prompt": p, "greedy": out, "positions": rows})
+    cases = greedy_and_teacher_forced(llm, prompts(name), N_GEN, probe)
     del llm
     return {"arch": SHAPES[name]["arch"], "shape": SHAPES[name]["shape"], "sha256": sha256(path),
             "probe_ids": probe, "cases": cases}

@@ -28,13 +28,14 @@ Usage:
 llama.cpp runs with its default f16 KV cache (specula's default too).
 """
 import argparse
-import hashlib
 import json
 import os
 import sys
 import tempfile
 
 import numpy as np
+
+from llama_oracle import greedy_and_teacher_forced, sha256
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURE = os.path.join(HERE, "..", "tests", "fixtures", "qwen35_reference.json")
@@ -133,14 +134,6 @@ def write_model(name: str, path: str) -> None:
     w.close()
 
 
-def sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def prompts(name: str) -> list[list[int]]:
     rng = np.random.default_rng(SHAPES[name]["seed"] + 1000)
     V = SHAPES[name]["n_vocab"]
@@ -153,26 +146,7 @@ def oracle(name: str, path: str) -> dict:
     llm = Llama(model_path=path, n_ctx=256, logits_all=True, n_threads=2, n_batch=256, verbose=False)
     V = SHAPES[name]["n_vocab"]
     probe = [int(x) for x in np.random.default_rng(7).choice(V, 16, replace=False)]
-    cases = []
-    for p in prompts(name):
-        llm.reset()
-        llm.eval(p)
-        out = []
-        for _ in range(N_GEN):
-            tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
-            out.append(tok)
-            llm.eval([tok])
-        llm.reset()
-        seq = p + out
-        llm.eval(seq)
-        rows = []
-        for i in range(len(seq)):
-            lg = np.asarray(llm.scores[i], dtype=np.float64)
-            top = np.argsort(-lg)[:8]
-            rows.append({"argmax": int(np.argmax(lg)), "top_ids": [int(t) for t in top],
-                         "top_logits": [round(float(lg[t]), 5) for t in top],
-                         "probe_logits": [round(float(lg[t]), 5) for t in probe]})
-        cases.append({"prompt": p, "greedy": out, "positions": rows})
+    cases = greedy_and_teacher_forced(llm, prompts(name), N_GEN, probe, stable_sort=False)
     return {"sha256": sha256(path), "probe_ids": probe, "cases": cases}
 
 

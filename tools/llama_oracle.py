@@ -1,0 +1,62 @@
+"""tools/llama_oracle.py — llama.cpp (llama-cpp-python) as the oracle of the tiny-model fixtures
+(tools/make_qwen35_fixtures.py, tools/make_arch_fixtures.py): a file's sha256, and for a list of
+prompts llama.cpp's greedy continuation and, teacher forced on prompt + continuation, every
+position's argmax, top 8 ids with logits and the logits of fixed probe ids.
+Does not write models or fixtures (the callers do)."""
+import hashlib
+
+import numpy as np
+
+
+def sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def no_extra_buffers():
+    """Loads weights without llama.cpp's extra CPU buffer types (weight repacking, AMX): the plain
+    ggml CPU kernels, the same on every machine. (The AMX path crashes on IQ4_XS here.)"""
+    import llama_cpp.llama_cpp as C
+
+    if getattr(C.llama_model_default_params, "specula_patched", False):
+        return
+    default = C.llama_model_default_params
+
+    def params():
+        p = default()
+        p.use_extra_bufts = False
+        return p
+
+    params.specula_patched = True
+    C.llama_model_default_params = params
+
+
+def greedy_and_teacher_forced(llm, prompts: list[list[int]], n_gen: int, probe: list[int],
+                              stable_sort: bool = True) -> list[dict]:
+    """Per prompt: {"prompt", "greedy" (n_gen ids), "positions" (teacher forced, one per token of
+    prompt + greedy: argmax, top_ids, top_logits, probe_logits; logits rounded to 5 digits)}.
+    `llm` is a llama_cpp.Llama made with logits_all=True."""
+    cases = []
+    for p in prompts:
+        llm.reset()
+        llm.eval(p)
+        out = []
+        for _ in range(n_gen):
+            tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+            out.append(tok)
+            llm.eval([tok])
+        llm.reset()
+        seq = p + out
+        llm.eval(seq)
+        rows = []
+        for i in range(len(seq)):
+            lg = np.asarray(llm.scores[i], dtype=np.float64)
+            top = (np.argsort(-lg, kind="stable") if stable_sort else np.argsort(-lg))[:8]
+            rows.append({"argmax": int(np.argmax(lg)), "top_ids": [int(t) for t in top],
+                         "top_logits": [round(float(lg[t]), 5) for t in top],
+                         "probe_logits": [round(float(lg[t]), 5) for t in probe]})
+        cases.append({"prompt": p, "greedy": out, "positions": rows})
+    return cases
