@@ -4,9 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 #include "model/model.h"
 
@@ -59,6 +62,45 @@ inline std::vector<int32_t> greedy(Model& m, const std::vector<int32_t>& prompt,
     out.push_back(argmax(logits.data(), V));
   }
   return out;
+}
+
+// Teacher-forced agreement with one case of a tiny-model fixture (tools/llama_oracle.py:
+// "prompt", "greedy", per-position "argmax", "top_ids", "top_logits", "probe_logits"): one
+// forward of prompt + greedy, compared position by position; accumulates into `acc`.
+// A position is "decided" when the oracle's top two logits are at least tie_gap apart.
+struct TeacherForced {
+  int positions = 0, top1 = 0, decided = 0, decided_ok = 0;
+  double max_top = 0, max_probe = 0;  // max |Δlogit| over the top-8 ids and the probe ids
+};
+inline void teacher_forced(Model& m, const nlohmann::json& c, const std::vector<int32_t>& probe, double tie_gap,
+                           TeacherForced& acc) {
+  std::vector<int32_t> seq = c["prompt"].get<std::vector<int32_t>>();
+  const auto want = c["greedy"].get<std::vector<int32_t>>();
+  seq.insert(seq.end(), want.begin(), want.end());
+  auto st = make_state(m, 1, 512);
+  ASSERT_TRUE(st.is_ok()) << st.message();
+  Tensor h;
+  const int32_t row[1] = {0};
+  ASSERT_TRUE(m.forward(Batch{1, static_cast<int64_t>(seq.size()), seq.data(), row}, *st, h).is_ok());
+  const int64_t V = m.info().n_vocab;
+  std::vector<float> logits(seq.size() * static_cast<size_t>(V));
+  m.project_logits(h.data(), static_cast<int64_t>(seq.size()), logits.data());
+  for (size_t i = 0; i < seq.size(); ++i) {
+    const auto& p = c["positions"][i];
+    const float* l = logits.data() + i * V;
+    ++acc.positions;
+    const bool agree = argmax(l, V) == p["argmax"].get<int32_t>();
+    acc.top1 += agree;
+    const auto ids = p["top_ids"].get<std::vector<int32_t>>();
+    const auto vals = p["top_logits"].get<std::vector<double>>();
+    if (vals.size() >= 2 && vals[0] - vals[1] >= tie_gap) {
+      ++acc.decided;
+      acc.decided_ok += agree;
+    }
+    for (size_t k = 0; k < ids.size(); ++k) acc.max_top = std::max(acc.max_top, std::fabs(l[ids[k]] - vals[k]));
+    const auto pv = p["probe_logits"].get<std::vector<double>>();
+    for (size_t k = 0; k < probe.size(); ++k) acc.max_probe = std::max(acc.max_probe, std::fabs(l[probe[k]] - pv[k]));
+  }
 }
 
 }  // namespace specula::testing

@@ -115,9 +115,8 @@ TEST_P(ArchTest, GreedyEqualsLlamaCppAndLogitsAgree) {
   const auto& ref = reference()["models"][name];
   EXPECT_EQ(m->info().architecture, ref["arch"].get<std::string>());
   const std::vector<int32_t> probe = ref["probe_ids"].get<std::vector<int32_t>>();
-  const int64_t V = m->info().n_vocab;
-  int positions = 0, top1 = 0, greedy_ok = 0, cases = 0, ties = 0, decided = 0, decided_ok = 0, full = 0;
-  double max_top = 0, max_probe = 0;
+  int greedy_ok = 0, cases = 0, ties = 0, full = 0;
+  testing::TeacherForced tf;
   for (const auto& c : ref["cases"]) {
     const auto prompt = c["prompt"].get<std::vector<int32_t>>();
     const auto want = c["greedy"].get<std::vector<int32_t>>();
@@ -141,43 +140,18 @@ TEST_P(ArchTest, GreedyEqualsLlamaCppAndLogitsAgree) {
     }
     cases += static_cast<int>(want.size());
     full += got == want;
-    // Teacher forced: prompt + llama.cpp's continuation in one forward.
-    std::vector<int32_t> seq = prompt;
-    seq.insert(seq.end(), want.begin(), want.end());
-    auto st = testing::make_state(*m, 1, 512);
-    ASSERT_TRUE(st.is_ok());
-    Tensor h;
-    const int32_t row[1] = {0};
-    ASSERT_TRUE(m->forward(Batch{1, static_cast<int64_t>(seq.size()), seq.data(), row}, *st, h).is_ok());
-    std::vector<float> logits(seq.size() * V);
-    m->project_logits(h.data(), static_cast<int64_t>(seq.size()), logits.data());
-    for (size_t i = 0; i < seq.size(); ++i) {
-      const auto& p = c["positions"][i];
-      const float* l = logits.data() + i * V;
-      ++positions;
-      const bool agree = argmax(l, V) == p["argmax"].get<int32_t>();
-      top1 += agree;
-      const auto& tl = p["top_logits"];
-      if (tl[0].get<double>() - tl[1].get<double>() >= kTieGap) {
-        ++decided;
-        decided_ok += agree;
-      }
-      const auto ids = p["top_ids"].get<std::vector<int32_t>>();
-      const auto vals = p["top_logits"].get<std::vector<double>>();
-      for (size_t k = 0; k < ids.size(); ++k) max_top = std::max(max_top, std::fabs(l[ids[k]] - vals[k]));
-      const auto pv = p["probe_logits"].get<std::vector<double>>();
-      for (size_t k = 0; k < probe.size(); ++k) max_probe = std::max(max_probe, std::fabs(l[probe[k]] - pv[k]));
-    }
+    testing::teacher_forced(*m, c, probe, kTieGap, tf);
   }
   std::printf("[arch %s] greedy %d/%d tokens equal, %d prompts in full (%d stopped at a near tie), top-1 %d/%d (%d/%d where "
               "llama.cpp's top-2 gap >= %.2f), max |dlogit| top-8 %.4f, probes %.4f\n",
-              name.c_str(), greedy_ok, cases, full, ties, top1, positions, decided_ok, decided, kTieGap, max_top, max_probe);
+              name.c_str(), greedy_ok, cases, full, ties, tf.top1, tf.positions, tf.decided_ok, tf.decided, kTieGap,
+              tf.max_top, tf.max_probe);
   const double bound = name.rfind("quant_", 0) == 0 ? kMaxDeltaLogitQuant : kMaxDeltaLogit;
   EXPECT_GE(full, 4) << name << ": fewer than 4 prompts equal llama.cpp's for all 24 tokens";
-  EXPECT_EQ(decided_ok, decided) << name;
-  EXPECT_GE(top1, kMinTop1 * positions) << name;
-  EXPECT_LT(max_top, bound) << name;
-  EXPECT_LT(max_probe, bound) << name;
+  EXPECT_EQ(tf.decided_ok, tf.decided) << name;
+  EXPECT_GE(tf.top1, kMinTop1 * tf.positions) << name;
+  EXPECT_LT(tf.max_top, bound) << name;
+  EXPECT_LT(tf.max_probe, bound) << name;
 }
 
 TEST_P(ArchTest, CachedDecodeEqualsOneForward) {

@@ -73,41 +73,18 @@ TEST_P(Qwen35Test, GreedyEqualsLlamaCppAndLogitsAgree) {
   EXPECT_EQ(m->info().architecture, "qwen35");
   const auto& ref = reference()["models"][name];
   const std::vector<int32_t> probe = ref["probe_ids"].get<std::vector<int32_t>>();
-  const int64_t V = m->info().n_vocab, E = m->info().n_embd;
-  int positions = 0, top1 = 0;
-  double max_top = 0, max_probe = 0;
+  testing::TeacherForced tf;
   for (const auto& c : ref["cases"]) {
     const auto prompt = c["prompt"].get<std::vector<int32_t>>();
     const auto want = c["greedy"].get<std::vector<int32_t>>();
     EXPECT_EQ(greedy(*m, prompt, static_cast<int>(want.size())), want) << name << " prompt of " << prompt.size();
-    // Teacher forced: prompt + llama.cpp's continuation in one forward.
-    std::vector<int32_t> seq = prompt;
-    seq.insert(seq.end(), want.begin(), want.end());
-    auto st = testing::make_state(*m, 1, 512);
-    ASSERT_TRUE(st.is_ok());
-    Tensor h;
-    const int32_t row[1] = {0};
-    ASSERT_TRUE(m->forward(Batch{1, static_cast<int64_t>(seq.size()), seq.data(), row}, *st, h).is_ok());
-    std::vector<float> logits(seq.size() * V);
-    m->project_logits(h.data(), static_cast<int64_t>(seq.size()), logits.data());
-    for (size_t i = 0; i < seq.size(); ++i) {
-      const auto& p = c["positions"][i];
-      const float* l = logits.data() + i * V;
-      ++positions;
-      top1 += argmax(l, V) == p["argmax"].get<int32_t>();
-      const auto ids = p["top_ids"].get<std::vector<int32_t>>();
-      const auto vals = p["top_logits"].get<std::vector<double>>();
-      for (size_t k = 0; k < ids.size(); ++k) max_top = std::max(max_top, std::fabs(l[ids[k]] - vals[k]));
-      const auto pv = p["probe_logits"].get<std::vector<double>>();
-      for (size_t k = 0; k < probe.size(); ++k) max_probe = std::max(max_probe, std::fabs(l[probe[k]] - pv[k]));
-    }
-    (void)E;
+    testing::teacher_forced(*m, c, probe, 0.0, tf);
   }
-  std::printf("[qwen35 %s] top-1 %d/%d, max |dlogit| top-8 %.4f, probes %.4f\n", name.c_str(), top1, positions, max_top,
-              max_probe);
-  EXPECT_EQ(top1, positions) << name;
-  EXPECT_LT(max_top, 0.02) << name;
-  EXPECT_LT(max_probe, 0.02) << name;
+  std::printf("[qwen35 %s] top-1 %d/%d, max |dlogit| top-8 %.4f, probes %.4f\n", name.c_str(), tf.top1, tf.positions,
+              tf.max_top, tf.max_probe);
+  EXPECT_EQ(tf.top1, tf.positions) << name;
+  EXPECT_LT(tf.max_top, 0.02) << name;
+  EXPECT_LT(tf.max_probe, 0.02) << name;
 }
 
 TEST_P(Qwen35Test, CachedDecodeEqualsOneForwardAndRollbackReplays) {
