@@ -155,15 +155,27 @@ Result<TransformerConfig> standard_config(const gguf::GgufFile& f, const std::st
   return c;
 }
 
-Status read_freq_factors(const gguf::GgufFile& f, RopeConfig& r) {
-  if (f.find_tensor("rope_freqs.weight") == nullptr) return Status::ok();
-  if (!r.freq_factors.empty())
-    return Status::error("[model] both rope_freqs.weight and LongRoPE factor tensors are present");
-  auto ff = weight_f32(f, kernels::active(), "rope_freqs.weight", {r.n_rot / 2});
+namespace {
+
+// A global rope-factor tensor [n] as f32, every factor positive and finite.
+Result<std::vector<float>> rope_factors(const gguf::GgufFile& f, const char* name, int64_t n) {
+  auto ff = weight_f32(f, kernels::active(), name, {n});
   if (!ff) return ff.status();
   for (float x : *ff)
     if (!(x > 0.0f) || !std::isfinite(x))
-      return Status::error("[model] tensor 'rope_freqs.weight': factor " + std::to_string(x) + " is not positive");
+      return Status::error(std::string("[model] tensor '") + name + "': factor " + std::to_string(x) + " is not positive");
+  return ff;
+}
+
+const char* const kBothFactorKinds = " both rope_freqs.weight and LongRoPE factor tensors are present";
+
+}  // namespace
+
+Status read_freq_factors(const gguf::GgufFile& f, RopeConfig& r) {
+  if (f.find_tensor("rope_freqs.weight") == nullptr) return Status::ok();
+  if (!r.freq_factors.empty()) return Status::error(std::string("[model]") + kBothFactorKinds);
+  auto ff = rope_factors(f, "rope_freqs.weight", r.n_rot / 2);
+  if (!ff) return ff.status();
   r.freq_factors = std::move(ff).value();
   r.tensors.push_back("rope_freqs.weight");
   return Status::ok();
@@ -180,20 +192,19 @@ void read_longrope(Hparams& h, RopeConfig& r, int64_t n_ctx_train) {
     return;
   }
   if (!r.freq_factors.empty()) {
-    h.fail(std::string(h.who()) + " both rope_freqs.weight and LongRoPE factor tensors are present");
+    h.fail(h.who() + std::string(kBothFactorKinds));
     return;
   }
   r.long_context = h.i("rope.scaling.original_context_length", 1, int64_t{1} << 26, n_ctx_train);
-  for (const char* name : {"rope_factors_short.weight", "rope_factors_long.weight"}) {
+  for (auto [name, dst] : {std::pair{"rope_factors_short.weight", &r.freq_factors},
+                           std::pair{"rope_factors_long.weight", &r.freq_factors_long}}) {
     if (!h.status().is_ok()) return;
-    auto ff = weight_f32(f, kernels::active(), name, {r.n_rot / 2});
+    auto ff = rope_factors(f, name, r.n_rot / 2);
     if (!ff) {
       h.fail(ff.message());
       return;
     }
-    for (float x : *ff)
-      if (!(x > 0.0f) || !std::isfinite(x)) h.fail(std::string("[model] tensor '") + name + "': factor " + std::to_string(x) + " is not positive");
-    (std::string(name) == "rope_factors_short.weight" ? r.freq_factors : r.freq_factors_long) = std::move(ff).value();
+    *dst = std::move(ff).value();
     r.tensors.push_back(name);
   }
 }
@@ -261,13 +272,13 @@ std::vector<WeightRef> layer_weights(const TransformerConfig& c, int64_t il, Lay
   const int64_t E = c.n_embd, hd = lc.head_dim, QD = lc.n_heads * hd, KD = lc.n_kv_heads * hd, F = lc.n_ff;
   std::vector<WeightRef> w;
   const auto vec = [&](const std::string& n, int64_t len, std::vector<float>* dst) {
-    w.push_back(WeightRef{b + n, {len}, false, dst, nullptr, nullptr});
+    w.push_back(WeightRef{b + n, {len}, dst, nullptr, nullptr});
   };
   const auto mat = [&](const std::string& n, int64_t K, int64_t N, TensorView* dst) {
-    w.push_back(WeightRef{b + n, {K, N}, false, nullptr, dst, nullptr});
+    w.push_back(WeightRef{b + n, {K, N}, nullptr, dst, nullptr});
   };
   const auto exps = [&](const std::string& n, int64_t K, int64_t N, std::vector<TensorView>* dst) {
-    w.push_back(WeightRef{b + n, {K, N, lc.n_expert}, false, nullptr, nullptr, dst});
+    w.push_back(WeightRef{b + n, {K, N, lc.n_expert}, nullptr, nullptr, dst});
   };
   vec("attn_norm.weight", E, &L.attn_norm);
   if (lc.fused_qkv) {
@@ -316,38 +327,6 @@ std::vector<WeightRef> layer_weights(const TransformerConfig& c, int64_t il, Lay
 }
 
 namespace {
-
-std::string dims_str(const std::vector<int64_t>& s) {
-  std::string o = "[";
-  for (size_t i = 0; i < s.size(); ++i) o += (i ? ", " : "") + std::to_string(s[i]);
-  return o + "]";
-}
-
-// A 3-D [K, N, n] tensor as n views [N, K].
-Status load_experts(const gguf::GgufFile& f, const kernels::KernelTable& kt, const WeightRef& w) {
-  const gguf::TensorInfo* t = f.find_tensor(w.name);
-  if (t == nullptr) return Status::error("[model] missing tensor '" + w.name + "'");
-  if (t->shape != w.dims)
-    return Status::error("[model] tensor '" + w.name + "': shape " + dims_str(t->shape) + ", expected " +
-                         dims_str(w.dims));
-  if (!kt.of(t->type).supported || kt.of(t->type).gemm == nullptr)
-    return Status::error("[model] tensor '" + w.name + "': unsupported type " + std::string(dtype_name(t->type)));
-  const int64_t K = w.dims[0], N = w.dims[1], n = w.dims[2];
-  if (K % dtype_info(t->type).block_size != 0)
-    return Status::error("[model] tensor '" + w.name + "': row of " + std::to_string(K) + " is not whole blocks of " +
-                         std::string(dtype_name(t->type)));
-  const size_t rs = row_bytes(t->type, K);
-  w.experts->resize(static_cast<size_t>(n));
-  for (int64_t e = 0; e < n; ++e) {
-    TensorView& v = (*w.experts)[e];
-    v.data = static_cast<const uint8_t*>(t->data) + static_cast<size_t>(e * N) * rs;
-    v.dtype = t->type;
-    v.rows = N;
-    v.cols = K;
-    v.row_stride = rs;
-  }
-  return Status::ok();
-}
 
 // K's bias is rotated by RoPE with the position: its constant part is the rotation
 // averaged over the first 4096 positions (the slow pairs keep it, the fast ones average
@@ -468,7 +447,6 @@ Result<std::unique_ptr<Model>> Transformer::create(ModelContext ctx, Transformer
     LayerWeights& L = m->layers_[il];
     const LayerConfig& lc = c.layers[il];
     for (const WeightRef& r : layer_weights(c, static_cast<int64_t>(il), L)) {
-      if (r.optional && f.find_tensor(r.name) == nullptr) continue;
       used.insert(r.name);
       if (r.vec != nullptr) {
         auto v = weight_1d_f32(f, kt, r.name, r.dims[0]);
@@ -479,7 +457,9 @@ Result<std::unique_ptr<Model>> Transformer::create(ModelContext ctx, Transformer
         if (!v) return v.status();
         *r.mat = *v;
       } else {
-        SPECULA_RETURN_IF_ERROR(load_experts(f, kt, r));
+        auto v = expert_weights(f, kt, r.name, r.dims[0], r.dims[1], r.dims[2]);
+        if (!v) return v.status();
+        *r.experts = std::move(v).value();
       }
     }
     if (lc.qkv_bias && lc.fused_qkv) {
@@ -514,6 +494,7 @@ Result<std::unique_ptr<Model>> Transformer::create(ModelContext ctx, Transformer
   m->info_.n_layers = static_cast<int64_t>(c.layers.size());
   m->info_.n_ctx_train = c.n_ctx_train;
   m->kt_ = ctx.kernels;
+  m->who_ = w;
 
   std::vector<TensorView*> mats{&m->output_};
   if (m->ple_model_proj_.data != nullptr) mats.push_back(&m->ple_model_proj_);
@@ -598,7 +579,7 @@ void Transformer::ensure_buffers(int64_t M) {
 }
 
 Status Transformer::forward(const Batch& batch, StateRows& state, Tensor& hidden) {
-  const std::string who = "[" + c_.arch + "]";
+  const std::string& who = who_;
   const int64_t n_layers = static_cast<int64_t>(c_.layers.size());
   if (state.n_layers() != n_layers)
     return Status::error(who + " state has " + std::to_string(state.n_layers()) + " layers, the model " +

@@ -210,7 +210,6 @@ struct LayerWeights {
 struct WeightRef {
   std::string name;
   std::vector<int64_t> dims;
-  bool optional = false;
   std::vector<float>* vec = nullptr;       // 1-D, converted to f32
   TensorView* mat = nullptr;               // 2-D matmul weight [dims[1], dims[0]]
   std::vector<TensorView>* experts = nullptr;  // 3-D [dims[2]] x [dims[1], dims[0]]
@@ -245,6 +244,7 @@ class Transformer final : public Model {
   ModelContext ctx_;
   ModelInfo info_;
   TransformerConfig c_;
+  std::string who_;  // "[arch]", the error prefix
   const kernels::KernelTable* kt_ = nullptr;
   TensorView tok_embd_, output_;    // [n_vocab, n_embd]
   // Per-layer inputs (n_embd_per_layer P > 0): ple_embd_ [n_vocab, L*P], ple_model_proj_

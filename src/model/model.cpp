@@ -207,6 +207,31 @@ Result<TensorView> weight_2d(const gguf::GgufFile& f, const kernels::KernelTable
   return v;
 }
 
+Result<std::vector<TensorView>> expert_weights(const gguf::GgufFile& f, const kernels::KernelTable& kt,
+                                               const std::string& name, int64_t K, int64_t N, int64_t n) {
+  const gguf::TensorInfo* t = f.find_tensor(name);
+  if (t == nullptr) return Status::error("[model] missing tensor '" + name + "'");
+  if (t->shape != std::vector<int64_t>{K, N, n})
+    return Status::error("[model] tensor '" + name + "': shape " + shape_str(t->shape) + ", expected " +
+                         shape_str({K, N, n}));
+  if (!kt.of(t->type).supported || kt.of(t->type).gemm == nullptr)
+    return Status::error("[model] tensor '" + name + "': unsupported type " + std::string(dtype_name(t->type)));
+  if (K % dtype_info(t->type).block_size != 0)
+    return Status::error("[model] tensor '" + name + "': row of " + std::to_string(K) + " is not whole blocks of " +
+                         std::string(dtype_name(t->type)));
+  const size_t rs = row_bytes(t->type, K);
+  std::vector<TensorView> views(static_cast<size_t>(n));
+  for (int64_t e = 0; e < n; ++e) {
+    TensorView& v = views[e];
+    v.data = static_cast<const uint8_t*>(t->data) + static_cast<size_t>(e * N) * rs;
+    v.dtype = t->type;
+    v.rows = N;
+    v.cols = K;
+    v.row_stride = rs;
+  }
+  return views;
+}
+
 Result<std::vector<float>> weight_1d_f32(const gguf::GgufFile& f, const kernels::KernelTable& kt,
                                          const std::string& name, int64_t n) {
   const gguf::TensorInfo* t = f.find_tensor(name);

@@ -176,6 +176,11 @@ Status check_block_tensors(const gguf::GgufFile& f, int64_t block_count, const s
 // expected vs actual shape, or an unsupported type.
 Result<TensorView> weight_2d(const gguf::GgufFile& f, const kernels::KernelTable& kt,
                              const std::string& name, int64_t K, int64_t N);
+// The experts of a 3-D weight of GGUF shape [K, N, n] (fastest first: n matrices [N, K]
+// stored one after the other, e.g. ffn_up_exps) as n views [N, K]. Errors as weight_2d's,
+// plus a row K that is not whole blocks of the type.
+Result<std::vector<TensorView>> expert_weights(const gguf::GgufFile& f, const kernels::KernelTable& kt,
+                                               const std::string& name, int64_t K, int64_t N, int64_t n);
 // Loads a block's weights in one call: 1-D ones as f32 (norms, biases), 2-D ones as
 // views [N, K]. Names are full tensor names. Errors: the first failing tensor's error.
 struct Weight1d {
