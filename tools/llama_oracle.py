@@ -1,9 +1,13 @@
 """tools/llama_oracle.py — llama.cpp (llama-cpp-python) as the oracle of the tiny-model fixtures
-(tools/make_qwen35_fixtures.py, tools/make_arch_fixtures.py): a file's sha256, and for a list of
-prompts llama.cpp's greedy continuation and, teacher forced on prompt + continuation, every
-position's argmax, top 8 ids with logits and the logits of fixed probe ids.
-Does not write models or fixtures (the callers do)."""
+(tools/make_qwen35_fixtures.py, tools/make_arch_fixtures.py): a file's sha256, writing a model
+atomically and checking written models against a fixture's sha256, and for a list of prompts
+llama.cpp's greedy continuation and, teacher forced on prompt + continuation, every position's
+argmax, top 8 ids with logits and the logits of fixed probe ids.
+Does not know any model's layout (the callers write the models and the fixture)."""
 import hashlib
+import json
+import os
+import sys
 
 import numpy as np
 
@@ -14,6 +18,32 @@ def sha256(path: str) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+def write_atomic(path: str, write):
+    """write(tmp_path) then rename onto path; returns write's result. The temporary name is unique
+    per process: test processes may write the same model at once."""
+    tmp = f"{path}.{os.getpid()}.tmp"
+    result = write(tmp)
+    os.replace(tmp, path)
+    return result
+
+
+def check_models(paths: dict, fixture: str, check: bool) -> int:
+    """Prints each model's path and sha256; with check, 1 unless each equals the sha256 the
+    fixture's model of that name was made from (else 0)."""
+    want = {}
+    if check:
+        with open(fixture) as f:
+            want = {n: m["sha256"] for n, m in json.load(f)["models"].items()}
+    for name, p in paths.items():
+        got = sha256(p)
+        print(f"{p} {got}")
+        if check and want.get(name) != got:
+            print(f"error: {p} has sha256 {got}, but {fixture} was made from {want.get(name)}: "
+                  "numpy or gguf wrote other bytes (regenerate the fixture with llama.cpp)", file=sys.stderr)
+            return 1
+    return 0
 
 
 def no_extra_buffers():

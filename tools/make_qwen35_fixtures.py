@@ -35,7 +35,7 @@ import tempfile
 
 import numpy as np
 
-from llama_oracle import greedy_and_teacher_forced, sha256
+from llama_oracle import check_models, greedy_and_teacher_forced, sha256, write_atomic
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURE = os.path.join(HERE, "..", "tests", "fixtures", "qwen35_reference.json")
@@ -161,22 +161,9 @@ def main() -> int:
     paths = {}
     for name in SHAPES:
         paths[name] = os.path.join(out, f"qwen35_{name}.gguf")
-        tmp = f"{paths[name]}.{os.getpid()}.tmp"  # unique: test processes may write the same model at once
-        write_model(name, tmp)
-        os.replace(tmp, paths[name])
+        write_atomic(paths[name], lambda tmp, n=name: write_model(n, tmp))
     if args.models_only:
-        want = {}
-        if args.check:
-            with open(FIXTURE) as f:
-                want = {n: m["sha256"] for n, m in json.load(f)["models"].items()}
-        for name, p in paths.items():
-            got = sha256(p)
-            print(f"{p} {got}")
-            if args.check and want.get(name) != got:
-                print(f"error: {p} has sha256 {got}, but {FIXTURE} was made from {want.get(name)}: "
-                      "numpy or gguf wrote other bytes (regenerate the fixture with llama.cpp)", file=sys.stderr)
-                return 1
-        return 0
+        return check_models(paths, FIXTURE, args.check)
     import llama_cpp
 
     ref = {"format": "qwen35_reference v1: per model the GGUF's sha256 (tools/make_qwen35_fixtures.py "
