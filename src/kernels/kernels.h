@@ -98,6 +98,7 @@ struct KernelTable {
   void (*qk_rows16)(int64_t n, const float* k, int64_t nk, int64_t nq, const float* const* q, float* const* s) = nullptr;
   // Gated GELU, tanh form (Hendrycks & Gimpel 2016):
   // out[i] = 0.5*g*(1 + tanh(sqrt(2/pi)*(g + 0.044715*g^3))) * up[i], g = gate[i]; out may alias gate.
+  // Each out[i] depends only on gate[i] and up[i] (not on n or i): callers may split a range.
   void (*gelu_tanh_mul)(int64_t n, const float* gate, const float* up, float* out) = nullptr;
   // x[i] = half(x[i] * alpha) as f32: the product rounded to IEEE half (nearest, ties to
   // even), as attention rounds its probabilities before weighting V.

@@ -783,10 +783,8 @@ void Transformer::ffn_dense(const LayerConfig& lc, const LayerWeights& L, int64_
         if (a < b) ops::silu_mul(b - a, gate_.data() + a, up_.data() + a, gate_.data() + a);
       });
     } else {
-      // One call per row: a kernel's vector/scalar split then falls the same way for each
-      // row whatever the batch and thread split.
       rows(M, [&](int64_t a, int64_t b) {
-        for (int64_t m = a; m < b; ++m) kt.gelu_tanh_mul(F, gate_.data() + m * F, up_.data() + m * F, gate_.data() + m * F);
+        kt.gelu_tanh_mul((b - a) * F, gate_.data() + a * F, up_.data() + a * F, gate_.data() + a * F);
       });
     }
   }
@@ -854,7 +852,7 @@ void Transformer::ffn_moe(const LayerConfig& lc, const LayerWeights& L, int64_t 
       });
     } else {
       rows(n, [&](int64_t a, int64_t b) {
-        for (int64_t i = a; i < b; ++i) kt.gelu_tanh_mul(F, eg_.data() + i * F, eu_.data() + i * F, eg_.data() + i * F);
+        kt.gelu_tanh_mul((b - a) * F, eg_.data() + a * F, eu_.data() + a * F, eg_.data() + a * F);
       });
     }
     ops::matmul(pool, kt, L.e_down[e], eg_.data(), n, eo_.data(), ws_);

@@ -44,6 +44,18 @@ TEST(AttentionKernels, Avx2MatchesGeneric) {
     fast->gelu_tanh_mul(n, g.data(), up.data(), y2.data());
     for (int64_t i = 0; i < n; ++i)
       EXPECT_NEAR(y1[i], y2[i], 2e-6f * (std::fabs(g[i] * up[i]) + 1e-3f)) << "gelu g=" << g[i];
+    // Element-wise: the same result however the range is split (models split it by rows
+    // and threads), for both tables.
+    for (const kernels::KernelTable* t : {&ref, fast}) {
+      std::vector<float> whole(n), parts(n);
+      t->gelu_tanh_mul(n, g.data(), up.data(), whole.data());
+      for (int64_t a = 0; a < n;) {
+        const int64_t b = std::min<int64_t>(n, a + 1 + (a * 7) % 13);
+        t->gelu_tanh_mul(b - a, g.data() + a, up.data() + a, parts.data() + a);
+        a = b;
+      }
+      EXPECT_EQ(whole, parts) << t->isa << " gelu split n=" << n;
+    }
     // softmax numerators
     std::vector<float> s1(n), s2(n);
     for (int64_t i = 0; i < n; ++i) s1[i] = s2[i] = nd(rng) * 5.0f;

@@ -216,19 +216,24 @@ void gelu_tanh_mul(int64_t n, const float* gate, const float* up, float* out) {
   const __m256 c0 = _mm256_set1_ps(2.0f * 0.79788456080286535588f);
   const __m256 c1 = _mm256_set1_ps(2.0f * 0.79788456080286535588f * 0.044715f);
   const __m256 one = _mm256_set1_ps(1.0f);
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m256 g = _mm256_loadu_ps(gate + i);
+  const auto eight = [&](const float* gp, const float* upp, float* op) {
+    const __m256 g = _mm256_loadu_ps(gp);
     const __m256 g2 = _mm256_mul_ps(g, g);
     const __m256 two_u = _mm256_mul_ps(g, _mm256_fmadd_ps(c1, g2, c0));
     const __m256 e = exp_ps(two_u);
     const __m256 gl = _mm256_sub_ps(g, _mm256_div_ps(g, _mm256_add_ps(e, one)));
-    _mm256_storeu_ps(out + i, _mm256_mul_ps(gl, _mm256_loadu_ps(up + i)));
-  }
-  for (; i < n; ++i) {
-    const float g = gate[i];
-    const float t = std::tanh(0.79788456080286535588f * (g + 0.044715f * g * g * g));
-    out[i] = 0.5f * g * (1.0f + t) * up[i];
+    _mm256_storeu_ps(op, _mm256_mul_ps(gl, _mm256_loadu_ps(upp)));
+  };
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) eight(gate + i, up + i, out + i);
+  if (i < n) {
+    // The tail through the same vector formula (padded), so an element's result does not
+    // depend on where a call's range starts or ends (batch and thread-split invariance).
+    alignas(32) float g8[8] = {}, u8[8] = {}, o8[8];
+    std::copy(gate + i, gate + n, g8);
+    std::copy(up + i, up + n, u8);
+    eight(g8, u8, o8);
+    std::copy(o8, o8 + (n - i), out + i);
   }
 }
 
