@@ -474,6 +474,33 @@ Result<GgufFile> GgufFile::open(const std::string& path) {
   return r;
 }
 
+Result<GgufFile> GgufFile::assemble(std::string origin, std::map<std::string, Value> kv,
+                                    std::vector<std::string> keys, std::vector<TensorInfo> tensors,
+                                    std::shared_ptr<const void> owner) {
+  GgufFile f;
+  f.origin_ = std::move(origin);
+  f.version_ = 3;
+  for (const std::string& k : keys)
+    if (kv.find(k) == kv.end()) return Status::error("[gguf] " + f.origin_ + ": key '" + k + "' listed without a value");
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const TensorInfo& t = tensors[i];
+    const DTypeInfo& ti = dtype_info(t.type);
+    const int64_t n = t.n_elements();
+    if (t.data == nullptr || t.shape.empty() || n % ti.block_size != 0 || t.shape[0] % ti.block_size != 0 ||
+        t.n_bytes != static_cast<size_t>(n / ti.block_size) * ti.type_size)
+      return Status::error("[gguf] " + f.origin_ + ": tensor '" + t.name + "' has no data or a size (" +
+                           std::to_string(t.n_bytes) + " bytes) that does not match its shape and type " +
+                           std::string(ti.name));
+    if (!f.tensor_index_.emplace(t.name, i).second)
+      return Status::error("[gguf] " + f.origin_ + ": duplicate tensor '" + t.name + "'");
+  }
+  f.kv_ = std::move(kv);
+  f.keys_ = std::move(keys);
+  f.tensors_ = std::move(tensors);
+  f.owner_ = std::move(owner);
+  return f;
+}
+
 const Value* GgufFile::find(const std::string& key) const {
   auto it = kv_.find(key);
   return it == kv_.end() ? nullptr : &it->second;

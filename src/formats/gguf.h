@@ -82,6 +82,15 @@ class GgufFile {
   // Parse from bytes already in memory (used by tests and fuzzing); `bytes` must
   // outlive the result.
   static Result<GgufFile> parse(const uint8_t* bytes, size_t size, std::string origin = "<memory>");
+  // A file assembled in memory from metadata and tensors that point into memory owned by
+  // `owner` (kept alive with the result): how a Hugging Face folder is presented to the
+  // architectures (model/hf_folder.h). Keys keep the order of `keys` (each must be in
+  // `kv`); `version` 3, no data section (data_offset 0). Errors: a duplicate tensor name,
+  // a key listed but not in `kv`, a tensor without data or whose n_bytes differs from
+  // its shape and type.
+  static Result<GgufFile> assemble(std::string origin, std::map<std::string, Value> kv,
+                                   std::vector<std::string> keys, std::vector<TensorInfo> tensors,
+                                   std::shared_ptr<const void> owner);
 
   uint32_t version() const { return version_; }
   uint64_t alignment() const { return alignment_; }
@@ -111,6 +120,7 @@ class GgufFile {
  private:
   friend class Parser;
   std::shared_ptr<MappedFile> file_;  // null when parsed from memory
+  std::shared_ptr<const void> owner_;  // assemble(): what the tensors point into
   std::string origin_;
   size_t size_ = 0;
   uint32_t version_ = 0;

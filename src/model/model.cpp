@@ -1,6 +1,8 @@
 // model/model.cpp — architecture registry, load_model, and weight lookup helpers.
 #include "model/model.h"
 
+#include "model/hf_folder.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -35,7 +37,9 @@ std::vector<std::string> registered_architectures() {
 }
 
 Result<std::unique_ptr<Model>> load_model(const std::string& path, const ModelOptions& options) {
-  auto f = gguf::GgufFile::open(path);
+  const bool folder = hf::is_model_folder(path) ||
+                      (path.size() > 12 && path.compare(path.size() - 12, 12, ".safetensors") == 0);
+  auto f = folder ? hf::open_folder(path) : gguf::GgufFile::open(path);
   if (!f) return f.status();
   auto arch = f->get_string("general.architecture");
   if (!arch) return arch.status();

@@ -124,7 +124,8 @@ bool register_architecture(const std::string& name, ArchitectureFactory factory)
 // The registered `general.architecture` names, sorted.
 std::vector<std::string> registered_architectures();
 
-// Opens a GGUF file and builds the model its architecture names.
+// Opens a GGUF file, or a Hugging Face folder (a directory holding config.json, or one of its
+// .safetensors files; model/hf_folder.h), and builds the model its architecture names.
 // Errors: file errors from the reader, "[model] unsupported architecture 'x' (supported: ...)",
 // and the architecture's own errors (missing metadata key, tensor missing/shape/type).
 Result<std::unique_ptr<Model>> load_model(const std::string& path, const ModelOptions& options = {});

@@ -7,7 +7,9 @@
 // optional attn_output.bias but does not add it; such a file is refused here by name rather
 // than run differently. rope.dimension_sections (for the vision model) does not apply to
 // text. Does not support the MoE variant (ernie4_5-moe).
+// Hugging Face folders: Ernie4_5ForCausalLM (model/hf_folder.h), mapped below.
 #include "model/blocks.h"
+#include "model/hf_folder.h"
 
 namespace specula {
 namespace {
@@ -22,6 +24,16 @@ Result<TransformerConfig> ernie4_5_config(const gguf::GgufFile& f) {
 }
 
 const bool kRegistered = register_transformer("ernie4_5", &ernie4_5_config);
+
+// config.json (Ernie4_5Config): the standard keys; Q/K stay as stored (HF's ERNIE rotates
+// interleaved pairs already); use_bias must be off.
+void ernie4_5_hf(hf::Config& cfg, hf::Conversion& c) {
+  hf::standard_config(cfg, c);
+  if (cfg.b("use_bias", false)) cfg.fail("'use_bias': true is not supported");
+  c.map = hf::llama_tensor_rule(false, 0);
+}
+
+const bool kHf = hf::register_hf_architecture("Ernie4_5ForCausalLM", {"ernie4_5", &ernie4_5_hf, true});
 
 }  // namespace
 }  // namespace specula

@@ -11,9 +11,11 @@
 // 30), both c·tanh(x/c); a GELU-tanh gated FFN; query scale 1/sqrt(head_dim), or
 // 1/sqrt(n_embd / n_heads) for the 46-layer 27B (its query_pre_attn_scalar, chosen by layer
 // count as llama.cpp does); output tied to the token embedding.
+// Hugging Face folders: Gemma2ForCausalLM (model/hf_folder.h), mapped below.
 #include <cmath>
 
 #include "model/blocks.h"
+#include "model/hf_folder.h"
 
 namespace specula {
 namespace {
@@ -48,6 +50,37 @@ Result<TransformerConfig> gemma2_config(const gguf::GgufFile& f) {
 }
 
 const bool kRegistered = register_transformer("gemma2", &gemma2_config);
+
+// config.json (Gemma2Config): the standard keys plus sliding_window, attn_logit_softcapping,
+// final_logit_softcapping; layers alternate sliding / full starting with sliding (layer_types,
+// when given, must say so); query_pre_attn_scalar must equal head_dim. Norm gains + 1.
+void gemma2_hf(hf::Config& cfg, hf::Conversion& c) {
+  hf::standard_config(cfg, c);
+  const int64_t n_layers = cfg.i("num_hidden_layers", 1, 4096);
+  const int64_t head_dim = cfg.i("head_dim", 1, 4096, 256);
+  c.u32("attention.key_length", head_dim);
+  c.u32("attention.value_length", head_dim);
+  c.u32("attention.sliding_window", cfg.i("sliding_window", 1, int64_t{1} << 30, 4096));
+  if (auto types = cfg.strings("layer_types")) {
+    bool ok = static_cast<int64_t>(types->size()) == n_layers;
+    for (size_t il = 0; ok && il < types->size(); ++il)
+      ok = (*types)[il] == (il % 2 == 0 ? "sliding_attention" : "full_attention");
+    if (!ok) cfg.fail("'layer_types' must alternate sliding_attention / full_attention from layer 0");
+  }
+  for (const char* k : {"attn_logit_softcapping", "final_logit_softcapping"})
+    if (cfg.explicit_null(k)) cfg.fail(std::string("'") + k + "': null (no soft-capping) is not supported for gemma2");
+  if (cfg.has("attn_logit_softcapping")) c.f32("attn_logit_softcapping", cfg.f("attn_logit_softcapping", 0.0, 1e6));
+  if (cfg.has("final_logit_softcapping")) c.f32("final_logit_softcapping", cfg.f("final_logit_softcapping", 0.0, 1e6));
+  // The GGUF graph scales by 1/sqrt(head_dim), or 1/sqrt(n_embd / n_heads) for the 27B (chosen
+  // by its layer count): query_pre_attn_scalar must be the one that applies.
+  const int64_t q_scalar = n_layers == 46 ? cfg.i("hidden_size", 1, int64_t{1} << 20) / cfg.i("num_attention_heads", 1, 4096)
+                                         : head_dim;
+  if (cfg.i("query_pre_attn_scalar", 1, int64_t{1} << 20, q_scalar) != q_scalar)
+    cfg.fail("'query_pre_attn_scalar' must be " + std::to_string(q_scalar) + " for this model");
+  c.map = hf::gemma_tensor_rule();
+}
+
+const bool kHf = hf::register_hf_architecture("Gemma2ForCausalLM", {"gemma2", &gemma2_hf, true});
 
 }  // namespace
 }  // namespace specula

@@ -14,9 +14,11 @@
 // 1/sqrt(n_embd / n_heads) (its query_pre_attn_scalar; llama.cpp chooses it the same way,
 // from the layer count, since the GGUF has no key for it).
 // Does not support the vision tower (mmproj).
+// Hugging Face folders: Gemma3ForCausalLM (model/hf_folder.h), mapped below.
 #include <cmath>
 
 #include "model/blocks.h"
+#include "model/hf_folder.h"
 
 namespace specula {
 namespace {
@@ -47,6 +49,43 @@ Result<TransformerConfig> gemma3_config(const gguf::GgufFile& f) {
 }
 
 const bool kRegistered = register_transformer("gemma3", &gemma3_config);
+
+// config.json (Gemma3TextConfig, or a Gemma3Config's text_config): the standard keys plus
+// sliding_window, the layer pattern (layer_types, else sliding_window_pattern, default 6),
+// rope_local_base_freq -> rope.freq_base_swa, final_logit_softcapping; attention scaled by
+// 1/sqrt(head_dim), so query_pre_attn_scalar must equal head_dim; attn_logit_softcapping must
+// be unset. Norm gains are stored + 1 (hf::gemma_tensor_rule).
+void gemma3_hf(hf::Config& cfg, hf::Conversion& c) {
+  hf::standard_config(cfg, c);
+  const int64_t n_layers = cfg.i("num_hidden_layers", 1, 4096);
+  const int64_t head_dim = cfg.i("head_dim", 1, 4096, 256);
+  c.u32("attention.key_length", head_dim);
+  c.u32("attention.value_length", head_dim);
+  c.u32("attention.sliding_window", cfg.i("sliding_window", 1, int64_t{1} << 30, 4096));
+  if (auto types = cfg.strings("layer_types")) {
+    std::vector<bool> swa;
+    for (const std::string& t : *types) {
+      if (t != "sliding_attention" && t != "full_attention") cfg.fail("'layer_types': unknown entry '" + t + "'");
+      swa.push_back(t == "sliding_attention");
+    }
+    if (static_cast<int64_t>(swa.size()) != n_layers) cfg.fail("'layer_types' must have num_hidden_layers entries");
+    c.bools("attention.sliding_window_pattern", swa);
+  } else if (cfg.has("sliding_window_pattern")) {
+    c.u32("attention.sliding_window_pattern", cfg.i("sliding_window_pattern", 1, 4096));
+  }
+  c.f32("rope.freq_base_swa", cfg.f("rope_local_base_freq", 1.0, 1e12, 10000.0));
+  if (cfg.has("final_logit_softcapping")) c.f32("final_logit_softcapping", cfg.f("final_logit_softcapping", 0.0, 1e6));
+  if (cfg.has("attn_logit_softcapping")) cfg.fail("'attn_logit_softcapping' is not supported for gemma3");
+  // The GGUF graph scales by 1/sqrt(head_dim), or 1/sqrt(n_embd / n_heads) for the 27B (chosen
+  // by its layer count): query_pre_attn_scalar must be the one that applies.
+  const int64_t q_scalar = n_layers == 62 ? cfg.i("hidden_size", 1, int64_t{1} << 20) / cfg.i("num_attention_heads", 1, 4096)
+                                         : head_dim;
+  if (cfg.i("query_pre_attn_scalar", 1, int64_t{1} << 20, q_scalar) != q_scalar)
+    cfg.fail("'query_pre_attn_scalar' must be " + std::to_string(q_scalar) + " for this model");
+  c.map = hf::gemma_tensor_rule();
+}
+
+const bool kHf = hf::register_hf_architecture("Gemma3ForCausalLM", {"gemma3", &gemma3_hf, true});
 
 }  // namespace
 }  // namespace specula

@@ -12,7 +12,10 @@
 // (softmax router, top-k, weights renormalised); final RMSNorm, output or tied embedding.
 // LongRoPE factor tensors are used when present (as phi3). Does not support FFN biases,
 // shared experts or YaRN (errors name them).
+// Hugging Face folders: LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM
+// (model/hf_folder.h), mapped below.
 #include "model/blocks.h"
+#include "model/hf_folder.h"
 
 namespace specula {
 namespace {
@@ -30,6 +33,27 @@ Result<TransformerConfig> llama_config(const gguf::GgufFile& f) {
 }
 
 const bool kRegistered = register_transformer("llama", &llama_config);
+
+// config.json (LlamaConfig, MistralConfig, MixtralConfig): the standard keys (rope_scaling
+// "llama3" becomes rope_freqs.weight), Q/K rows permuted to the NORM pairing; Mixtral's
+// num_local_experts / num_experts_per_tok -> expert_count / expert_used_count. A sliding
+// window (Mistral v0.1) is refused, not ignored; so is mlp_bias.
+void llama_hf(hf::Config& cfg, hf::Conversion& c) {
+  hf::standard_config(cfg, c);
+  int64_t n_expert = 0;
+  if (cfg.has("num_local_experts")) {
+    n_expert = cfg.i("num_local_experts", 1, 1024);
+    c.u32("expert_count", n_expert);
+    c.u32("expert_used_count", cfg.i("num_experts_per_tok", 1, n_expert > 0 ? n_expert : 1));
+  }
+  if (cfg.has("sliding_window")) cfg.fail("'sliding_window' is not supported for this architecture (llama)");
+  if (cfg.b("mlp_bias", false)) cfg.fail("'mlp_bias': true is not supported");
+  c.map = hf::llama_tensor_rule(true, n_expert);
+}
+
+const bool kHf = hf::register_hf_architecture("LlamaForCausalLM", {"llama", &llama_hf, false}) &&
+                 hf::register_hf_architecture("MistralForCausalLM", {"llama", &llama_hf, false}) &&
+                 hf::register_hf_architecture("MixtralForCausalLM", {"llama", &llama_hf, false});
 
 }  // namespace
 }  // namespace specula

@@ -9,7 +9,9 @@
 // with an optional output.bias.
 // Does not support fused attn_qkv tensors or sliding-window layers (Qwen2's
 // use_sliding_window is off in released models); YaRN scaling is rejected by name.
+// Hugging Face folders: Qwen2ForCausalLM (model/hf_folder.h), mapped below.
 #include "model/blocks.h"
+#include "model/hf_folder.h"
 
 namespace specula {
 namespace {
@@ -22,6 +24,15 @@ Result<TransformerConfig> qwen2_config(const gguf::GgufFile& f) {
 }
 
 const bool kRegistered = register_transformer("qwen2", &qwen2_config);
+
+// config.json (Qwen2Config): the standard keys; use_sliding_window must be off.
+void qwen2_hf(hf::Config& cfg, hf::Conversion& c) {
+  hf::standard_config(cfg, c);
+  if (cfg.b("use_sliding_window", false)) cfg.fail("'use_sliding_window': true is not supported (no sliding layers)");
+  c.map = hf::llama_tensor_rule(false, 0);
+}
+
+const bool kHf = hf::register_hf_architecture("Qwen2ForCausalLM", {"qwen2", &qwen2_hf, false});
 
 }  // namespace
 }  // namespace specula

@@ -5,7 +5,9 @@
 // Qwen2 without Q/K/V biases and with per-head RMSNorm of Q and K (attn_q_norm,
 // attn_k_norm) before NEOX RoPE; head_dim from attention.key_length (may differ from
 // n_embd / n_heads); SwiGLU FFN; output or tied embedding.
+// Hugging Face folders: Qwen3ForCausalLM (model/hf_folder.h), mapped below.
 #include "model/blocks.h"
+#include "model/hf_folder.h"
 
 namespace specula {
 namespace {
@@ -19,6 +21,15 @@ Result<TransformerConfig> qwen3_config(const gguf::GgufFile& f) {
 }
 
 const bool kRegistered = register_transformer("qwen3", &qwen3_config);
+
+// config.json (Qwen3Config): the standard keys (head_dim); use_sliding_window must be off.
+void qwen3_hf(hf::Config& cfg, hf::Conversion& c) {
+  hf::standard_config(cfg, c);
+  if (cfg.b("use_sliding_window", false)) cfg.fail("'use_sliding_window': true is not supported (no sliding layers)");
+  c.map = hf::llama_tensor_rule(false, 0);
+}
+
+const bool kHf = hf::register_hf_architecture("Qwen3ForCausalLM", {"qwen3", &qwen3_hf, false});
 
 }  // namespace
 }  // namespace specula

@@ -6,7 +6,9 @@
 // ffn_gate_inp, softmax over qwen3moe.expert_count experts, the expert_used_count most
 // probable, their weights renormalised to sum 1, each expert a SwiGLU FFN of
 // expert_feed_forward_length; no shared expert.
+// Hugging Face folders: Qwen3MoeForCausalLM (model/hf_folder.h), mapped below.
 #include "model/blocks.h"
+#include "model/hf_folder.h"
 
 namespace specula {
 namespace {
@@ -22,6 +24,25 @@ Result<TransformerConfig> qwen3moe_config(const gguf::GgufFile& f) {
 }
 
 const bool kRegistered = register_transformer("qwen3moe", &qwen3moe_config);
+
+// config.json (Qwen3MoeConfig): the standard keys plus num_experts -> expert_count,
+// num_experts_per_tok -> expert_used_count, moe_intermediate_size ->
+// expert_feed_forward_length. The GGUF graph has every layer sparse with renormalised top-k
+// weights: decoder_sparse_step 1, no mlp_only_layers, norm_topk_prob true, or an error.
+void qwen3moe_hf(hf::Config& cfg, hf::Conversion& c) {
+  hf::standard_config(cfg, c);
+  const int64_t n_expert = cfg.i("num_experts", 1, 1024);
+  c.u32("expert_count", n_expert);
+  c.u32("expert_used_count", cfg.i("num_experts_per_tok", 1, n_expert > 0 ? n_expert : 1));
+  c.u32("expert_feed_forward_length", cfg.i("moe_intermediate_size", 1, int64_t{1} << 24));
+  if (cfg.i("decoder_sparse_step", 1, 1024, 1) != 1) cfg.fail("'decoder_sparse_step' other than 1 is not supported");
+  if (auto dense = cfg.ints("mlp_only_layers"); dense && !dense->empty()) cfg.fail("'mlp_only_layers' must be empty");
+  if (!cfg.b("norm_topk_prob", true)) cfg.fail("'norm_topk_prob': false is not supported");
+  if (cfg.b("use_sliding_window", false)) cfg.fail("'use_sliding_window': true is not supported (no sliding layers)");
+  c.map = hf::llama_tensor_rule(false, n_expert);
+}
+
+const bool kHf = hf::register_hf_architecture("Qwen3MoeForCausalLM", {"qwen3moe", &qwen3moe_hf, false});
 
 }  // namespace
 }  // namespace specula

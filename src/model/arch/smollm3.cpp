@@ -4,7 +4,9 @@
 // Architecture (Hugging Face 2025, SmolLM3 model card; llama.cpp's smollm3 graph): the
 // Llama block (RMSNorm, GQA, SwiGLU, NORM RoPE pairs) with NoPE layers: every 4th layer
 // ((il + 1) % 4 == 0) applies no rotary embedding at all.
+// Hugging Face folders: SmolLM3ForCausalLM (model/hf_folder.h), mapped below.
 #include "model/blocks.h"
+#include "model/hf_folder.h"
 
 namespace specula {
 namespace {
@@ -21,6 +23,21 @@ Result<TransformerConfig> smollm3_config(const gguf::GgufFile& f) {
 }
 
 const bool kRegistered = register_transformer("smollm3", &smollm3_config);
+
+// config.json (SmolLM3Config): the Llama mapping (Q/K permuted); no_rope_layers must be the
+// pattern the GGUF graph hard-codes (every 4th layer without RoPE: 0 there, 1 elsewhere).
+void smollm3_hf(hf::Config& cfg, hf::Conversion& c) {
+  hf::standard_config(cfg, c);
+  const int64_t n_layers = cfg.i("num_hidden_layers", 1, 4096);
+  std::vector<int64_t> pattern(static_cast<size_t>(n_layers));
+  for (int64_t il = 0; il < n_layers; ++il) pattern[il] = (il + 1) % 4 == 0 ? 0 : 1;
+  hf::expect_layers(cfg, "no_rope_layers", pattern);
+  if (cfg.i("no_rope_layer_interval", 1, 4096, 4) != 4) cfg.fail("'no_rope_layer_interval' other than 4 is not supported");
+  if (cfg.b("use_sliding_window", false)) cfg.fail("'use_sliding_window': true is not supported");
+  c.map = hf::llama_tensor_rule(true, 0);
+}
+
+const bool kHf = hf::register_hf_architecture("SmolLM3ForCausalLM", {"smollm3", &smollm3_hf, true});
 
 }  // namespace
 }  // namespace specula

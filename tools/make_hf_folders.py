@@ -1,0 +1,416 @@
+"""tools/make_hf_folders.py — the tiny random-weight models of tools/make_arch_fixtures.py written a
+second time as Hugging Face folders (config.json + model.safetensors, with the `safetensors`
+package), so that specula can be checked to give bitwise the same logits from both.
+
+The folder is written from the GGUF file (read back with gguf.GGUFReader), inverting what
+llama.cpp's convert_hf_to_gguf.py does, with names and config keys from transformers' modeling
+and configuration files (LlamaConfig, MixtralConfig, Qwen2/Qwen3/Qwen3MoeConfig, Phi3Config,
+Gemma2/Gemma3TextConfig, SmolLM3Config, Ernie4_5Config):
+  - tensor names: token_embd -> model.embed_tokens, blk.N.attn_q -> model.layers.N.self_attn.q_proj,
+    ffn_norm -> post_attention_layernorm (pre_feedforward_layernorm for Gemma), ..., output -> lm_head;
+    stacked experts -> mlp.experts.E.{gate,up,down}_proj (Qwen MoE) or block_sparse_moe.experts.E.w1/w3/w2
+    (Mixtral); phi3's attn_qkv / ffn_up -> self_attn.qkv_proj / mlp.gate_up_proj;
+  - shapes: GGUF lists the contiguous dimension first; safetensors is row-major (reversed);
+  - Llama / SmolLM3 Q and K rows back from the interleaved RoPE order to HF's half-split order
+    (the inverse of the converter's LlamaModel.permute);
+  - Gemma RMSNorm gains: GGUF stores 1 + w, HF stores w;
+  - rope_freqs.weight (Llama 3.1) and rope_factors_long/short (Phi-3 LongRoPE) -> rope_scaling.
+Extra models for architectures that have no tiny GGUF in the arch fixtures (qwen2, gemma3) are
+written here too (their GGUF and their folder); bf16 variants write both files in bf16, and one
+model is sharded (model.safetensors.index.json + 2 shards).
+
+Usage: python3 tools/make_hf_folders.py --out DIR [--only NAME,...]
+  writes DIR/arch_<name>.gguf and DIR/hf_<name>/ for every model of HF_MODELS (a bf16 variant's
+  arch_<name>.gguf is its base model with the matrices in bf16) (numpy, gguf and
+  safetensors only; the tests run it at test time — weights are never committed).
+"""
+import argparse
+import json
+import os
+import shutil
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import make_arch_fixtures as maf  # noqa: E402
+
+# Models written only for this check (not judged by llama.cpp here: the folder must equal the GGUF
+# bitwise in specula, and the GGUF path of these architectures is judged by the real-model tests).
+EXTRA_SHAPES = {
+    "qwen2_t": dict(arch="qwen2", seed=4901, E=64, L=3, H=4, Hkv=2, hd=None, F=160, V=256, tied=True, dt=maf.F32,
+                    embd=0.5, base=1000000.0, shape="qwen2 with q/k/v biases, n_embd 64, 3 layers, GQA 2, tied"),
+    "gemma3_t": dict(arch="gemma3", seed=4902, E=64, L=7, H=4, Hkv=1, hd=32, F=128, V=256, tied=True, dt=maf.F32,
+                     embd=0.06, base=1000000.0, base_swa=10000.0, swa=6, out_norm=6.0,
+                     shape="gemma3: 7 layers (pattern 6: layer 5 global), window 6, q/k norms, head_dim 32"),
+}
+maf.SHAPES.update(EXTRA_SHAPES)
+
+# name -> (HF architecture, options). "bf16": write both files in bf16; "shards": index + N files.
+HF_MODELS = {
+    "llama_a": ("LlamaForCausalLM", {}),
+    "llama_b": ("MistralForCausalLM", {"shards": 2}),
+    "llama_c": ("LlamaForCausalLM", {}),
+    "llama_d": ("MixtralForCausalLM", {}),
+    "qwen2_t": ("Qwen2ForCausalLM", {}),
+    "qwen2_t_bf16": ("Qwen2ForCausalLM", {"bf16": True, "base": "qwen2_t"}),
+    "qwen3_a": ("Qwen3ForCausalLM", {}),
+    "qwen3_b": ("Qwen3ForCausalLM", {}),
+    "qwen3moe_a": ("Qwen3MoeForCausalLM", {}),
+    "qwen3moe_b": ("Qwen3MoeForCausalLM", {}),
+    "qwen3moe_b_bf16": ("Qwen3MoeForCausalLM", {"bf16": True, "base": "qwen3moe_b"}),
+    "phi3_a": ("Phi3ForCausalLM", {}),
+    "phi3_b": ("Phi3ForCausalLM", {}),
+    "gemma2_a": ("Gemma2ForCausalLM", {}),
+    "gemma2_b": ("Gemma2ForCausalLM", {}),
+    "gemma3_t": ("Gemma3ForCausalLM", {}),
+    "smollm3_a": ("SmolLM3ForCausalLM", {}),
+    "smollm3_b_bf16": ("SmolLM3ForCausalLM", {"bf16": True, "base": "smollm3_b"}),
+    "ernie4_5_a": ("Ernie4_5ForCausalLM", {}),
+}
+
+
+def write_qwen2(b):
+    s = b.s
+    E, L, H, Hkv, F, V = s["E"], s["L"], s["H"], s["Hkv"], s["F"], s["V"]
+    hd = E // H
+    maf.common_kv(b)
+    b.vocab()
+    b.embeddings(E, V)
+    b.output(E, V)
+    for il in range(L):
+        p = f"blk.{il}."
+        b.tensor(p + "attn_norm.weight", b.norm(E))
+        b.tensor(p + "attn_q.weight", b.mat(H * hd, E))
+        b.tensor(p + "attn_k.weight", b.mat(Hkv * hd, E))
+        b.tensor(p + "attn_v.weight", b.mat(Hkv * hd, E))
+        b.tensor(p + "attn_q.bias", 0.3 * b.rng.standard_normal(H * hd))
+        b.tensor(p + "attn_k.bias", 0.3 * b.rng.standard_normal(Hkv * hd))
+        b.tensor(p + "attn_v.bias", 0.3 * b.rng.standard_normal(Hkv * hd))
+        b.tensor(p + "attn_output.weight", b.mat(E, H * hd))
+        b.tensor(p + "ffn_norm.weight", b.norm(E))
+        b.tensor(p + "ffn_gate.weight", b.mat(F, E))
+        b.tensor(p + "ffn_up.weight", b.mat(F, E))
+        b.tensor(p + "ffn_down.weight", b.mat(E, F))
+
+
+def write_gemma3(b):
+    s = b.s
+    E, L, H, Hkv, F, V, hd = s["E"], s["L"], s["H"], s["Hkv"], s["F"], s["V"], s["hd"]
+    maf.common_kv(b, hd=hd)
+    b.u32("attention.sliding_window", s["swa"])
+    b.f32("rope.freq_base_swa", s["base_swa"])
+    b.vocab()
+    b.embeddings(E, V)
+    b.tensor("output_norm.weight", b.norm(E, s.get("out_norm", 1.0)))
+    for il in range(L):
+        p = f"blk.{il}."
+        b.tensor(p + "attn_norm.weight", b.norm(E))
+        b.tensor(p + "attn_q.weight", b.mat(H * hd, E, 2.0))
+        b.tensor(p + "attn_k.weight", b.mat(Hkv * hd, E, 2.0))
+        b.tensor(p + "attn_v.weight", b.mat(Hkv * hd, E))
+        b.tensor(p + "attn_q_norm.weight", b.norm(hd))
+        b.tensor(p + "attn_k_norm.weight", b.norm(hd))
+        b.tensor(p + "attn_output.weight", b.mat(E, H * hd))
+        b.tensor(p + "post_attention_norm.weight", b.norm(E))
+        b.tensor(p + "ffn_norm.weight", b.norm(E))
+        b.tensor(p + "ffn_gate.weight", b.mat(F, E))
+        b.tensor(p + "ffn_up.weight", b.mat(F, E))
+        b.tensor(p + "ffn_down.weight", b.mat(E, F))
+        b.tensor(p + "post_ffw_norm.weight", b.norm(E))
+
+
+maf.WRITERS.update({"qwen2": write_qwen2, "gemma3": write_gemma3})
+
+
+# --- GGUF -> HF ------------------------------------------------------------------------------------
+def read_gguf(path):
+    import gguf
+
+    r = gguf.GGUFReader(path)
+    kv = {}
+    for f in r.fields.values():
+        if f.name.startswith("GGUF.") or f.name.startswith("tokenizer."):
+            continue
+        vals = [f.parts[i] for i in f.data]
+        if f.types and f.types[0] == gguf.GGUFValueType.STRING:
+            kv[f.name] = bytes(vals[0]).decode()
+        elif f.types and f.types[0] == gguf.GGUFValueType.ARRAY:
+            kv[f.name] = [v.tolist()[0] for v in vals]
+        else:
+            kv[f.name] = vals[0].tolist()[0]
+    tensors = {}
+    for t in r.tensors:
+        shape = [int(x) for x in reversed(t.shape.tolist())]  # row-major
+        if t.tensor_type == gguf.GGMLQuantizationType.BF16:
+            data = np.frombuffer(np.asarray(t.data).tobytes(), dtype=np.uint16).reshape(shape)
+        else:
+            data = np.array(t.data).reshape(shape)
+        tensors[t.name] = (data, t.tensor_type)
+    return kv, tensors
+
+
+def unpermute(w, n_head):
+    """Inverse of convert_hf_to_gguf's LlamaModel.permute (rows of one head: interleaved -> halves)."""
+    rows = w.shape[0]
+    return w.reshape(n_head, rows // n_head // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def hf_config(name, hf_arch, kv, tensors):
+    s = maf.SHAPES[name]
+    a = s["arch"]
+    g = lambda k, d=None: kv.get(f"{a}.{k}", d)  # noqa: E731
+    E, H = g("embedding_length"), g("attention.head_count")
+    c = {
+        "architectures": [hf_arch],
+        "hidden_size": E,
+        "num_hidden_layers": g("block_count"),
+        "num_attention_heads": H,
+        "num_key_value_heads": g("attention.head_count_kv", H),
+        "max_position_embeddings": g("context_length"),
+        "rms_norm_eps": g("attention.layer_norm_rms_epsilon"),
+        "rope_theta": g("rope.freq_base"),
+        "vocab_size": s["V"],
+        "tie_word_embeddings": "output.weight" not in tensors,
+        "torch_dtype": "float32",
+    }
+    ff = g("feed_forward_length")
+    if ff is not None:
+        c["intermediate_size"] = ff
+    if g("attention.key_length") is not None:
+        c["head_dim"] = g("attention.key_length")
+    if s.get("llama3_rope"):
+        c["rope_scaling"] = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                             "original_max_position_embeddings": 8192}
+    if s.get("rope_linear"):
+        c["rope_scaling"] = {"rope_type": "linear", "factor": s["rope_linear"]}
+    if hf_arch == "MixtralForCausalLM":
+        c["num_local_experts"] = s["n_expert"]
+        c["num_experts_per_tok"] = s["n_used"]
+    if a == "qwen3moe":
+        c.update(num_experts=s["n_expert"], num_experts_per_tok=s["n_used"], moe_intermediate_size=s["F_exp"],
+                 norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[])
+    if a == "phi3":
+        n_rot = g("rope.dimension_count")
+        c["partial_rotary_factor"] = n_rot * H / E
+        if s.get("longrope"):
+            c["original_max_position_embeddings"] = g("rope.scaling.original_context_length")
+            c["rope_scaling"] = {"type": "longrope",
+                                 "long_factor": [float(x) for x in tensors["rope_factors_long.weight"][0]],
+                                 "short_factor": [float(x) for x in tensors["rope_factors_short.weight"][0]]}
+        if g("attention.sliding_window") is not None:
+            c["sliding_window"] = g("attention.sliding_window")
+    if a in ("gemma2", "gemma3"):
+        hd = g("attention.key_length")
+        c.update(sliding_window=g("attention.sliding_window"), query_pre_attn_scalar=hd,
+                 hidden_activation="gelu_pytorch_tanh")
+        if a == "gemma2":
+            c.update(attn_logit_softcapping=g("attn_logit_softcapping"),
+                     final_logit_softcapping=g("final_logit_softcapping"))
+        else:
+            c.update(rope_local_base_freq=g("rope.freq_base_swa"), final_logit_softcapping=None,
+                     attn_logit_softcapping=None,
+                     layer_types=["full_attention" if (i + 1) % 6 == 0 else "sliding_attention"
+                                  for i in range(g("block_count"))])
+    if a == "smollm3":
+        c["no_rope_layers"] = [0 if (i + 1) % 4 == 0 else 1 for i in range(g("block_count"))]
+    if a == "qwen2":
+        c["use_sliding_window"] = False
+    return c
+
+
+LAYER_NAMES = {
+    "attn_norm.weight": "input_layernorm.weight",
+    "attn_q.weight": "self_attn.q_proj.weight", "attn_q.bias": "self_attn.q_proj.bias",
+    "attn_k.weight": "self_attn.k_proj.weight", "attn_k.bias": "self_attn.k_proj.bias",
+    "attn_v.weight": "self_attn.v_proj.weight", "attn_v.bias": "self_attn.v_proj.bias",
+    "attn_output.weight": "self_attn.o_proj.weight", "attn_output.bias": "self_attn.o_proj.bias",
+    "attn_q_norm.weight": "self_attn.q_norm.weight", "attn_k_norm.weight": "self_attn.k_norm.weight",
+    "ffn_norm.weight": "post_attention_layernorm.weight",
+    "ffn_gate.weight": "mlp.gate_proj.weight", "ffn_up.weight": "mlp.up_proj.weight",
+    "ffn_down.weight": "mlp.down_proj.weight",
+    "attn_qkv.weight": "self_attn.qkv_proj.weight",
+}
+GEMMA_NAMES = {"post_attention_norm.weight": "post_attention_layernorm.weight",
+               "ffn_norm.weight": "pre_feedforward_layernorm.weight",
+               "post_ffw_norm.weight": "post_feedforward_layernorm.weight"}
+
+
+def hf_tensors(name, hf_arch, kv, tensors):
+    s = maf.SHAPES[name]
+    a = s["arch"]
+    H = kv[f"{a}.attention.head_count"]
+    Hkv = kv.get(f"{a}.attention.head_count_kv", H)
+    gemma = a in ("gemma2", "gemma3")
+    mixtral = hf_arch == "MixtralForCausalLM"
+    out = {}
+    for gname, (data, _) in tensors.items():
+        if gname in ("rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight"):
+            continue  # in config.json's rope_scaling
+        if gname == "token_embd.weight":
+            out["model.embed_tokens.weight"] = data
+            continue
+        if gname == "output_norm.weight":
+            out["model.norm.weight"] = (data - np.float32(1)) if gemma else data
+            continue
+        if gname == "output.weight":
+            out["lm_head.weight"] = data
+            continue
+        _, il, rest = gname.split(".", 2)
+        p = f"model.layers.{il}."
+        if rest.endswith("_exps.weight"):
+            kind = rest.split("_")[1]  # gate / up / down
+            for e in range(data.shape[0]):
+                if mixtral:
+                    out[p + f"block_sparse_moe.experts.{e}." + {"gate": "w1", "up": "w3", "down": "w2"}[kind] +
+                        ".weight"] = data[e]
+                else:
+                    out[p + f"mlp.experts.{e}.{kind}_proj.weight"] = data[e]
+            continue
+        if rest == "ffn_gate_inp.weight":
+            out[p + ("block_sparse_moe.gate.weight" if mixtral else "mlp.gate.weight")] = data
+            continue
+        if a == "phi3" and rest == "ffn_up.weight":
+            out[p + "mlp.gate_up_proj.weight"] = data
+            continue
+        hname = GEMMA_NAMES.get(rest) if gemma else None
+        hname = hname or LAYER_NAMES[rest]
+        if a in ("llama", "smollm3") and rest.startswith(("attn_q.", "attn_k.")):
+            data = unpermute(data, H if rest.startswith("attn_q.") else Hkv)
+        if gemma and rest.endswith("norm.weight"):
+            data = data - np.float32(1)
+        out[p + hname] = data
+    return out
+
+
+def to_bf16_bits(x):
+    """float32 -> bfloat16 bits, round to nearest even (as torch)."""
+    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def write_bf16_gguf(src, dst):
+    """A copy of the GGUF at `src` with every matrix (>= 2-D) in bf16."""
+    import gguf
+
+    kv, tensors = read_gguf(src)
+    r = gguf.GGUFReader(src)
+    arch = kv["general.architecture"]
+    w = gguf.GGUFWriter(dst, arch)
+    for f in r.fields.values():
+        if f.name.startswith("GGUF.") or f.name == "general.architecture":
+            continue
+        vals = [f.parts[i] for i in f.data]
+        t = f.types[0]
+        if t == gguf.GGUFValueType.STRING:
+            w.add_string(f.name, bytes(vals[0]).decode())
+        elif t == gguf.GGUFValueType.ARRAY:
+            sub = f.types[1]
+            items = [bytes(v).decode() if sub == gguf.GGUFValueType.STRING else v.tolist()[0] for v in vals]
+            w.add_array(f.name, items)
+        elif t == gguf.GGUFValueType.UINT32:
+            w.add_uint32(f.name, int(vals[0][0]))
+        elif t == gguf.GGUFValueType.FLOAT32:
+            w.add_float32(f.name, float(vals[0][0]))
+        elif t == gguf.GGUFValueType.BOOL:
+            w.add_bool(f.name, bool(vals[0][0]))
+        else:
+            raise SystemExit(f"write_bf16_gguf: metadata type {t} of {f.name} not handled")
+    for name, (data, _) in tensors.items():
+        if data.ndim >= 2:
+            w.add_tensor(name, to_bf16_bits(data.astype(np.float32)), raw_shape=data.shape,
+                         raw_dtype=gguf.GGMLQuantizationType.BF16)
+        else:
+            w.add_tensor(name, data.astype(np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def write_folder(name, gguf_path, folder):
+    from safetensors.numpy import save_file
+
+    hf_arch, opts = HF_MODELS[name]
+    kv, tensors = read_gguf(gguf_path)
+    cfg = hf_config(opts.get("base", name), hf_arch, kv, tensors)
+    out = hf_tensors(opts.get("base", name), hf_arch, kv, tensors)
+    tmp = folder + ".tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    if opts.get("bf16"):
+        cfg["torch_dtype"] = "bfloat16"
+    arrays = {}
+    for k, v in out.items():
+        if v.dtype == np.uint16:  # bf16 bits from a bf16 GGUF
+            arrays[k] = v
+        else:
+            arrays[k] = np.ascontiguousarray(v)
+    with open(os.path.join(tmp, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=1)
+    bf16_names = [k for k, v in arrays.items() if v.dtype == np.uint16]
+    n = opts.get("shards", 1)
+    names = sorted(arrays)
+    files = {}
+    for i in range(n):
+        part = {k: arrays[k] for k in names[i::n]}
+        fname = "model.safetensors" if n == 1 else f"model-{i + 1:05d}-of-{n:05d}.safetensors"
+        files[fname] = part
+    for fname, part in files.items():
+        path = os.path.join(tmp, fname)
+        save_file(part, path, metadata={"format": "pt"})
+        if bf16_names:
+            retag_bf16(path, set(bf16_names))
+    if n > 1:
+        index = {"metadata": {"total_size": int(sum(v.nbytes for v in arrays.values()))},
+                 "weight_map": {k: f for f, part in files.items() for k in part}}
+        with open(os.path.join(tmp, "model.safetensors.index.json"), "w") as f:
+            json.dump(index, f, indent=1)
+    shutil.rmtree(folder, ignore_errors=True)
+    os.replace(tmp, folder)
+
+
+def retag_bf16(path, names):
+    """safetensors.numpy has no bfloat16: the bits were saved as U16; relabel them BF16 (data
+    offsets are relative to the data buffer, so the data is copied unchanged after the new header)."""
+    with open(path, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(n))
+        data = f.read()
+    for k in names:
+        if k in header:
+            assert header[k]["dtype"] == "U16"
+            header[k]["dtype"] = "BF16"
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(len(text).to_bytes(8, "little") + text + data)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--only", help="comma-separated names (default: all of HF_MODELS)")
+    args = ap.parse_args()
+    names = [n for n in (args.only.split(",") if args.only else HF_MODELS) if n]
+    for n in names:
+        if n not in HF_MODELS:
+            print(f"error: unknown model {n}; known: {', '.join(HF_MODELS)}", file=sys.stderr)
+            return 2
+    os.makedirs(args.out, exist_ok=True)
+    for n in names:
+        _, opts = HF_MODELS[n]
+        base = opts.get("base", n)
+        gguf_path = os.path.join(args.out, f"arch_{base}.gguf")
+        maf.write_atomic(gguf_path, lambda tmp, b=base: maf.write_model(b, tmp))
+        if opts.get("bf16"):  # arch_<n>.gguf: the base model with its matrices in bf16
+            bf = os.path.join(args.out, f"arch_{n}.gguf")
+            maf.write_atomic(bf, lambda tmp, src=gguf_path: write_bf16_gguf(src, tmp))
+            gguf_path = bf
+        write_folder(n, gguf_path, os.path.join(args.out, f"hf_{n}"))
+        print(f"{n}: {gguf_path} -> hf_{n}/")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
