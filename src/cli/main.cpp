@@ -41,6 +41,7 @@
 #include "state/prompt_cache.h"
 #include "tokenizer/detokenizer.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/hf_tokenizer.h"
 #include "tokenizer/vocab.h"
 
 namespace {
@@ -80,19 +81,40 @@ Result<std::string> resolve_model(const std::string& m) {
 
 // What a prompt cache entry was computed with: the model file (its size and a hash of its
 // first 4 MiB — the GGUF header and the first tensors) and the cache layouts.
+// A folder: every regular file's name, size and first 4 MiB, in name order.
 std::string cache_fingerprint(const std::string& model_path, const Model& model, const CacheOptions& cache) {
   uint64_t h = 1469598103934665603ULL;
-  std::ifstream in(model_path, std::ios::binary);
-  std::vector<char> buf(1 << 20);
-  for (int k = 0; k < 4 && in; ++k) {
-    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
-    for (std::streamsize i = 0; i < in.gcount(); ++i) {
-      h ^= static_cast<uint8_t>(buf[i]);
+  const auto mix = [&](const void* p, size_t n) {
+    for (size_t i = 0; i < n; ++i) {
+      h ^= static_cast<const uint8_t*>(p)[i];
       h *= 1099511628211ULL;
     }
-  }
+  };
   std::error_code ec;
-  const auto size = std::filesystem::file_size(model_path, ec);
+  std::vector<std::string> files;
+  uintmax_t size = 0;
+  const bool folder = std::filesystem::is_directory(model_path, ec);
+  if (folder) {
+    for (const auto& e : std::filesystem::directory_iterator(model_path, ec))
+      if (e.is_regular_file(ec)) files.push_back(e.path().string());
+    std::sort(files.begin(), files.end());
+  } else {
+    files.push_back(model_path);
+  }
+  std::vector<char> buf(1 << 20);
+  for (const std::string& f : files) {
+    const uintmax_t n = std::filesystem::file_size(f, ec);
+    size += ec ? 0 : n;
+    if (folder) {
+      const std::string name = std::filesystem::path(f).filename().string();
+      mix(name.data(), name.size());
+    }
+    std::ifstream in(f, std::ios::binary);
+    for (int k = 0; k < 4 && in; ++k) {
+      in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+      mix(buf.data(), static_cast<size_t>(in.gcount()));
+    }
+  }
   auto st = new_state(model, cache, 16);
   char hex[17];
   std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(h));
@@ -115,9 +137,7 @@ Result<Loaded> load(const std::string& model_arg, int threads) {
   mo.n_threads = threads;
   auto model = load_model(*path, mo);
   if (!model) return model.status();
-  auto vocab = tokenizer::Vocab::from_gguf((*model)->file());
-  if (!vocab) return vocab.status();
-  auto tok = tokenizer::make_tokenizer(*vocab);
+  auto tok = tokenizer::load_tokenizer((*model)->file());
   if (!tok) return tok.status();
   Loaded l;
   l.model = std::move(model).value();
@@ -538,11 +558,9 @@ int run_tokenize(const std::string& model_arg, const std::string& text, bool jso
                  bool no_bos) {
   auto path = resolve_model(model_arg);
   if (!path) return fail(path.message());
-  auto f = gguf::GgufFile::open(*path);
+  auto f = open_model_file(*path);
   if (!f) return fail(f.message());
-  auto vocab = tokenizer::Vocab::from_gguf(*f);
-  if (!vocab) return fail(vocab.message());
-  auto tok = tokenizer::make_tokenizer(*vocab);
+  auto tok = tokenizer::load_tokenizer(*f);
   if (!tok) return fail(tok.message());
   const auto ids = (*tok)->encode(text, !no_bos, parse_special);
   if (json) {

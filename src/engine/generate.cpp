@@ -93,6 +93,9 @@ std::vector<int32_t> end_of_generation_ids(const tokenizer::Vocab& vocab, const 
   if (vocab.valid_id(vocab.eos_id())) ids.push_back(vocab.eos_id());
   if (auto v = file.get_uint("tokenizer.ggml.eot_token_id"); v && vocab.valid_id(static_cast<int32_t>(*v)))
     ids.push_back(static_cast<int32_t>(*v));
+  if (auto v = file.get_i32_array("specula.generation.eos_token_ids"))
+    for (int32_t id : *v)
+      if (vocab.valid_id(id)) ids.push_back(id);
   for (const char* name : {"<end_of_turn>", "<|im_end|>", "<|eot_id|>", "<|endoftext|>", "<|end|>"}) {
     const int32_t id = vocab.find(name);
     if (id >= 0 && vocab.is_control(id)) ids.push_back(id);

@@ -36,10 +36,14 @@ std::vector<std::string> registered_architectures() {
   return names;
 }
 
-Result<std::unique_ptr<Model>> load_model(const std::string& path, const ModelOptions& options) {
+Result<gguf::GgufFile> open_model_file(const std::string& path) {
   const bool folder = hf::is_model_folder(path) ||
                       (path.size() > 12 && path.compare(path.size() - 12, 12, ".safetensors") == 0);
-  auto f = folder ? hf::open_folder(path) : gguf::GgufFile::open(path);
+  return folder ? hf::open_folder(path) : gguf::GgufFile::open(path);
+}
+
+Result<std::unique_ptr<Model>> load_model(const std::string& path, const ModelOptions& options) {
+  auto f = open_model_file(path);
   if (!f) return f.status();
   auto arch = f->get_string("general.architecture");
   if (!arch) return arch.status();

@@ -129,6 +129,9 @@ std::vector<std::string> registered_architectures();
 // Errors: file errors from the reader, "[model] unsupported architecture 'x' (supported: ...)",
 // and the architecture's own errors (missing metadata key, tensor missing/shape/type).
 Result<std::unique_ptr<Model>> load_model(const std::string& path, const ModelOptions& options = {});
+// The file load_model reads: GgufFile::open, or hf::open_folder for a folder (or one of its
+// .safetensors files) — e.g. to read the tokenizer without building the model.
+Result<gguf::GgufFile> open_model_file(const std::string& path);
 
 // An empty state group for `model` (no rows) with the user's cache options; rows hold at
 // most max_length positions. Errors: a layer's layout error (unknown cache type, a codec

@@ -1,6 +1,8 @@
 // server/server.cpp — see server.h.
 #include "server/server.h"
 
+#include "tokenizer/hf_tokenizer.h"
+
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -113,9 +115,7 @@ struct Server::Impl {
 Result<std::unique_ptr<Server>> Server::create(std::unique_ptr<Model> model, ServerOptions options) {
   if (model == nullptr) return Status::error("[server] no model");
   auto impl = std::make_unique<Impl>();
-  auto vocab = tokenizer::Vocab::from_gguf(model->file());
-  if (!vocab) return vocab.status();
-  auto tok = tokenizer::make_tokenizer(std::move(vocab).value());
+  auto tok = tokenizer::load_tokenizer(model->file());
   if (!tok) return tok.status();
   impl->tok = std::move(tok).value();
   if (options.chat_template) {

@@ -14,6 +14,7 @@
 #include <unordered_map>
 
 #include "core/utf8.h"
+#include "tokenizer/byte_alphabet.h"
 
 namespace specula::tokenizer {
 namespace {
@@ -74,27 +75,6 @@ size_t hash_key(uint64_t k) {
   k ^= k >> 33;
   return static_cast<size_t>(k);
 }
-
-// GPT-2 bytes_to_unicode: byte -> code point, and the inverse over U+0000..U+0143.
-struct ByteAlphabet {
-  std::array<uint32_t, 256> to_cp{};
-  std::array<int16_t, 0x144> to_byte{};
-  ByteAlphabet() {
-    to_byte.fill(-1);
-    uint32_t next = 256;
-    for (uint32_t b = 0; b < 256; ++b) {
-      const bool printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
-      to_cp[b] = printable ? b : next++;
-      to_byte[to_cp[b]] = static_cast<int16_t>(b);
-    }
-  }
-};
-
-const ByteAlphabet& alphabet() {
-  static const ByteAlphabet a;
-  return a;
-}
-
 
 bool is_cont(uint8_t c) { return (c & 0xC0) == 0x80; }
 

@@ -98,7 +98,9 @@ class Tokenizer {
 
  protected:
   // Partitions `part` on special tokens and appends its ids (encode()'s steps 1-2).
-  void encode_piece(std::string_view part, bool parse_special, bool* first_after_special,
+  // `*first_after_special` is true at the start of the input (and, for this default, after a
+  // special token). Algorithms with their own added-token rules override it (hf_tokenizer.h).
+  virtual void encode_piece(std::string_view part, bool parse_special, bool* first_after_special,
                     std::vector<int32_t>* out) const;
   // Appends the ids of one raw-text fragment. `first_after_special` is true when the
   // fragment starts the input or follows a special token (SentencePiece adds its space

