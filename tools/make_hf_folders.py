@@ -40,6 +40,8 @@ import make_arch_fixtures as maf  # noqa: E402
 EXTRA_SHAPES = {
     "qwen2_t": dict(arch="qwen2", seed=4901, E=64, L=3, H=4, Hkv=2, hd=None, F=160, V=256, tied=True, dt=maf.F32,
                     embd=0.5, base=1000000.0, shape="qwen2 with q/k/v biases, n_embd 64, 3 layers, GQA 2, tied"),
+    "qwen2_w": dict(arch="qwen2", seed=4903, E=256, L=2, H=4, Hkv=2, hd=None, F=512, V=512, tied=False, dt=maf.F32,
+                    embd=0.5, base=1000000.0, shape="qwen2, n_embd 256 (rows of whole Q4_K blocks), n_ff 512, untied"),
     "gemma3_t": dict(arch="gemma3", seed=4902, E=64, L=7, H=4, Hkv=1, hd=32, F=128, V=256, tied=True, dt=maf.F32,
                      embd=0.06, base=1000000.0, base_swa=10000.0, swa=6, out_norm=6.0,
                      shape="gemma3: 7 layers (pattern 6: layer 5 global), window 6, q/k norms, head_dim 32"),
@@ -54,6 +56,7 @@ HF_MODELS = {
     "llama_d": ("MixtralForCausalLM", {}),
     "qwen2_t": ("Qwen2ForCausalLM", {}),
     "qwen2_t_bf16": ("Qwen2ForCausalLM", {"bf16": True, "base": "qwen2_t"}),
+    "qwen2_w": ("Qwen2ForCausalLM", {"q8_0": True}),
     "qwen3_a": ("Qwen3ForCausalLM", {}),
     "qwen3_b": ("Qwen3ForCausalLM", {}),
     "qwen3moe_a": ("Qwen3MoeForCausalLM", {}),
@@ -156,9 +159,14 @@ def unpermute(w, n_head):
     return w.reshape(n_head, rows // n_head // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def hf_config(name, hf_arch, kv, tensors):
-    s = maf.SHAPES[name]
-    a = s["arch"]
+LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+               "original_max_position_embeddings": 8192}  # what make_arch_fixtures' rope_freqs were made from
+
+
+def hf_config(hf_arch, kv, tensors, llama3_rope=None):
+    """config.json from GGUF metadata (the keys convert_hf_to_gguf.py writes, inverted). rope_freqs
+    (Llama 3.1) cannot be inverted: its parameters come as llama3_rope."""
+    a = kv["general.architecture"]
     g = lambda k, d=None: kv.get(f"{a}.{k}", d)  # noqa: E731
     E, H = g("embedding_length"), g("attention.head_count")
     c = {
@@ -169,8 +177,8 @@ def hf_config(name, hf_arch, kv, tensors):
         "num_key_value_heads": g("attention.head_count_kv", H),
         "max_position_embeddings": g("context_length"),
         "rms_norm_eps": g("attention.layer_norm_rms_epsilon"),
-        "rope_theta": g("rope.freq_base"),
-        "vocab_size": s["V"],
+        "rope_theta": g("rope.freq_base", 10000.0),
+        "vocab_size": int(tensors["token_embd.weight"][0].shape[0]),
         "tie_word_embeddings": "output.weight" not in tensors,
         "torch_dtype": "float32",
     }
@@ -179,21 +187,23 @@ def hf_config(name, hf_arch, kv, tensors):
         c["intermediate_size"] = ff
     if g("attention.key_length") is not None:
         c["head_dim"] = g("attention.key_length")
-    if s.get("llama3_rope"):
-        c["rope_scaling"] = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                             "original_max_position_embeddings": 8192}
-    if s.get("rope_linear"):
-        c["rope_scaling"] = {"rope_type": "linear", "factor": s["rope_linear"]}
+    if "rope_freqs.weight" in tensors:
+        if llama3_rope is None:
+            raise SystemExit("rope_freqs.weight: pass the llama3 rope_scaling parameters")
+        c["rope_scaling"] = dict(llama3_rope)
+    if g("rope.scaling.type") == "linear":
+        c["rope_scaling"] = {"rope_type": "linear", "factor": g("rope.scaling.factor")}
     if hf_arch == "MixtralForCausalLM":
-        c["num_local_experts"] = s["n_expert"]
-        c["num_experts_per_tok"] = s["n_used"]
+        c["num_local_experts"] = g("expert_count")
+        c["num_experts_per_tok"] = g("expert_used_count")
     if a == "qwen3moe":
-        c.update(num_experts=s["n_expert"], num_experts_per_tok=s["n_used"], moe_intermediate_size=s["F_exp"],
-                 norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[])
+        c.update(num_experts=g("expert_count"), num_experts_per_tok=g("expert_used_count"),
+                 moe_intermediate_size=g("expert_feed_forward_length"), norm_topk_prob=True, decoder_sparse_step=1,
+                 mlp_only_layers=[])
     if a == "phi3":
         n_rot = g("rope.dimension_count")
         c["partial_rotary_factor"] = n_rot * H / E
-        if s.get("longrope"):
+        if "rope_factors_long.weight" in tensors:
             c["original_max_position_embeddings"] = g("rope.scaling.original_context_length")
             c["rope_scaling"] = {"type": "longrope",
                                  "long_factor": [float(x) for x in tensors["rope_factors_long.weight"][0]],
@@ -205,12 +215,13 @@ def hf_config(name, hf_arch, kv, tensors):
         c.update(sliding_window=g("attention.sliding_window"), query_pre_attn_scalar=hd,
                  hidden_activation="gelu_pytorch_tanh")
         if a == "gemma2":
-            c.update(attn_logit_softcapping=g("attn_logit_softcapping"),
-                     final_logit_softcapping=g("final_logit_softcapping"))
+            c.update(attn_logit_softcapping=g("attn_logit_softcapping", 50.0),
+                     final_logit_softcapping=g("final_logit_softcapping", 30.0))
         else:
-            c.update(rope_local_base_freq=g("rope.freq_base_swa"), final_logit_softcapping=None,
-                     attn_logit_softcapping=None,
-                     layer_types=["full_attention" if (i + 1) % 6 == 0 else "sliding_attention"
+            pattern = g("attention.sliding_window_pattern", 6)
+            c.update(rope_local_base_freq=g("rope.freq_base_swa", 10000.0),
+                     final_logit_softcapping=g("final_logit_softcapping"), attn_logit_softcapping=None,
+                     layer_types=["full_attention" if (i + 1) % pattern == 0 else "sliding_attention"
                                   for i in range(g("block_count"))])
     if a == "smollm3":
         c["no_rope_layers"] = [0 if (i + 1) % 4 == 0 else 1 for i in range(g("block_count"))]
@@ -236,9 +247,9 @@ GEMMA_NAMES = {"post_attention_norm.weight": "post_attention_layernorm.weight",
                "post_ffw_norm.weight": "post_feedforward_layernorm.weight"}
 
 
-def hf_tensors(name, hf_arch, kv, tensors):
-    s = maf.SHAPES[name]
-    a = s["arch"]
+def hf_tensors(hf_arch, kv, tensors):
+    """HF tensors from GGUF ones (names, Q/K order, Gemma norms, experts), numpy arrays."""
+    a = kv["general.architecture"]
     H = kv[f"{a}.attention.head_count"]
     Hkv = kv.get(f"{a}.attention.head_count_kv", H)
     gemma = a in ("gemma2", "gemma3")
@@ -289,9 +300,11 @@ def to_bf16_bits(x):
     return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
 
 
-def write_bf16_gguf(src, dst):
-    """A copy of the GGUF at `src` with every matrix (>= 2-D) in bf16."""
+def write_bf16_gguf(src, dst, kind="bf16"):
+    """A copy of the GGUF at `src` with every matrix (>= 2-D) in bf16, or with kind "q8_0" in Q8_0
+    by the gguf package's quantizer (bit-exact with ggml's reference, as specula's --quantize q8_0)."""
     import gguf
+    from gguf import quants
 
     kv, tensors = read_gguf(src)
     r = gguf.GGUFReader(src)
@@ -317,7 +330,10 @@ def write_bf16_gguf(src, dst):
         else:
             raise SystemExit(f"write_bf16_gguf: metadata type {t} of {f.name} not handled")
     for name, (data, _) in tensors.items():
-        if data.ndim >= 2:
+        if data.ndim >= 2 and kind == "q8_0":
+            q = quants.quantize(data.astype(np.float32), gguf.GGMLQuantizationType.Q8_0)
+            w.add_tensor(name, q, raw_shape=q.shape, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+        elif data.ndim >= 2:
             w.add_tensor(name, to_bf16_bits(data.astype(np.float32)), raw_shape=data.shape,
                          raw_dtype=gguf.GGMLQuantizationType.BF16)
         else:
@@ -333,8 +349,9 @@ def write_folder(name, gguf_path, folder):
 
     hf_arch, opts = HF_MODELS[name]
     kv, tensors = read_gguf(gguf_path)
-    cfg = hf_config(opts.get("base", name), hf_arch, kv, tensors)
-    out = hf_tensors(opts.get("base", name), hf_arch, kv, tensors)
+    base = opts.get("base", name)
+    cfg = hf_config(hf_arch, kv, tensors, LLAMA3_ROPE if maf.SHAPES[base].get("llama3_rope") else None)
+    out = hf_tensors(hf_arch, kv, tensors)
     tmp = folder + ".tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
@@ -408,6 +425,9 @@ def main():
             maf.write_atomic(bf, lambda tmp, src=gguf_path: write_bf16_gguf(src, tmp))
             gguf_path = bf
         write_folder(n, gguf_path, os.path.join(args.out, f"hf_{n}"))
+        if opts.get("q8_0"):  # arch_<n>_q8_0.gguf: the model's matrices in Q8_0 (gguf.quants)
+            q8 = os.path.join(args.out, f"arch_{n}_q8_0.gguf")
+            maf.write_atomic(q8, lambda tmp, src=gguf_path: write_bf16_gguf(src, tmp, "q8_0"))
         print(f"{n}: {gguf_path} -> hf_{n}/")
     return 0
 

@@ -1,6 +1,8 @@
 // method/draft.cpp — see draft.h.
 #include "method/draft.h"
 
+#include "tokenizer/hf_tokenizer.h"
+
 #include <algorithm>
 #include <cstring>
 #include <unordered_map>
@@ -346,9 +348,21 @@ Result<std::unique_ptr<DraftSource>> make_model_draft(std::unique_ptr<Model> mod
   return std::unique_ptr<DraftSource>(new ModelDraft(std::move(model), std::move(state).value()));
 }
 
+namespace {
+// A model's token texts: tokenizer.ggml.tokens, or a Hugging Face folder's tokenizer.json.
+Result<std::vector<std::string>> token_texts(const gguf::GgufFile& f) {
+  if (f.find("tokenizer.ggml.tokens") != nullptr) return f.get_string_array("tokenizer.ggml.tokens");
+  auto tok = tokenizer::load_tokenizer(f);
+  if (!tok) return tok.status();
+  std::vector<std::string> out;
+  for (int32_t i = 0; i < (*tok)->vocab().size(); ++i) out.push_back((*tok)->vocab().text(i));
+  return out;
+}
+}  // namespace
+
 Status check_same_vocabulary(const Model& target, const Model& draft) {
-  auto t = target.file().get_string_array("tokenizer.ggml.tokens");
-  auto d = draft.file().get_string_array("tokenizer.ggml.tokens");
+  auto t = token_texts(target.file());
+  auto d = token_texts(draft.file());
   if (!t) return Status::error("[draft] target vocabulary: " + t.message());
   if (!d) return Status::error("[draft] draft vocabulary: " + d.message());
   if (target.info().n_vocab != draft.info().n_vocab)

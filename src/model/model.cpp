@@ -2,6 +2,7 @@
 #include "model/model.h"
 
 #include "model/hf_folder.h"
+#include "model/quantize.h"
 
 #include <algorithm>
 #include <cmath>
@@ -55,10 +56,21 @@ Result<std::unique_ptr<Model>> load_model(const std::string& path, const ModelOp
                          " (supported: " + known + ")");
   }
   ModelContext ctx;
-  ctx.file = std::make_shared<gguf::GgufFile>(std::move(f).value());
   ctx.pool = options.pool ? options.pool
                           : std::make_shared<ThreadPool>(options.n_threads > 0 ? options.n_threads
                                                                                : default_thread_count());
+  if (!options.quantize.empty()) {
+    auto type = parse_quantize_type(options.quantize);
+    if (!type) return type.status();
+    QuantizeStats qs;
+    auto q = quantize_weights(*f, *type, *ctx.pool, &qs);
+    if (!q) return q.status();
+    f = std::move(q);
+    ctx.quantize_type = std::string(dtype_name(*type));
+    ctx.quantized_tensors = qs.quantized;
+    ctx.quantize_seconds = qs.seconds;
+  }
+  ctx.file = std::make_shared<gguf::GgufFile>(std::move(f).value());
   ctx.kernels = &kernels::active();
   const char* env = std::getenv("SPECULA_REPACK");
   ctx.repack = options.repack && !(env != nullptr && std::string(env) == "0");
@@ -354,6 +366,9 @@ void note_packed(const ModelContext& ctx, ModelInfo& info) {
   info.packed_bytes = ctx.packed->bytes;
   info.pack_seconds = ctx.packed->seconds;
   info.matmul_bytes = ctx.packed->matmul_bytes;
+  info.quantize_type = ctx.quantize_type;
+  info.quantized_tensors = ctx.quantized_tensors;
+  info.quantize_seconds = ctx.quantize_seconds;
 }
 
 }  // namespace specula

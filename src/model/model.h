@@ -48,6 +48,11 @@ struct ModelInfo {
   // Bytes of weights one decode step reads: each matmul weight once (its packed form
   // where packed), without the token-embedding rows looked up (0 if not recorded).
   size_t matmul_bytes = 0;
+  // Load-time quantization (ModelOptions::quantize; model/quantize.h): the type ("" when
+  // off), tensors quantized and seconds spent.
+  std::string quantize_type;
+  int64_t quantized_tensors = 0;
+  double quantize_seconds = 0;
 };
 
 // One forward step: B rows, each appending T tokens (or n_tokens[b] when ragged).
@@ -95,6 +100,8 @@ struct ModelOptions {
   // memory: about the size of those weights; ModelInfo::packed_bytes). Also off when the
   // environment sets SPECULA_REPACK=0.
   bool repack = true;
+  // Quantize float weights at load: "" (off), "q8_0" or "q4_k" (model/quantize.h).
+  std::string quantize{};
 };
 
 // Weight matrices repacked at load for the kernel table's packed gemms (kernels.h);
@@ -114,6 +121,9 @@ struct ModelContext {
   const kernels::KernelTable* kernels = nullptr;
   bool repack = true;  // ModelOptions::repack
   std::shared_ptr<PackedWeights> packed = std::make_shared<PackedWeights>();
+  std::string quantize_type;  // ModelOptions::quantize, as applied ("" when off)
+  int64_t quantized_tensors = 0;
+  double quantize_seconds = 0;
 };
 
 using ArchitectureFactory = std::function<Result<std::unique_ptr<Model>>(ModelContext)>;
@@ -206,7 +216,8 @@ Result<TensorView> output_weight(const gguf::GgufFile& f, const kernels::KernelT
 // Repacks each matrix (a view used only as a matmul weight; the same view may appear twice)
 // whose type ctx.kernels has a packed gemm for, on ctx.pool's threads, and sets its
 // `packed`; records the totals in ctx.packed (copy them to ModelInfo with
-// note_packed). Packs nothing when ctx.repack is false (the byte count is still kept).
+// note_packed, with the load-time quantization's). Packs nothing when ctx.repack is false
+// (the byte count is still kept).
 void pack_weights(ModelContext& ctx, const std::vector<TensorView*>& matrices);
 void note_packed(const ModelContext& ctx, ModelInfo& info);
 // pack_weights over the output projection and the listed matrices of every layer (unset

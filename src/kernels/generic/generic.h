@@ -39,6 +39,13 @@ void quantize_row_q8_0(const float* x, void* y, int64_t n);  // d = amax/127, ro
 void quantize_row_q4_0(const float* x, void* y, int64_t n);  // ggml's q4_0 reference (KV cache)
 void quantize_row_q8_1(const float* x, void* y, int64_t n);  // as Q8_0, plus s = d*sum(q)
 void quantize_row_q8_k(const float* x, void* y, int64_t n);  // iscale = -127/x[argmax|x|]
+// Weight quantizer (load-time --quantize q4_k; quantize.cpp): per 32-element sub-block a
+// least-squares fit x ~ a*q - b (q in 0..15, b >= 0) over a small search of scale candidates,
+// then the 6-bit sub-block scales / mins relative to the super-block d / dmin (f16).
+void quantize_row_q4_k(const float* x, void* y, int64_t n);
+// Weight quantizer for rows that are not whole Q4_K blocks (llama.cpp's fallback for Q4_K):
+// d = max / -16 for the value of largest magnitude, q = clamp(round(x / d), -16, 15) + 16.
+void quantize_row_q5_0(const float* x, void* y, int64_t n);
 
 // ---- dot of one weight row (K elements) with one activation row of the weight
 // type's vec_dot_type (dot.cpp).

@@ -113,4 +113,127 @@ void quantize_row_q8_k(const float* x, void* y, int64_t n) {
   }
 }
 
+// --- Q4_K weights -----------------------------------------------------------------------------
+namespace {
+
+// Scale candidates (15 + 0.1 * step) / (max - lo) for step in [kQ4KSteps0, kQ4KSteps1].
+constexpr int kQ4KSteps0 = -4, kQ4KSteps1 = 6;
+
+// Best (a, b) for x ~ a*q - b over one sub-block of 32, q = clamp(round((x + b) / a), 0, 15),
+// b >= 0, a >= 0: candidates of the scale around (max - lo) / 15, each refined by the
+// least-squares (a, b) of its assignment; the lowest squared error wins.
+void fit_sub_block(const float* x, float* a_out, float* b_out) {
+  float lo = 0.0f, hi = x[0];
+  for (int i = 0; i < 32; ++i) {
+    lo = std::min(lo, x[i]);
+    hi = std::max(hi, x[i]);
+  }
+  if (hi <= lo) {
+    *a_out = 0.0f;
+    *b_out = -lo;
+    return;
+  }
+  float sx = 0, sx2 = 0;
+  for (int i = 0; i < 32; ++i) sx += x[i], sx2 += x[i] * x[i];
+  float best_err = INFINITY, best_a = (hi - lo) / 15.0f, best_b = -lo;
+  for (int step = kQ4KSteps0; step <= kQ4KSteps1; ++step) {
+    const float iscale = (15.0f + 0.1f * static_cast<float>(step)) / (hi - lo);
+    float sq = 0, sq2 = 0, sqx = 0;
+    for (int i = 0; i < 32; ++i) {
+      const float q = static_cast<float>(std::min(15, static_cast<int>(iscale * (x[i] - lo) + 0.5f)));
+      sq += q;
+      sq2 += q * q;
+      sqx += q * x[i];
+    }
+    // minimize sum (a q + c - x)^2 (c = -b): the normal equations
+    const double det = 32.0 * sq2 - static_cast<double>(sq) * sq;
+    double a, c;
+    if (det > 0) {
+      a = (32.0 * sqx - static_cast<double>(sq) * sx) / det;
+      c = (static_cast<double>(sq2) * sx - static_cast<double>(sq) * sqx) / det;
+    } else {
+      a = sq2 > 0 ? sqx / sq2 : 0;
+      c = 0;
+    }
+    if (c > 0) {  // the min must be <= 0: refit the scale alone
+      c = 0;
+      a = sq2 > 0 ? sqx / sq2 : 0;
+    }
+    if (a < 0) continue;
+    // sum (a q + c - x)^2 expanded (the q of this candidate, before rounding to the fit)
+    const double err = a * a * sq2 + 2 * a * c * sq - 2 * a * sqx + 32.0 * c * c - 2 * c * sx + sx2;
+    if (err < best_err) {
+      best_err = static_cast<float>(err);
+      best_a = static_cast<float>(a);
+      best_b = static_cast<float>(-c);
+    }
+  }
+  *a_out = best_a;
+  *b_out = best_b;
+}
+
+}  // namespace
+
+void quantize_row_q4_k(const float* x, void* y, int64_t n) {
+  auto* blocks = static_cast<BlockQ4_K*>(y);
+  for (int64_t bi = 0; bi < n / kQKK; ++bi, x += kQKK) {
+    BlockQ4_K& blk = blocks[bi];
+    float a[8], b[8], max_a = 0.0f, max_b = 0.0f;
+    for (int s = 0; s < 8; ++s) {
+      fit_sub_block(x + 32 * s, &a[s], &b[s]);
+      max_a = std::max(max_a, a[s]);
+      max_b = std::max(max_b, b[s]);
+    }
+    blk.d = fp32_to_fp16(max_a / 63.0f);
+    blk.dmin = fp32_to_fp16(max_b / 63.0f);
+    const float d = fp16_to_fp32(blk.d), dmin = fp16_to_fp32(blk.dmin);
+    uint8_t sc[8], mn[8];
+    for (int s = 0; s < 8; ++s) {
+      sc[s] = static_cast<uint8_t>(d > 0 ? std::clamp(static_cast<int>(std::lround(a[s] / d)), 0, 63) : 0);
+      mn[s] = static_cast<uint8_t>(dmin > 0 ? std::clamp(static_cast<int>(std::lround(b[s] / dmin)), 0, 63) : 0);
+    }
+    // 12 bytes: j < 4: scales[j] / scales[j + 4] low 6 bits = sc / m; j >= 4: scales[j + 4]
+    // = sc low 4 | m low 4 << 4, their high 2 bits in bits 6-7 of scales[j - 4] / scales[j]
+    // (the layout k_scale_min reads).
+    std::memset(blk.scales, 0, sizeof(blk.scales));
+    for (int j = 0; j < 4; ++j) {
+      blk.scales[j] = static_cast<uint8_t>(sc[j] | ((sc[j + 4] >> 4) << 6));
+      blk.scales[j + 4] = static_cast<uint8_t>(mn[j] | ((mn[j + 4] >> 4) << 6));
+      blk.scales[j + 8] = static_cast<uint8_t>((sc[j + 4] & 0x0F) | ((mn[j + 4] & 0x0F) << 4));
+    }
+    std::memset(blk.qs, 0, sizeof(blk.qs));
+    for (int s = 0; s < 8; ++s) {
+      const float dl = d * static_cast<float>(sc[s]), ml = dmin * static_cast<float>(mn[s]);
+      const float idl = dl > 0 ? 1.0f / dl : 0.0f;
+      for (int l = 0; l < 32; ++l) {
+        const int q = std::clamp(static_cast<int>(std::lround((x[32 * s + l] + ml) * idl)), 0, 15);
+        blk.qs[32 * (s / 2) + l] |= static_cast<uint8_t>(q << (4 * (s % 2)));
+      }
+    }
+  }
+}
+
+void quantize_row_q5_0(const float* x, void* y, int64_t n) {
+  auto* blocks = static_cast<BlockQ5_0*>(y);
+  for (int64_t b = 0; b < n / kQK; ++b, x += kQK) {
+    // The value of largest magnitude maps to -16 (the end of the range with room for it):
+    // d = max / -16, q = clamp(round(x / d), -16, 15) + 16.
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < kQK; ++j)
+      if (amax < std::fabs(x[j])) amax = std::fabs(x[j]), max = x[j];
+    const float d = max / -16.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    blocks[b].d = fp32_to_fp16(d);
+    uint32_t qh = 0;
+    for (int j = 0; j < kQK / 2; ++j) {
+      const int lo = std::clamp(static_cast<int>(std::lround(x[j] * id)), -16, 15) + 16;
+      const int hi = std::clamp(static_cast<int>(std::lround(x[j + kQK / 2] * id)), -16, 15) + 16;
+      blocks[b].qs[j] = static_cast<uint8_t>((lo & 0x0F) | ((hi & 0x0F) << 4));
+      qh |= static_cast<uint32_t>(lo >> 4) << j;
+      qh |= static_cast<uint32_t>(hi >> 4) << (j + kQK / 2);
+    }
+    std::memcpy(blocks[b].qh, &qh, sizeof(qh));
+  }
+}
+
 }  // namespace specula::kernels::generic
