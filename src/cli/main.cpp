@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/hub.h"
 #include "cli/kld.h"
 #include "core/thread_pool.h"
 #include "engine/generate.h"
@@ -69,8 +70,10 @@ int fail(const std::string& msg) {
 Result<std::string> resolve_model(const std::string& m) {
   std::error_code ec;
   if (!m.empty()) {
-    if (!std::filesystem::exists(m, ec)) return Status::error("[cli] model file not found: " + m);
-    return m;
+    if (std::filesystem::exists(m, ec)) return m;
+    if (auto snap = hub::cached_snapshot(m); snap) return *snap;  // ORG/NAME pulled from the Hub
+    return Status::error("[cli] model file not found: " + m +
+                         (hub::parse_repo_id(m) ? " (run specula pull " + m + ")" : ""));
   }
   const std::string p = models_dir() + "/" + kDefaultModelFile;
   if (!std::filesystem::exists(p, ec))
@@ -122,6 +125,13 @@ std::string cache_fingerprint(const std::string& model_path, const Model& model,
          (st ? st->describe() : std::string("?"));
 }
 
+// Prints what --quantize did (stderr).
+void note_quantized(const ModelInfo& info) {
+  if (info.quantize_type.empty()) return;
+  std::fprintf(stderr, "[specula] quantized %lld tensors to %s at load in %.2f s\n",
+               static_cast<long long>(info.quantized_tensors), info.quantize_type.c_str(), info.quantize_seconds);
+}
+
 struct Loaded {
   std::unique_ptr<Model> model;
   std::unique_ptr<tokenizer::Tokenizer> tok;  // owns its Vocab
@@ -129,14 +139,17 @@ struct Loaded {
   std::string path;
 };
 
-Result<Loaded> load(const std::string& model_arg, int threads) {
+// `quantize`: --quantize ("" = off); the time it took is printed.
+Result<Loaded> load(const std::string& model_arg, int threads, const std::string& quantize = "") {
   auto path = resolve_model(model_arg);
   if (!path) return path.status();
   const double t0 = now_seconds();
   ModelOptions mo;
   mo.n_threads = threads;
+  mo.quantize = quantize;
   auto model = load_model(*path, mo);
   if (!model) return model.status();
+  note_quantized((*model)->info());
   auto tok = tokenizer::load_tokenizer((*model)->file());
   if (!tok) return tok.status();
   Loaded l;
@@ -178,6 +191,7 @@ void add_cache_options(CLI::App* app, CacheArgs& c, bool budget) {
 }
 
 struct GenerateArgs {
+  std::string quantize;  // --quantize
   std::string model, prompt = kDefaultPrompt;
   int n_predict = 128, threads = 0, top_k = 40;
   int64_t ctx = 4096;
@@ -249,7 +263,7 @@ Result<std::shared_ptr<DraftSource>> make_draft(const std::string& draft_model, 
 }
 
 int run_generate(const GenerateArgs& a) {
-  auto l = load(a.model, a.threads);
+  auto l = load(a.model, a.threads, a.quantize);
   if (!l) return fail(l.message());
   Model& model = *l->model;
   const auto ids = l->tok->encode(a.prompt, /*add_special=*/true, a.parse_special);
@@ -335,6 +349,7 @@ int run_generate(const GenerateArgs& a) {
 }
 
 struct BenchArgs {
+  std::string quantize;  // --quantize
   std::string model;
   int n_prompt = 512, n_gen = 128, threads = 0, reps = 3, batch = 1;
   int64_t depth = 0;  // context already in the rows before the decode test
@@ -399,7 +414,7 @@ std::string describe_packed(const ModelInfo& info) {
 
 int run_bench(const BenchArgs& a) {
   if (a.n_prompt == 0 && a.n_gen == 0) return fail("[cli] bench: nothing to measure (-p and -n are both 0)");
-  auto l = load(a.model, a.threads);
+  auto l = load(a.model, a.threads, a.quantize);
   if (!l) return fail(l.message());
   Model& model = *l->model;
   const int64_t n_vocab = model.info().n_vocab, E = model.info().n_embd;
@@ -515,6 +530,7 @@ int run_bench(const BenchArgs& a) {
 }
 
 struct KldArgs {
+  std::string quantize;  // --quantize
   std::string model, file;
   int64_t ctx = 512, chunks = 0;
   int threads = 0;
@@ -523,7 +539,7 @@ struct KldArgs {
 };
 
 int run_kld(const KldArgs& a) {
-  auto l = load(a.model, a.threads);
+  auto l = load(a.model, a.threads, a.quantize);
   if (!l) return fail(l.message());
   KldOptions o;
   o.text_file = a.file;
@@ -575,6 +591,7 @@ int run_tokenize(const std::string& model_arg, const std::string& text, bool jso
 }
 
 struct ServeArgs {
+  std::string quantize;  // --quantize
   std::string model, host = "127.0.0.1", api_key, alias, chat_template_file, draft_model, spec;
   int port = 8080, parallel = 4, threads = 0, queue = 64, spec_depth = 4, spec_max_batch = 2;
   std::string spec_accept = "exact";
@@ -611,8 +628,10 @@ int run_serve(const ServeArgs& a) {
   if (!path) return fail(path.message());
   ModelOptions mo;
   mo.n_threads = a.threads;
+  mo.quantize = a.quantize;
   auto model = load_model(*path, mo);
   if (!model) return fail(model.message());
+  note_quantized((*model)->info());
   server::ServerOptions so;
   so.host = a.host;
   so.port = a.port;
@@ -853,6 +872,9 @@ int main(int argc, char** argv) {
   gen->add_option("--min-p", g.min_p, "Min-p, 0 = off (default 0.05)")->check(CLI::Range(0.0f, 1.0f));
   gen->add_option("--repeat-penalty", g.repeat_penalty, "Repetition penalty, 1 = off (default 1)")->check(CLI::Range(0.01f, 100.0f));
   auto* seed_opt = gen->add_option("--seed", g.seed, "RNG seed (default: random, so each run differs)");
+  gen->add_option("--quantize", g.quantize,
+                  "Quantize float (F32/F16/BF16) weights at load: q8_0 or q4_k (e.g. a bf16 Hugging Face folder)")
+      ->check(CLI::IsMember({"q8_0", "q4_k"}));
   gen->add_option("-t,--threads", g.threads, "Threads (default: all cores)")->check(CLI::Range(0, 1024));
   gen->add_option("-c,--ctx", g.ctx, "Context size in tokens (default 4096, at most the model's)")->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
   gen->add_flag("--parse-special", g.parse_special, "Parse special tokens (e.g. <start_of_turn>) in the prompt");
@@ -871,6 +893,9 @@ int main(int argc, char** argv) {
   bench->add_option("-m,--model", b.model, "GGUF model file");
   bench->add_option("-p,--n-prompt", b.n_prompt, "Prompt tokens for the prefill test (default 512)")->check(CLI::Range(0, 1 << 20));
   bench->add_option("-n,--n-gen", b.n_gen, "Tokens for the decode test (default 128)")->check(CLI::Range(0, 1 << 20));
+  bench->add_option("--quantize", b.quantize,
+                  "Quantize float (F32/F16/BF16) weights at load: q8_0 or q4_k (e.g. a bf16 Hugging Face folder)")
+      ->check(CLI::IsMember({"q8_0", "q4_k"}));
   bench->add_option("-t,--threads", b.threads, "Threads (default: all cores)")->check(CLI::Range(0, 1024));
   bench->add_option("-r,--repetitions", b.reps, "Repetitions (default 3)")->check(CLI::Range(1, 1000));
   bench->add_flag("--json", b.json, "Also print one JSON line");
@@ -928,6 +953,9 @@ int main(int argc, char** argv) {
   serve->add_option("--timeout-write", sv.timeout_write,
                     "Seconds one response write may take before a client that does not read is dropped (default 30)")
       ->check(CLI::Range(0.1, 3600.0));
+  serve->add_option("--quantize", sv.quantize,
+                  "Quantize float (F32/F16/BF16) weights at load: q8_0 or q4_k (e.g. a bf16 Hugging Face folder)")
+      ->check(CLI::IsMember({"q8_0", "q4_k"}));
   serve->add_option("-t,--threads", sv.threads, "Threads (default: all cores)")->check(CLI::Range(0, 1024));
   serve->add_option("--draft-model", sv.draft_model, "Speculative decoding with this draft model (same vocabulary)");
   serve->add_option("--spec", sv.spec, "Draft source for every request: ngram, draft (needs --draft-model), none");
@@ -944,15 +972,24 @@ int main(int argc, char** argv) {
   kld->add_option("-f,--file", k.file, "Text file")->required();
   kld->add_option("-c,--ctx", k.ctx, "Tokens per chunk; the second half of each is scored (default 512)")->check(CLI::Range(int64_t{4}, int64_t{1} << 20));
   kld->add_option("--chunks", k.chunks, "Chunks to evaluate (default: all)")->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
+  kld->add_option("--quantize", k.quantize,
+                  "Quantize float (F32/F16/BF16) weights at load: q8_0 or q4_k (e.g. a bf16 Hugging Face folder)")
+      ->check(CLI::IsMember({"q8_0", "q4_k"}));
   kld->add_option("-t,--threads", k.threads, "Threads (default: all cores)")->check(CLI::Range(0, 1024));
   kld->add_flag("--json", k.json, "Also print one JSON line");
   add_cache_options(kld, k.cache, false);
 
   std::vector<std::string> pull_names;
   bool pull_list = false;
-  auto* pull = app.add_subcommand("pull", "Download a known model into the model cache (e.g. qwen2.5-coder-1.5b)");
-  pull->add_option("names", pull_names, "Model names (see --list)");
+  hub::PullOptions pull_hub;
+  auto* pull = app.add_subcommand("pull", "Download a known model into the model cache (e.g. qwen2.5-coder-1.5b), "
+                                          "or a Hugging Face repository ORG/NAME[@REVISION] into the hub cache");
+  pull->add_option("names", pull_names, "Model names (see --list) or Hugging Face repositories ORG/NAME[@REVISION]");
   pull->add_flag("--list", pull_list, "List the known models");
+  pull->add_option("--endpoint", pull_hub.endpoint, "Hub URL (default: $HF_ENDPOINT, else https://huggingface.co)");
+  pull->add_option("--include", pull_hub.include,
+                   "Download the repository files matching this glob instead of the default set (repeatable)")
+      ->allow_extra_args(false);
 
   std::string ifile;
   CacheArgs icache;
@@ -984,11 +1021,28 @@ int main(int argc, char** argv) {
     if (*bench) return run_bench(b);
     if (*tokc) return run_tokenize(tmodel, ttext, tjson, tspecial, tnobos);
     if (*kld) return run_kld(k);
-    if (*info) return run_info(ifile, icache);
+    if (*info) {
+      std::error_code ec;
+      if (!std::filesystem::exists(ifile, ec))
+        if (auto snap = hub::cached_snapshot(ifile); snap) ifile = *snap;
+      return run_info(ifile, icache);
+    }
     if (*serve) return run_serve(sv);
     if (*pull) {
       if (pull_names.empty() && !pull_list) return fail("[cli] pull: name a model (see specula pull --list)");
-      return run_pull(pull_names, pull_list);
+      std::vector<std::string> known;  // fetched by scripts/fetch_model.py
+      for (const std::string& n : pull_names) {
+        if (!hub::is_repo_name(n)) {
+          known.push_back(n);
+          continue;
+        }
+        auto rep = hub::pull(n, pull_hub);
+        if (!rep) return fail(rep.message());
+        std::printf("%s\n", rep->snapshot.c_str());
+        std::fflush(stdout);
+      }
+      if (known.empty() && !pull_list) return 0;
+      return run_pull(known, pull_list);
     }
   } catch (const std::bad_alloc&) {
     return fail("[cli] out of memory");
