@@ -19,7 +19,12 @@ Extra models for architectures that have no tiny GGUF in the arch fixtures (qwen
 written here too (their GGUF and their folder); bf16 variants write both files in bf16, and one
 model is sharded (model.safetensors.index.json + 2 shards).
 
-Usage: python3 tools/make_hf_folders.py --out DIR [--only NAME,...]
+MLX models (mlx*_g*): qwen2_w with its matrices quantized as mlx-lm stores them (U32 codes,
+scales, biases; config.json "quantization" with per-module overrides), written by mlx_quantize from
+MLX's documented definition, whose packing --check-mlx verifies against the real MLX package.
+
+Usage: python3 tools/make_hf_folders.py --check-mlx     (needs pip install "mlx[cpu]")
+       python3 tools/make_hf_folders.py --out DIR [--only NAME,...]
   writes DIR/arch_<name>.gguf and DIR/hf_<name>/ for every model of HF_MODELS (a bf16 variant's
   arch_<name>.gguf is its base model with the matrices in bf16) (numpy, gguf and
   safetensors only; the tests run it at test time — weights are never committed).
@@ -57,6 +62,17 @@ HF_MODELS = {
     "qwen2_t": ("Qwen2ForCausalLM", {}),
     "qwen2_t_bf16": ("Qwen2ForCausalLM", {"bf16": True, "base": "qwen2_t"}),
     "qwen2_w": ("Qwen2ForCausalLM", {"q8_0": True}),
+    # MLX affine quantization of qwen2_w (mlx-lm layout); each also writes hf_<name>_deq/, the
+    # dequantized weights in f32, the reference.
+    "mlx4_g32": ("Qwen2ForCausalLM", {"base": "qwen2_w", "mlx": dict(bits=4, group_size=32, dtype="bf16")}),
+    "mlx4_g64": ("Qwen2ForCausalLM", {"base": "qwen2_w", "mlx": dict(
+        bits=4, group_size=64, dtype="f16",
+        overrides={"model.layers.1.mlp.down_proj": {"group_size": 32, "bits": 8}, "lm_head": False})}),
+    "mlx8_g32": ("Qwen2ForCausalLM", {"base": "qwen2_w", "mlx": dict(bits=8, group_size=32, dtype="bf16")}),
+    "mlx8_g64": ("Qwen2ForCausalLM", {"base": "qwen2_w", "mlx": dict(bits=8, group_size=64, dtype="f16")}),
+    "mlx2_g64": ("Qwen2ForCausalLM", {"base": "qwen2_w", "mlx": dict(bits=2, group_size=64, dtype="bf16")}),
+    "mlx3_g32": ("Qwen2ForCausalLM", {"base": "qwen2_w", "mlx": dict(bits=3, group_size=32, dtype="bf16")}),
+    "mlx6_g64": ("Qwen2ForCausalLM", {"base": "qwen2_w", "mlx": dict(bits=6, group_size=64, dtype="f16")}),
     "qwen3_a": ("Qwen3ForCausalLM", {}),
     "qwen3_b": ("Qwen3ForCausalLM", {}),
     "qwen3moe_a": ("Qwen3MoeForCausalLM", {}),
@@ -354,6 +370,12 @@ def write_folder(name, gguf_path, folder):
     out = hf_tensors(hf_arch, kv, tensors)
     tmp = folder + ".tmp"
     shutil.rmtree(tmp, ignore_errors=True)
+    if opts.get("mlx"):
+        out = write_mlx(out, cfg, opts["mlx"], tmp)
+        shutil.rmtree(folder, ignore_errors=True)
+        os.replace(tmp, folder)
+        folder, tmp = folder + "_deq", folder + "_deq.tmp"  # then the dequantized reference, in f32
+        shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
     if opts.get("bf16"):
         cfg["torch_dtype"] = "bfloat16"
@@ -387,6 +409,96 @@ def write_folder(name, gguf_path, folder):
     os.replace(tmp, folder)
 
 
+def from_bf16_bits(b):
+    return (b.astype(np.uint32) << 16).view(np.float32)
+
+
+def mlx_quantize(w, bits, group_size, dtype):
+    """MLX affine quantization as its documentation defines it (mlx.core.quantize): per group of
+    group_size along the last axis, scale = (max - min) / (2^bits - 1), bias = min, stored in the
+    model dtype; codes q = round((w - bias) / scale) in [0, 2^bits - 1], packed into uint32 words
+    with the first elements in the lowest bits (a little-endian bit stream per row, so 3- and 6-bit
+    codes run across words); w ~ scale * q + bias. Returns (packed uint32 [N, K*bits/32], scales,
+    biases (bf16 bits as uint16, or float16), dequantized float32 [N, K])."""
+    N, K = w.shape
+    g = w.astype(np.float32).reshape(N, K // group_size, group_size)
+    wmax, wmin = g.max(-1), g.min(-1)
+    scale = (wmax - wmin) / np.float32(2 ** bits - 1)
+    scale = np.where(scale == 0, np.float32(1e-6), scale).astype(np.float32)
+    if dtype == "bf16":
+        s_store, b_store = to_bf16_bits(scale), to_bf16_bits(wmin)
+        s, b = from_bf16_bits(s_store), from_bf16_bits(b_store)
+    else:
+        s_store, b_store = scale.astype(np.float16), wmin.astype(np.float16)
+        s, b = s_store.astype(np.float32), b_store.astype(np.float32)
+    q = np.clip(np.round((g - b[..., None]) / s[..., None]), 0, 2 ** bits - 1).astype(np.uint32)
+    deq = (s[..., None] * q.astype(np.float32) + b[..., None]).astype(np.float32).reshape(N, K)
+    codes = q.reshape(N, K)
+    bitplanes = ((codes[..., None] >> np.arange(bits, dtype=np.uint32)) & 1).astype(np.uint8).reshape(N, K * bits)
+    packed = np.packbits(bitplanes, axis=1, bitorder="little").view("<u4")
+    return packed, s_store, b_store, deq
+
+
+def check_against_mlx():
+    """Cross-checks mlx_quantize's packing with the real MLX (pip install "mlx[cpu]"): MLX's own
+    dequantize of our codes, scales and biases must give our dequantized weights up to its
+    rounding (it computes scale * q + bias in the scales' dtype, bf16 or f16); a code read from
+    the wrong bits would be off by a whole scale step."""
+    import mlx.core as mx
+
+    rng = np.random.default_rng(0)
+    for bits in (2, 3, 4, 5, 6, 8):
+        for gs in (32, 64, 128):
+            for dt in ("bf16", "f16"):
+                w = rng.standard_normal((8, 256)).astype(np.float32)
+                p, sc, bi, deq = mlx_quantize(w, bits, gs, dt)
+                if dt == "bf16":
+                    S, B = (mx.array(from_bf16_bits(x)).astype(mx.bfloat16) for x in (sc, bi))
+                else:
+                    S, B = mx.array(sc), mx.array(bi)
+                d = np.array(mx.dequantize(mx.array(p), S, B, group_size=gs, bits=bits).astype(mx.float32))
+                ulp = 2.0 ** (-7 if dt == "bf16" else -10)
+                b = np.repeat(from_bf16_bits(bi) if dt == "bf16" else bi.astype(np.float32), gs, axis=1)
+                # MLX computes scale * q + bias in the scales' dtype: two roundings of operands this big
+                bad = np.abs(d - deq) > (np.abs(deq - b) + np.abs(b)) * 2 * ulp + 1e-6
+                if bad.any():
+                    raise SystemExit(f"bits {bits} group {gs} {dt}: MLX dequantizes our codes differently "
+                                     f"(max |d| {np.abs(d - deq).max()})")
+    print(f"mlx {mx.__version__}: dequantize of our codes equals ours within its output rounding "
+          "(bits 2, 3, 4, 5, 6, 8; groups 32, 64, 128; bf16 and f16 scales)")
+
+
+def write_mlx(out, cfg, spec, folder):
+    """An mlx-lm style folder of the HF tensors `out`; returns the dequantized f32 tensors."""
+    from safetensors.numpy import save_file
+
+    overrides = spec.get("overrides", {})
+    arrays, deq_all = {}, {}
+    for k, v in out.items():
+        module = k[: -len(".weight")] if k.endswith(".weight") else None
+        q = overrides.get(module, spec) if module else None
+        if v.ndim == 2 and q:
+            packed, sc, bi, deq = mlx_quantize(v, q["bits"], q["group_size"], spec["dtype"])
+            arrays[k], arrays[module + ".scales"], arrays[module + ".biases"] = packed, sc, bi
+            deq_all[k] = deq
+        else:
+            arrays[k] = np.ascontiguousarray(v, dtype=np.float32)
+            deq_all[k] = arrays[k]
+    cfg = dict(cfg)
+    qc = {"group_size": spec["group_size"], "bits": spec["bits"]}
+    qc.update(overrides)
+    cfg["quantization"] = qc
+    cfg["quantization_config"] = qc
+    os.makedirs(folder)
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=1)
+    path = os.path.join(folder, "model.safetensors")
+    save_file(arrays, path, metadata={"format": "mlx"})
+    if spec["dtype"] == "bf16":
+        retag_bf16(path, {k for k, v in arrays.items() if v.dtype == np.uint16})
+    return deq_all
+
+
 def retag_bf16(path, names):
     """safetensors.numpy has no bfloat16: the bits were saved as U16; relabel them BF16 (data
     offsets are relative to the data buffer, so the data is copied unchanged after the new header)."""
@@ -408,7 +520,11 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True)
     ap.add_argument("--only", help="comma-separated names (default: all of HF_MODELS)")
+    ap.add_argument("--check-mlx", action="store_true", help="only cross-check the MLX packing with mlx (pip)")
     args = ap.parse_args()
+    if args.check_mlx:
+        check_against_mlx()
+        return 0
     names = [n for n in (args.only.split(",") if args.only else HF_MODELS) if n]
     for n in names:
         if n not in HF_MODELS:

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/fp16.h"
+#include "kernels/quant_blocks.h"
 #include "core/tensor.h"
 #include "formats/safetensors.h"
 
@@ -651,6 +652,147 @@ Status permute_rows(const safetensors::TensorInfo& t, int64_t n_heads, uint8_t* 
   return Status::ok();
 }
 
+// MLX affine quantization (mlx-lm's config.json "quantization": {"group_size", "bits"} plus
+// per-module overrides {"group_size", "bits"} or false for a module left in floats).
+struct MlxQuant {
+  int64_t bits = 0, group_size = 0;
+};
+struct MlxConfig {
+  std::optional<MlxQuant> global;
+  std::map<std::string, std::optional<MlxQuant>> modules;
+  bool any() const { return global.has_value() || !modules.empty(); }
+};
+
+Result<MlxConfig> read_mlx_quantization(Config& cfg) {
+  MlxConfig m;
+  const json* q = cfg.find("quantization");
+  const char* key = "quantization";
+  if (q == nullptr) {
+    q = cfg.find("quantization_config");
+    key = "quantization_config";
+  }
+  if (q == nullptr) return m;
+  const std::string where = "[hf] " + cfg.path() + ": '" + key + "'";
+  if (!q->is_object()) return Status::error(where + " must be an object, got " + shown(*q));
+  if (auto qm = q->find("quant_method"); qm != q->end())
+    return Status::error(where + ": quant_method " + shown(*qm) +
+                         " is not supported (MLX affine quantization is; or load the unquantized model and use "
+                         "--quantize)");
+  if (auto mode = q->find("mode"); mode != q->end() && !(mode->is_string() && mode->get<std::string>() == "affine"))
+    return Status::error(where + ": mode " + shown(*mode) + " is not supported (affine)");
+  const auto parse = [&](const json& j, const std::string& name) -> Result<MlxQuant> {
+    MlxQuant r;
+    auto b = j.find("bits"), g = j.find("group_size");
+    if (b == j.end() || !b->is_number_integer() || g == j.end() || !g->is_number_integer())
+      return Status::error(where + (name.empty() ? "" : "['" + name + "']") + ": needs integer 'bits' and 'group_size'");
+    r.bits = b->get<int64_t>(), r.group_size = g->get<int64_t>();
+    if (r.bits != 2 && r.bits != 3 && r.bits != 4 && r.bits != 5 && r.bits != 6 && r.bits != 8)
+      return Status::error(where + (name.empty() ? "" : "['" + name + "']") + ": bits " + std::to_string(r.bits) +
+                           " (2, 3, 4, 5, 6 or 8)");
+    if (r.group_size != 32 && r.group_size != 64 && r.group_size != 128)
+      return Status::error(where + (name.empty() ? "" : "['" + name + "']") + ": group_size " +
+                           std::to_string(r.group_size) + " (32, 64 or 128)");
+    return r;
+  };
+  auto g = parse(*q, "");
+  if (!g) return g.status();
+  m.global = *g;
+  for (auto it = q->begin(); it != q->end(); ++it) {
+    if (it.key() == "bits" || it.key() == "group_size" || it.key() == "mode") continue;
+    if (it.value().is_boolean() && !it.value().get<bool>()) {
+      m.modules[it.key()] = std::nullopt;
+    } else if (it.value().is_object()) {
+      auto r = parse(it.value(), it.key());
+      if (!r) return r.status();
+      m.modules[it.key()] = *r;
+    } else {
+      return Status::error(where + "['" + it.key() + "'] must be {\"bits\", \"group_size\"} or false, got " +
+                           shown(it.value()));
+    }
+  }
+  return m;
+}
+
+// Code j of a row of MLX-packed codes: bits [j*bits, (j+1)*bits) of the row's little-endian
+// bit stream (MLX packs the first elements into the lowest bits; 3-, 5- and 6-bit codes run
+// across word boundaries).
+inline uint32_t mlx_code(const uint8_t* row, int64_t j, int64_t bits) {
+  const int64_t bit = j * bits;
+  uint32_t v = 0;
+  std::memcpy(&v, row + bit / 8, std::min<int64_t>(4, (bit % 8 + bits + 7) / 8));
+  return (v >> (bit % 8)) & ((1u << bits) - 1u);
+}
+
+// An MLX-quantized matrix [N, K]: 4-bit codes in groups of a multiple of 32 become Q4_1 blocks
+// (x = d * q + m: d = scale, m = bias as f16, exact for bf16/f16 scales in f16's range);
+// other widths become F32 rows, scale * q + bias (exact: the product of an 8-bit code and a
+// bf16/f16 scale is exact in f32).
+Status convert_mlx(const safetensors::TensorInfo& w, const safetensors::TensorInfo& scales,
+                   const safetensors::TensorInfo& biases, const MlxQuant& q, Owned& owned, gguf::TensorInfo* g,
+                   const std::string& where) {
+  if (w.type != safetensors::ElementType::U32 || w.shape.size() != 2)
+    return Status::error(where + ": an MLX-quantized weight must be U32 [N, K * bits / 32]");
+  const int64_t N = w.shape[0];
+  const int64_t K = w.shape[1] * 32 / q.bits;
+  if (w.shape[1] * 32 % q.bits != 0 || K % q.group_size != 0)
+    return Status::error(where + ": " + std::to_string(w.shape[1]) + " words per row is not whole groups of " +
+                         std::to_string(q.group_size) + " " + std::to_string(q.bits) + "-bit codes");
+  const int64_t G = K / q.group_size;
+  for (const safetensors::TensorInfo* t : {&scales, &biases}) {
+    if (!t->dtype || t->shape != std::vector<int64_t>{N, G})
+      return Status::error(where + ": '" + t->name + "' must be F32/F16/BF16 [" + std::to_string(N) + ", " +
+                           std::to_string(G) + "] for " + std::to_string(q.bits) + "-bit groups of " +
+                           std::to_string(q.group_size));
+  }
+  const size_t w_row = static_cast<size_t>(w.shape[1]) * 4;
+  g->shape = {K, N};
+  if (q.bits == 4 && q.group_size % 32 == 0) {
+    g->type = DType::Q4_1;
+    g->n_bytes = static_cast<size_t>(N) * static_cast<size_t>(K / 32) * sizeof(kernels::BlockQ4_1);
+    auto* blocks = reinterpret_cast<kernels::BlockQ4_1*>(new_buffer(owned, g->n_bytes));
+    for (int64_t r = 0; r < N; ++r) {
+      const uint8_t* row = w.data + static_cast<size_t>(r) * w_row;
+      for (int64_t b = 0; b < K / 32; ++b) {
+        kernels::BlockQ4_1& blk = blocks[r * (K / 32) + b];
+        const int64_t grp = r * G + b * 32 / q.group_size;
+        blk.d = fp32_to_fp16(element_f32(scales.data, *scales.dtype, grp));
+        blk.m = fp32_to_fp16(element_f32(biases.data, *biases.dtype, grp));
+        for (int j = 0; j < 16; ++j)  // Q4_1: element j in the low nibble of qs[j], j + 16 in the high one
+          blk.qs[j] = static_cast<uint8_t>(mlx_code(row, 32 * b + j, 4) | (mlx_code(row, 32 * b + j + 16, 4) << 4));
+      }
+    }
+    g->data = reinterpret_cast<uint8_t*>(blocks);
+    return Status::ok();
+  }
+  g->type = DType::F32;
+  g->n_bytes = static_cast<size_t>(N * K) * 4;
+  auto* y = reinterpret_cast<float*>(new_buffer(owned, g->n_bytes));
+  for (int64_t r = 0; r < N; ++r) {
+    const uint8_t* row = w.data + static_cast<size_t>(r) * w_row;
+    for (int64_t j = 0; j < K; ++j) {
+      const int64_t grp = r * G + j / q.group_size;
+      y[r * K + j] = element_f32(scales.data, *scales.dtype, grp) * static_cast<float>(mlx_code(row, j, q.bits)) +
+                     element_f32(biases.data, *biases.dtype, grp);
+    }
+  }
+  g->data = reinterpret_cast<uint8_t*>(y);
+  return Status::ok();
+}
+
+// Rows of a converted tensor permuted as permute_rows does.
+void permute_owned_rows(gguf::TensorInfo& g, int64_t n_heads, Owned& owned) {
+  const int64_t rows = g.shape.size() >= 2 ? g.shape[1] : g.shape[0];
+  const size_t row_bytes = g.n_bytes / static_cast<size_t>(rows);
+  uint8_t* dst = new_buffer(owned, g.n_bytes);
+  const int64_t hd = rows / n_heads, half = hd / 2;
+  for (int64_t h = 0; h < n_heads; ++h)
+    for (int64_t i = 0; i < half; ++i)
+      for (int64_t j = 0; j < 2; ++j)
+        std::memcpy(dst + static_cast<size_t>(h * hd + 2 * i + j) * row_bytes,
+                    g.data + static_cast<size_t>(h * hd + j * half + i) * row_bytes, row_bytes);
+  g.data = dst;
+}
+
 }  // namespace
 
 Result<gguf::GgufFile> open_folder(const std::string& path) {
@@ -676,12 +818,8 @@ Result<gguf::GgufFile> open_folder(const std::string& path) {
     return Status::error("[hf] " + config_path + ": architecture '" + hf_arch + "' is not supported (supported: " +
                          known + ")");
   }
-  if (const json* q = cfg->find("quantization_config"); q != nullptr || cfg->has("quantization")) {
-    const json& qj = q != nullptr ? *q : *cfg->find("quantization");
-    return Status::error("[hf] " + config_path + ": quantized checkpoints ('" +
-                         std::string(q != nullptr ? "quantization_config" : "quantization") + "': " + shown(qj) +
-                         ") are not supported yet");
-  }
+  auto mlx = read_mlx_quantization(*cfg);
+  if (!mlx) return mlx.status();
 
   Conversion conv(it->second.gguf_arch);
   conv.str(".general.architecture", it->second.gguf_arch);
@@ -701,11 +839,48 @@ Result<gguf::GgufFile> open_folder(const std::string& path) {
     std::vector<const safetensors::TensorInfo*> experts;
   };
   std::map<std::string, Stack> stacks;
+  const auto ends_with = [](const std::string& n, const std::string& suffix) {
+    return n.size() > suffix.size() && n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  int64_t mlx_tensors = 0;
   for (const safetensors::TensorInfo* t : owned->folder.tensors()) {
     const std::string where = "[hf] " + dir.string() + ": tensor '" + t->name + "'";
+    // MLX: X.scales / X.biases belong to the U32 X.weight (converted with it).
+    if (mlx->any() && (ends_with(t->name, ".scales") || ends_with(t->name, ".biases"))) {
+      const std::string module = t->name.substr(0, t->name.rfind('.'));
+      const safetensors::TensorInfo* w = owned->folder.find(module + ".weight");
+      if (w != nullptr && w->type == safetensors::ElementType::U32) continue;
+    }
+    const bool mlx_weight = mlx->any() && t->type == safetensors::ElementType::U32 && ends_with(t->name, ".weight");
     std::optional<Target> target = conv.map(t->name);
     if (!target) return Status::error(where + " has no place in a '" + conv.arch() + "' model (" + hf_arch + ")");
     if (target->name.empty() || (tied && target->name == "output.weight")) continue;
+    if (mlx_weight) {
+      const std::string module = t->name.substr(0, t->name.size() - 7);
+      std::optional<MlxQuant> q = mlx->global;
+      if (auto o = mlx->modules.find(module); o != mlx->modules.end()) q = o->second;
+      const safetensors::TensorInfo* sc = owned->folder.find(module + ".scales");
+      const safetensors::TensorInfo* bi = owned->folder.find(module + ".biases");
+      if (!q) return Status::error(where + ": U32 codes, but config.json's quantization leaves '" + module + "' unquantized");
+      if (sc == nullptr || bi == nullptr)
+        return Status::error(where + ": MLX-quantized weight without '" + module + (sc == nullptr ? ".scales" : ".biases") + "'");
+      if (target->expert >= 0) return Status::error(where + ": MLX-quantized experts are not supported");
+      gguf::TensorInfo g;
+      g.name = target->name;
+      SPECULA_RETURN_IF_ERROR(convert_mlx(*t, *sc, *bi, *q, *owned, &g, where));
+      if (target->transform == Transform::kPermuteQ || target->transform == Transform::kPermuteK) {
+        const int64_t heads = target->transform == Transform::kPermuteQ ? conv.n_heads : conv.n_kv_heads;
+        if (heads <= 0 || g.shape[1] % (2 * heads) != 0)
+          return Status::error(where + ": " + std::to_string(g.shape[1]) + " rows cannot be permuted over " +
+                               std::to_string(heads) + " heads");
+        permute_owned_rows(g, heads, *owned);
+      } else if (target->transform != Transform::kNone) {
+        return Status::error(where + ": an MLX-quantized tensor where the architecture needs floats");
+      }
+      ++mlx_tensors;
+      out.push_back(std::move(g));
+      continue;
+    }
     if (!t->dtype)
       return Status::error(where + ": dtype " + std::string(safetensors::element_type_name(t->type)) +
                            " is not supported (F32, F16, BF16)");
@@ -781,6 +956,7 @@ Result<gguf::GgufFile> open_folder(const std::string& path) {
     g.data = d;
     out.push_back(std::move(g));
   }
+  if (mlx_tensors > 0) conv.u32(".specula.source.mlx_quantized_tensors", mlx_tensors);
   for (auto& [name, data] : conv.extra()) {
     gguf::TensorInfo g;
     g.name = name;

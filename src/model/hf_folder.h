@@ -19,6 +19,13 @@
 //     into the rope_freqs.weight factors;
 //   - F32, F16 and BF16 tensors stay in the mapping (zero copy) unless a transform applies
 //     or the data is not aligned to its element size (then copied, aligned to 64);
+//   - MLX affine quantization (mlx-lm: config.json "quantization" (or "quantization_config")
+//     {"group_size", "bits", per-module overrides {...} or false}; X.weight U32 codes packed
+//     first-element-lowest as a little-endian bit stream per row, X.scales / X.biases
+//     [N, K / group_size]; w = scale * q + bias): 4-bit codes in groups of 32 or 64 (or 128)
+//     become Q4_1 blocks exactly (d = scale, m = bias as f16: exact for bf16/f16 scales within
+//     f16's range), every other width (2, 3, 5, 6, 8) exact F32 rows (scale * q is exact in
+//     f32); other quantization schemes (quant_method AWQ, GPTQ, ...) are refused by name;
 //   - tokenizer.json -> `tokenizer.huggingface.json` (the GGUF spec's key for the whole
 //     file), tokenizer_config.json's chat_template (string, or the "default" of a named
 //     list; or chat_template.jinja) -> `tokenizer.chat_template`, its add_bos_token /
@@ -29,7 +36,9 @@
 // Errors name the file and the field or tensor: "[hf] /m/config.json: 'num_attention_heads'
 // must be an integer in [1, 4096], got \"8\"". Architectures without a mapping are refused
 // naming the supported ones.
-// Does not read PyTorch .bin checkpoints, and does not tokenize (tokenizer/hf_tokenizer.h).
+// Does not read PyTorch .bin checkpoints or MLX-quantized MoE experts (switch_mlp), has no fast
+// kernel of its own for MLX 8-bit (exact f32 rows; --quantize q8_0 requantizes them), and does
+// not tokenize (tokenizer/hf_tokenizer.h).
 #pragma once
 
 #include <cstdint>

@@ -6,6 +6,7 @@
 // Also: bf16 folders against bf16 GGUFs, a sharded folder, and the errors for bad folders.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -125,6 +126,68 @@ TEST(HfFolder, EveryArchitectureWithAFolderMappingIsCovered) {
     EXPECT_TRUE(covered.count(a)) << a;
   EXPECT_GE(hf::hf_architectures().size(), 11u);
 }
+
+}  // namespace
+}  // namespace specula
+
+namespace specula {
+namespace {
+
+// MLX affine-quantized folders (tools/make_hf_folders.py mlx*: qwen2_w quantized as mlx-lm stores
+// it, packing checked against the real MLX by --check-mlx) against the same model with the
+// dequantized weights in f32 (hf_<name>_deq). 4-bit codes in groups of 32/64 become Q4_1 blocks
+// (the matmul then quantizes activations to Q8_1, as for any Q4_1 weight: close, not bitwise);
+// other widths become exact f32 rows: bitwise-equal logits.
+struct MlxCase {
+  const char* name;
+  bool bitwise;
+};
+
+class MlxFolderTest : public ::testing::TestWithParam<MlxCase> {};
+
+double rel_rms(const std::vector<float>& a, const std::vector<float>& b) {
+  double e = 0, r = 0;
+  for (size_t i = 0; i < a.size(); ++i) e += (a[i] - b[i]) * (a[i] - b[i]), r += a[i] * a[i];
+  return std::sqrt(e / r);
+}
+
+TEST_P(MlxFolderTest, LogitsMatchTheDequantizedWeights) {
+  const MlxCase c = GetParam();
+  ASSERT_EQ(write_error(c.name), "");
+  auto q = load_model(kDir + "/hf_" + c.name, ModelOptions{2, nullptr});
+  ASSERT_TRUE(q.is_ok()) << q.message();
+  auto d = load_model(kDir + "/hf_" + std::string(c.name) + "_deq", ModelOptions{2, nullptr});
+  ASSERT_TRUE(d.is_ok()) << d.message();
+  auto n_mlx = (*q)->file().get_uint("specula.source.mlx_quantized_tensors");
+  ASSERT_TRUE(n_mlx.is_ok()) << n_mlx.message();
+  EXPECT_GT(n_mlx.value(), 10u);
+  std::mt19937 rng(13);
+  std::vector<int32_t> ids(40);
+  for (auto& t : ids) t = 2 + static_cast<int32_t>(rng() % 500);
+  const std::vector<float> a = logits_of(**q, ids), b = logits_of(**d, ids);
+  ASSERT_EQ(a.size(), b.size());
+  const int64_t V = (*d)->info().n_vocab;
+  int top1 = 0;
+  for (size_t p = 0; p < a.size() / V; ++p)
+    top1 += testing::argmax(a.data() + p * V, V) == testing::argmax(b.data() + p * V, V);
+  const double err = rel_rms(b, a);
+  std::printf("[mlx %s] logits vs the dequantized f32 model: relative RMS %.5f, top-1 %d/%zu\n", c.name, err, top1,
+              a.size() / V);
+  if (c.bitwise) {
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << c.name;
+  } else {
+    // Q8_1 activation rounding only (these random models amplify it ~10x): measured 0.02-0.04.
+    EXPECT_LT(err, 0.08) << c.name;
+    EXPECT_GE(top1, static_cast<int>(0.85 * static_cast<double>(a.size() / V))) << c.name;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Mlx, MlxFolderTest,
+                         ::testing::Values(MlxCase{"mlx4_g32", false}, MlxCase{"mlx4_g64", false},
+                                           MlxCase{"mlx8_g32", true}, MlxCase{"mlx8_g64", true},
+                                           MlxCase{"mlx2_g64", true}, MlxCase{"mlx3_g32", true},
+                                           MlxCase{"mlx6_g64", true}),
+                         [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
 }  // namespace specula
