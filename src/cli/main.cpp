@@ -198,6 +198,7 @@ struct GenerateArgs {
   float temp = 0.8f, top_p = 0.95f, min_p = 0.05f, repeat_penalty = 1.0f;
   uint64_t seed = 0;
   bool seed_set = false, parse_special = false, greedy = false;
+  bool temp_set = false, top_k_set = false, top_p_set = false, min_p_set = false;  // given on the command line
   std::string draft_model, spec;
   int spec_depth = 4;
   std::string spec_accept = "exact";
@@ -301,10 +302,18 @@ int run_generate(const GenerateArgs& a) {
   EngineRequest req;
   req.prompt = ids;
   req.max_tokens = static_cast<int32_t>(std::min<int64_t>(a.n_predict, n_ctx - static_cast<int64_t>(ids.size())));
-  req.sampling.temperature = a.greedy ? 0.0f : a.temp;
+  req.sampling.temperature = a.temp;
   req.sampling.top_k = a.top_k;
   req.sampling.top_p = a.top_p;
   req.sampling.min_p = a.min_p;
+  // The model's generation_config.json defaults, for the options not given on the command line.
+  SamplingDefaults defaults = model_sampling_defaults(model.file());
+  if (a.temp_set) defaults.temperature.reset();
+  if (a.top_k_set) defaults.top_k.reset();
+  if (a.top_p_set) defaults.top_p.reset();
+  if (a.min_p_set) defaults.min_p.reset();
+  defaults.apply(req.sampling);
+  if (a.greedy) req.sampling.temperature = 0.0f;
   req.sampling.repeat_penalty = a.repeat_penalty;
   req.sampling.seed = a.seed_set ? a.seed : std::random_device{}();
   auto sink = std::make_shared<PrintSink>(*l->tok);
@@ -866,10 +875,15 @@ int main(int argc, char** argv) {
   gen->add_option("-m,--model", g.model, "GGUF model file (default: the Gemma 3 270M in the model cache)");
   gen->add_option("-p,--prompt", g.prompt, "Prompt text (default: a built-in prompt)");
   gen->add_option("-n,--n-predict", g.n_predict, "Tokens to generate (default 128)")->check(CLI::Range(1, 1 << 24));
-  gen->add_option("--temp", g.temp, "Temperature, 0 = greedy (default 0.8)")->check(CLI::Range(0.0f, 100.0f));
-  gen->add_option("--top-k", g.top_k, "Top-k, 0 = off (default 40)")->check(CLI::Range(0, 1 << 24));
-  gen->add_option("--top-p", g.top_p, "Top-p, 1 = off (default 0.95)")->check(CLI::Range(0.0f, 1.0f));
-  gen->add_option("--min-p", g.min_p, "Min-p, 0 = off (default 0.05)")->check(CLI::Range(0.0f, 1.0f));
+  // Defaults: the model's generation_config.json where it has one, else llama.cpp's.
+  auto* o_temp = gen->add_option("--temp", g.temp, "Temperature, 0 = greedy (default: the model's, else 0.8)")
+                     ->check(CLI::Range(0.0f, 100.0f));
+  auto* o_top_k = gen->add_option("--top-k", g.top_k, "Top-k, 0 = off (default: the model's, else 40)")
+                      ->check(CLI::Range(0, 1 << 24));
+  auto* o_top_p = gen->add_option("--top-p", g.top_p, "Top-p, 1 = off (default: the model's, else 0.95)")
+                      ->check(CLI::Range(0.0f, 1.0f));
+  auto* o_min_p = gen->add_option("--min-p", g.min_p, "Min-p, 0 = off (default: the model's, else 0.05)")
+                      ->check(CLI::Range(0.0f, 1.0f));
   gen->add_option("--repeat-penalty", g.repeat_penalty, "Repetition penalty, 1 = off (default 1)")->check(CLI::Range(0.01f, 100.0f));
   auto* seed_opt = gen->add_option("--seed", g.seed, "RNG seed (default: random, so each run differs)");
   gen->add_option("--quantize", g.quantize,
@@ -1016,6 +1030,10 @@ int main(int argc, char** argv) {
   try {
     if (*gen) {
       g.seed_set = seed_opt->count() > 0;
+      g.temp_set = o_temp->count() > 0;
+      g.top_k_set = o_top_k->count() > 0;
+      g.top_p_set = o_top_p->count() > 0;
+      g.min_p_set = o_min_p->count() > 0;
       return run_generate(g);
     }
     if (*bench) return run_bench(b);

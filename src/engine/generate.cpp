@@ -2,6 +2,7 @@
 #include "engine/generate.h"
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 
 namespace specula {
@@ -103,6 +104,21 @@ std::vector<int32_t> end_of_generation_ids(const tokenizer::Vocab& vocab, const 
   std::sort(ids.begin(), ids.end());
   ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
   return ids;
+}
+
+SamplingDefaults model_sampling_defaults(const gguf::GgufFile& file) {
+  SamplingDefaults d;
+  const auto num = [&](const char* key, double lo, double hi) -> std::optional<double> {
+    auto v = file.get_float(key);
+    if (!v || !std::isfinite(*v) || *v < lo || *v > hi) return std::nullopt;
+    return *v;
+  };
+  if (auto v = num("general.sampling.temp", 0.0, 100.0)) d.temperature = static_cast<float>(*v);
+  if (auto v = num("general.sampling.top_p", 1e-6, 1.0)) d.top_p = static_cast<float>(*v);
+  if (auto v = num("general.sampling.min_p", 0.0, 1.0)) d.min_p = static_cast<float>(*v);
+  if (auto v = file.get_int("general.sampling.top_k"); v && *v >= 0 && *v <= (int64_t{1} << 24))
+    d.top_k = static_cast<int32_t>(*v);
+  return d;
 }
 
 }  // namespace specula

@@ -52,4 +52,9 @@ Result<GenerateResult> generate(Model& model, StateRows& cache, int32_t row, con
 // <|endoftext|>, <|end|> (what llama.cpp treats as end of generation).
 std::vector<int32_t> end_of_generation_ids(const tokenizer::Vocab& vocab, const gguf::GgufFile& file);
 
+// The model's sampling defaults: general.sampling.temp / top_p / min_p / top_k when present
+// (llama.cpp's keys; a Hugging Face folder's generation_config.json, model/hf_folder.h), values
+// outside the sampler's ranges ignored.
+SamplingDefaults model_sampling_defaults(const gguf::GgufFile& file);
+
 }  // namespace specula

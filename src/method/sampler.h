@@ -38,6 +38,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <deque>
 #include <unordered_map>
 #include <utility>
@@ -68,6 +69,21 @@ struct SamplingParams {
   // Checks every field against n_vocab; messages look like
   // "[sampler] top_p must be in (0, 1], got 1.5".
   Status validate(int32_t n_vocab) const;
+};
+
+// A model's own sampling defaults (a Hugging Face folder's generation_config.json, stored as
+// general.sampling.*; engine/generate.h model_sampling_defaults), applied to the fields a user
+// or client left unset — as vLLM does with a model's generation config.
+struct SamplingDefaults {
+  std::optional<float> temperature, top_p, min_p;
+  std::optional<int32_t> top_k;
+  void apply(SamplingParams& s) const {
+    if (temperature) s.temperature = *temperature;
+    if (top_p) s.top_p = *top_p;
+    if (min_p) s.min_p = *min_p;
+    if (top_k) s.top_k = *top_k;
+  }
+  bool empty() const { return !temperature && !top_p && !min_p && !top_k; }
 };
 
 // xoshiro256** 1.0 (Blackman & Vigna, https://prng.di.unimi.it/xoshiro256starstar.c),

@@ -184,7 +184,8 @@ std::variant<json, ApiError> parse_body_object(const std::string& body) {
   return j;
 }
 
-std::variant<CompletionParams, ApiError> parse_completion_request(const std::string& body, Endpoint endpoint) {
+std::variant<CompletionParams, ApiError> parse_completion_request(const std::string& body, Endpoint endpoint,
+                                                                  const SamplingDefaults& defaults) {
   auto parsed = parse_body_object(body);
   if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
   const json& j = std::get<json>(parsed);
@@ -197,6 +198,7 @@ std::variant<CompletionParams, ApiError> parse_completion_request(const std::str
   c.sampling.top_k = 40;
   c.sampling.top_p = 0.95f;
   c.sampling.min_p = 0.05f;
+  defaults.apply(c.sampling);
 
   if (const json* m = p.get("model")) {
     if (!m->is_string()) return ApiError{400, "'model' must be a string, got " + shown(*m), "invalid_request_error", "model", ""};

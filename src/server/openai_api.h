@@ -6,7 +6,8 @@
 // chat, "Error codes") for field names, types and the error body
 // {"error": {"message", "type", "param", "code"}}; sampling defaults for omitted fields are
 // llama-server's (temperature 0.8, top_k 40, top_p 0.95, min_p 0.05), since specula is a
-// drop-in for it. Nothing requested is silently dropped: a field is read, or on a stated
+// drop-in for it, unless the model states its own (a Hugging Face folder's
+// generation_config.json; as vLLM). Nothing requested is silently dropped: a field is read, or on a stated
 // list of fields that change nothing, or refused with a 400 naming it (see
 // parse_completion_request).
 // Does not tokenize, render chat templates or talk HTTP (server.cpp does).
@@ -150,7 +151,10 @@ struct CompletionParams {
 
 // Parses a body for `endpoint`. Every wrong type or value is an ApiError naming the field
 // ("'temperature' must be a number in [0, 2], got \"hot\"").
-std::variant<CompletionParams, ApiError> parse_completion_request(const std::string& body, Endpoint endpoint);
+// `defaults`: the model's sampling defaults (generation_config.json), which replace
+// llama-server's for the fields the body leaves out.
+std::variant<CompletionParams, ApiError> parse_completion_request(const std::string& body, Endpoint endpoint,
+                                                                  const SamplingDefaults& defaults = {});
 
 // One generated token's logprob entry as the API reports it.
 struct TokenLogprob {

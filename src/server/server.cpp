@@ -68,6 +68,7 @@ struct Server::Impl {
   std::unique_ptr<Model> model;
   std::unique_ptr<tokenizer::Tokenizer> tok;
   std::optional<tokenizer::ChatTemplate> chat_template;
+  SamplingDefaults sampling_defaults;  // the model's generation_config.json, if any
   ToolFormat tool_format = ToolFormat::kNone;  // how the template's model writes tool calls
   std::string default_pooling = "mean";        // embeddings (--pooling, or the GGUF's pooling_type)
   std::string chat_template_origin;  // "model metadata" / "file"
@@ -133,6 +134,7 @@ Result<std::unique_ptr<Server>> Server::create(std::unique_ptr<Model> model, Ser
   }
   if (options.model_id.empty()) options.model_id = model->info().name.empty() ? "model" : model->info().name;
   if (options.engine.eog_ids.empty()) options.engine.eog_ids = end_of_generation_ids(impl->tok->vocab(), model->file());
+  impl->sampling_defaults = model_sampling_defaults(model->file());
   auto engine = Engine::create(*model, options.engine);
   if (!engine) return engine.status();
   impl->engine = std::move(engine).value();
@@ -460,7 +462,7 @@ void Server::Impl::handle_embeddings(const http::Request& req, http::Exchange& e
 // POST /apply-template {a chat request} -> {"prompt": the rendered chat prompt} (llama-
 // server's route): the text the model would see, before tokenization.
 void Server::Impl::handle_apply_template(const http::Request& req, http::Exchange& ex) {
-  auto parsed = parse_completion_request(req.body, Endpoint::kChat);
+  auto parsed = parse_completion_request(req.body, Endpoint::kChat, sampling_defaults);
   if (auto* e = std::get_if<ApiError>(&parsed)) return send_error(ex, *e);
   const CompletionParams& c = std::get<CompletionParams>(parsed);
   if (!chat_template)
@@ -811,7 +813,7 @@ bool Server::Impl::authorized(const http::Request& req, http::Exchange& ex) {
 }
 
 void Server::Impl::handle_completion(const http::Request& req, http::Exchange& ex, Endpoint endpoint) {
-  auto parsed = parse_completion_request(req.body, endpoint);
+  auto parsed = parse_completion_request(req.body, endpoint, sampling_defaults);
   if (auto* e = std::get_if<ApiError>(&parsed)) return send_error(ex, *e);
   CompletionParams& c = std::get<CompletionParams>(parsed);
   OpenAiFormat fmt(endpoint);

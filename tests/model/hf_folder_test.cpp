@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/hf_folder.h"
+#include "engine/generate.h"
 #include "model/model.h"
 #include "../test_util.h"
 
@@ -117,6 +118,49 @@ TEST_P(HfFolderTest, FolderLogitsEqualGgufBitwise) {
 
 INSTANTIATE_TEST_SUITE_P(Models, HfFolderTest, ::testing::ValuesIn(kModels),
                          [](const auto& info) { return info.param.first; });
+
+// generation_config.json: end-of-generation ids and sampling defaults reach the metadata;
+// tokenizer_config.json's chat template (a named list) and texts too; bad values are errors
+// naming the file and key.
+TEST(HfFolder, GenerationAndTokenizerConfigs) {
+  ASSERT_EQ(write_error("qwen2_t"), "");
+  const fs::path src = kDir + "/hf_qwen2_t";
+  const fs::path dir = kDir + "/hf_qwen2_t_configs." + std::to_string(::getpid());
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  for (const auto& e : fs::directory_iterator(src)) fs::copy(e.path(), dir / e.path().filename());
+  const auto write = [&](const std::string& name, const std::string& text) {
+    std::ofstream(dir / name) << text;
+  };
+  write("generation_config.json", R"({"do_sample": true, "temperature": 0.7, "top_p": 0.8, "top_k": 20,
+                                      "eos_token_id": [1, 5]})");
+  write("tokenizer_config.json", R"({"add_bos_token": false, "eos_token": {"content": "tok1"},
+      "chat_template": [{"name": "tool_use", "template": "T"}, {"name": "default", "template": "D"}]})");
+  auto f = open_model_file(dir.string());
+  ASSERT_TRUE(f.is_ok()) << f.message();
+  const SamplingDefaults d = model_sampling_defaults(*f);
+  EXPECT_FLOAT_EQ(d.temperature.value_or(-1), 0.7f);
+  EXPECT_FLOAT_EQ(d.top_p.value_or(-1), 0.8f);
+  EXPECT_EQ(d.top_k.value_or(-1), 20);
+  EXPECT_FALSE(d.min_p.has_value());
+  EXPECT_EQ(f->get_i32_array("specula.generation.eos_token_ids").value(), (std::vector<int32_t>{1, 5}));
+  EXPECT_EQ(f->get_string("tokenizer.chat_template").value(), "D");
+  EXPECT_EQ(f->get_string("specula.tokenizer.eos_token").value(), "tok1");
+  EXPECT_FALSE(f->get_bool("tokenizer.ggml.add_bos_token").value());
+  write("generation_config.json", R"({"do_sample": false, "temperature": 0.7})");
+  auto g = open_model_file(dir.string());
+  ASSERT_TRUE(g.is_ok()) << g.message();
+  EXPECT_FLOAT_EQ(model_sampling_defaults(*g).temperature.value_or(-1), 0.0f);  // greedy
+  write("generation_config.json", R"({"eos_token_id": "x"})");
+  auto h = open_model_file(dir.string());
+  ASSERT_FALSE(h.is_ok());
+  EXPECT_NE(h.message().find("generation_config.json: 'eos_token_id'"), std::string::npos) << h.message();
+  write("generation_config.json", R"({"top_p": 7})");
+  auto i = open_model_file(dir.string());
+  ASSERT_FALSE(i.is_ok());
+  EXPECT_NE(i.message().find("'top_p' must be a number in [0, 1], got 7"), std::string::npos) << i.message();
+  fs::remove_all(dir);
+}
 
 TEST(HfFolder, EveryArchitectureWithAFolderMappingIsCovered) {
   std::set<std::string> covered;

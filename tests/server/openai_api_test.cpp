@@ -31,6 +31,20 @@ ApiError bad(const std::string& body, Endpoint e = Endpoint::kCompletions) {
   return std::get<ApiError>(r);
 }
 
+TEST(OpenAiApi, TheModelsGenerationConfigReplacesTheDefaultsOfOmittedFields) {
+  SamplingDefaults d;
+  d.temperature = 0.7f;
+  d.top_p = 0.8f;
+  d.top_k = 20;
+  auto r = parse_completion_request(R"({"prompt": "hi", "top_p": 0.5})", Endpoint::kCompletions, d);
+  ASSERT_TRUE(std::holds_alternative<CompletionParams>(r));
+  const SamplingParams& s = std::get<CompletionParams>(r).sampling;
+  EXPECT_FLOAT_EQ(s.temperature, 0.7f);
+  EXPECT_EQ(s.top_k, 20);
+  EXPECT_FLOAT_EQ(s.top_p, 0.5f);  // given by the client
+  EXPECT_FLOAT_EQ(s.min_p, 0.05f); // not in the model's config: llama-server's
+}
+
 TEST(OpenAiApi, DefaultsAreLlamaServers) {
   CompletionParams c = ok(R"({"prompt": "hi"})");
   EXPECT_EQ(c.prompt_text, "hi");
