@@ -13,8 +13,11 @@ NFC, added tokens for control / user-defined tokens) — what Qwen's own tokeniz
 otherwise pass --tokenizer-json (e.g. the Gemma 3 file from tools/fetch_hf_tokenizers.py).
 Shards above --shard-mb go into model-0000N-of-0000M.safetensors with an index.
 
+With --mlx BITS:GROUP the matrices are written MLX affine-quantized instead (mlx-lm's layout,
+tools/make_hf_folders.py mlx_quantize) with scales and biases in --dtype.
+
 Usage: python3 tools/gguf_to_hf.py MODEL.gguf OUT_DIR [--dtype bf16|f16|f32] [--tokenizer-json FILE]
-       [--shard-mb 2000]
+       [--shard-mb 2000] [--mlx 4:64]
 """
 import argparse
 import json
@@ -88,6 +91,7 @@ def main():
     ap.add_argument("--dtype", default="bf16", choices=["bf16", "f16", "f32"])
     ap.add_argument("--tokenizer-json")
     ap.add_argument("--shard-mb", type=int, default=2000)
+    ap.add_argument("--mlx", metavar="BITS:GROUP", help="write MLX affine-quantized weights (mlx-lm layout), e.g. 4:64")
     args = ap.parse_args()
     from safetensors.numpy import save_file
 
@@ -111,17 +115,24 @@ def main():
             arrays[k] = v.astype(np.float16)
         else:
             arrays[k] = v
-    with open(os.path.join(tmp, "config.json"), "w") as f:
-        json.dump(cfg, f, indent=1)
+    shards = []
+    if args.mlx:
+        bits, group = (int(x) for x in args.mlx.split(":"))
+        mhf.write_mlx(out, cfg, dict(bits=bits, group_size=group, dtype=args.dtype if args.dtype != "f32" else "f16"), tmp)
+        arrays = {}
+    else:
+        with open(os.path.join(tmp, "config.json"), "w") as f:
+            json.dump(cfg, f, indent=1)
     # shards of at most --shard-mb (by name order)
-    shards, cur, size = [], {}, 0
+    cur, size = {}, 0
     for k in sorted(arrays):
         if cur and size + arrays[k].nbytes > args.shard_mb << 20:
             shards.append(cur)
             cur, size = {}, 0
         cur[k] = arrays[k]
         size += arrays[k].nbytes
-    shards.append(cur)
+    if cur:
+        shards.append(cur)
     weight_map = {}
     for i, part in enumerate(shards):
         name = "model.safetensors" if len(shards) == 1 else f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"

@@ -489,7 +489,7 @@ def write_mlx(out, cfg, spec, folder):
     qc.update(overrides)
     cfg["quantization"] = qc
     cfg["quantization_config"] = qc
-    os.makedirs(folder)
+    os.makedirs(folder, exist_ok=True)
     with open(os.path.join(folder, "config.json"), "w") as f:
         json.dump(cfg, f, indent=1)
     path = os.path.join(folder, "model.safetensors")

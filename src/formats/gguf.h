@@ -91,6 +91,11 @@ class GgufFile {
   static Result<GgufFile> assemble(std::string origin, std::map<std::string, Value> kv,
                                    std::vector<std::string> keys, std::vector<TensorInfo> tensors,
                                    std::shared_ptr<const void> owner);
+  // For an assembled file: the names its tensors and keys had in their source (a Hugging Face
+  // folder's tensor names, config.json keys), so errors can name what the user has. Empty
+  // for a file read from disk.
+  const std::map<std::string, std::string>& source_names() const { return source_names_; }
+  void set_source_names(std::map<std::string, std::string> names) { source_names_ = std::move(names); }
 
   uint32_t version() const { return version_; }
   uint64_t alignment() const { return alignment_; }
@@ -121,6 +126,7 @@ class GgufFile {
   friend class Parser;
   std::shared_ptr<MappedFile> file_;  // null when parsed from memory
   std::shared_ptr<const void> owner_;  // assemble(): what the tensors point into
+  std::map<std::string, std::string> source_names_;
   std::string origin_;
   size_t size_ = 0;
   uint32_t version_ = 0;

@@ -353,7 +353,10 @@ void standard_config(Config& cfg, Conversion& c) {
   c.u32("context_length", cfg.i("max_position_embeddings", 1, int64_t{1} << 26, 4096));
   c.u32("embedding_length", n_embd);
   c.u32("block_count", cfg.i("num_hidden_layers", 1, 4096));
-  if (cfg.has("intermediate_size")) c.u32("feed_forward_length", cfg.i("intermediate_size", 1, int64_t{1} << 24));
+  c.u32("feed_forward_length", cfg.i("intermediate_size", 1, int64_t{1} << 24));
+  if (n_heads > 0 && n_kv > 0 && n_heads % n_kv != 0)
+    cfg.fail("'num_key_value_heads' " + std::to_string(n_kv) + " must divide 'num_attention_heads' " +
+             std::to_string(n_heads));
   c.u32("attention.head_count", n_heads);
   c.u32("attention.head_count_kv", n_kv);
   int64_t head_dim = n_heads > 0 ? n_embd / n_heads : 0;
@@ -618,10 +621,12 @@ Status read_side_files(const fs::path& dir, Conversion& c) {
     if (!g) return g.status();
     if (const json* e = g->find("eos_token_id")) {
       std::vector<int64_t> ids;
+      const bool list = e->is_array() && std::all_of(e->begin(), e->end(), [](const json& x) { return x.is_number_integer(); });
       if (e->is_number_integer()) ids.push_back(e->get<int64_t>());
-      else if (auto v = g->ints("eos_token_id")) ids = *v;
+      else if (list) ids = e->get<std::vector<int64_t>>();
+      if (!e->is_number_integer() && !list) g->bad("eos_token_id", "a token id or a list of token ids", *e);
       for (int64_t id : ids)
-        if (id < 0 || id > INT32_MAX) g->bad("eos_token_id", "token ids", *e);
+        if (id < 0 || id > INT32_MAX) g->bad("eos_token_id", "token ids in [0, 2^31)", *e);
       if (g->status().is_ok()) c.i32s(".specula.generation.eos_token_ids", ids);
     }
     const bool sample = g->b("do_sample", true);
@@ -800,6 +805,8 @@ Result<gguf::GgufFile> open_folder(const std::string& path) {
   fs::path dir = path;
   if (fs::is_regular_file(dir, ec)) dir = dir.parent_path();
   const std::string config_path = (dir / "config.json").string();
+  if (fs::exists(config_path, ec) && !fs::is_regular_file(config_path, ec))
+    return Status::error("[hf] " + config_path + ": not a regular file");
   if (!fs::is_regular_file(config_path, ec))
     return Status::error("[hf] " + dir.string() + ": no config.json (not a Hugging Face model folder)");
   auto text = read_text(config_path, kMaxConfigBytes);
@@ -843,6 +850,7 @@ Result<gguf::GgufFile> open_folder(const std::string& path) {
     return n.size() > suffix.size() && n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0;
   };
   int64_t mlx_tensors = 0;
+  std::map<std::string, std::string> source_names;  // GGUF name -> folder name
   for (const safetensors::TensorInfo* t : owned->folder.tensors()) {
     const std::string where = "[hf] " + dir.string() + ": tensor '" + t->name + "'";
     // MLX: X.scales / X.biases belong to the U32 X.weight (converted with it).
@@ -878,6 +886,7 @@ Result<gguf::GgufFile> open_folder(const std::string& path) {
         return Status::error(where + ": an MLX-quantized tensor where the architecture needs floats");
       }
       ++mlx_tensors;
+      source_names[g.name] = t->name;
       out.push_back(std::move(g));
       continue;
     }
@@ -929,6 +938,7 @@ Result<gguf::GgufFile> open_folder(const std::string& path) {
         break;
       }
     }
+    source_names[g.name] = t->name;
     out.push_back(std::move(g));
   }
   if (!tied && std::none_of(out.begin(), out.end(), [](const gguf::TensorInfo& g) { return g.name == "output.weight"; }))
@@ -968,8 +978,34 @@ Result<gguf::GgufFile> open_folder(const std::string& path) {
     g.data = d;
     out.push_back(std::move(g));
   }
-  return gguf::GgufFile::assemble(dir.string(), std::move(conv.kv()), std::move(conv.keys()), std::move(out),
-                                  std::shared_ptr<const void>(owned, owned.get()));
+  // Names of tensors the folder lacks, for errors about missing ones: the rule applied to the
+  // usual names of each layer (and the global ones).
+  if (auto n = conv.kv().find(conv.arch() + ".block_count"); n != conv.kv().end()) {
+    static const char* kLayerNames[] = {
+        "input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
+        "self_attn.o_proj.weight", "self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias",
+        "self_attn.q_norm.weight", "self_attn.k_norm.weight", "post_attention_layernorm.weight",
+        "pre_feedforward_layernorm.weight", "post_feedforward_layernorm.weight", "mlp.gate_proj.weight",
+        "mlp.up_proj.weight", "mlp.down_proj.weight", "mlp.gate.weight", "self_attn.qkv_proj.weight",
+        "mlp.gate_up_proj.weight"};
+    std::vector<std::string> names = {"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"};
+    for (uint64_t il = 0; il < std::min<uint64_t>(n->second.u, 4096); ++il)
+      for (const char* suffix : kLayerNames) names.push_back("model.layers." + std::to_string(il) + "." + suffix);
+    for (const std::string& hf_name : names)
+      if (auto t = conv.map(hf_name); t && !t->name.empty() && t->expert < 0) source_names.emplace(t->name, hf_name);
+  }
+  // The config.json keys behind the standard metadata keys (for errors).
+  for (const auto& [gguf_key, hf_key] :
+       {std::pair{"block_count", "num_hidden_layers"}, std::pair{"embedding_length", "hidden_size"},
+        std::pair{"feed_forward_length", "intermediate_size"}, std::pair{"attention.head_count", "num_attention_heads"},
+        std::pair{"attention.head_count_kv", "num_key_value_heads"},
+        std::pair{"context_length", "max_position_embeddings"}, std::pair{"attention.key_length", "head_dim"},
+        std::pair{"attention.layer_norm_rms_epsilon", "rms_norm_eps"}, std::pair{"rope.freq_base", "rope_theta"}})
+    source_names[conv.arch() + "." + gguf_key] = std::string("config.json: ") + hf_key;
+  auto f = gguf::GgufFile::assemble(dir.string(), std::move(conv.kv()), std::move(conv.keys()), std::move(out),
+                                    std::shared_ptr<const void>(owned, owned.get()));
+  if (f) f->set_source_names(std::move(source_names));
+  return f;
 }
 
 }  // namespace specula::hf

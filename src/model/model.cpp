@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <mutex>
 
@@ -37,8 +38,32 @@ std::vector<std::string> registered_architectures() {
   return names;
 }
 
+namespace {
+// An architecture's error about a file assembled from a Hugging Face folder, in the folder's
+// terms: each quoted GGUF tensor or key name gains the name it has in the folder.
+Status in_source_terms(const Status& st, const gguf::GgufFile& f) {
+  if (st.is_ok() || f.source_names().empty()) return st;
+  const std::string& m = st.message();
+  std::string out;
+  size_t i = 0;
+  while (i < m.size()) {
+    const size_t open = m.find('\'', i);
+    const size_t close = open == std::string::npos ? std::string::npos : m.find('\'', open + 1);
+    if (close == std::string::npos) break;
+    out.append(m, i, close + 1 - i);
+    auto it = f.source_names().find(m.substr(open + 1, close - open - 1));
+    if (it != f.source_names().end())
+      out += it->second.rfind("config.json", 0) == 0 ? " (" + it->second + ")" : " ('" + it->second + "' in the folder)";
+    i = close + 1;
+  }
+  out.append(m, i, std::string::npos);
+  return Status::error("[hf] " + f.path() + ": " + out);
+}
+}  // namespace
+
 Result<gguf::GgufFile> open_model_file(const std::string& path) {
-  const bool folder = hf::is_model_folder(path) ||
+  std::error_code ec;
+  const bool folder = std::filesystem::is_directory(path, ec) || hf::is_model_folder(path) ||
                       (path.size() > 12 && path.compare(path.size() - 12, 12, ".safetensors") == 0);
   return folder ? hf::open_folder(path) : gguf::GgufFile::open(path);
 }
@@ -71,10 +96,13 @@ Result<std::unique_ptr<Model>> load_model(const std::string& path, const ModelOp
     ctx.quantize_seconds = qs.seconds;
   }
   ctx.file = std::make_shared<gguf::GgufFile>(std::move(f).value());
+  const std::shared_ptr<gguf::GgufFile> file = ctx.file;
   ctx.kernels = &kernels::active();
   const char* env = std::getenv("SPECULA_REPACK");
   ctx.repack = options.repack && !(env != nullptr && std::string(env) == "0");
-  return it->second(std::move(ctx));
+  auto model = it->second(std::move(ctx));
+  if (!model) return in_source_terms(model.status(), *file);
+  return model;
 }
 
 Result<StateRows> new_state(const Model& model, const CacheOptions& options, int64_t max_length) {

@@ -98,8 +98,10 @@ Result<gguf::GgufFile> quantize_weights(const gguf::GgufFile& file, DType type, 
   std::vector<std::string> keys = owner->source.metadata_keys();
   std::map<std::string, gguf::Value> kv = owner->source.metadata();
   const std::string origin = owner->source.path();
-  return gguf::GgufFile::assemble(origin, std::move(kv), std::move(keys), std::move(out),
-                                  std::shared_ptr<const void>(owner, owner.get()));
+  auto r = gguf::GgufFile::assemble(origin, std::move(kv), std::move(keys), std::move(out),
+                                    std::shared_ptr<const void>(owner, owner.get()));
+  if (r) r->set_source_names(file.source_names());
+  return r;
 }
 
 }  // namespace specula
