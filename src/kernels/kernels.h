@@ -132,7 +132,7 @@ const KernelTable& generic_table();
 // The AVX2+FMA+F16C table, or nullptr if this CPU/OS cannot run it or it was not built.
 const KernelTable* avx2_table();
 // The AVX-512 table (F, BW, VL, DQ and VNNI, with the OS saving ZMM state), or nullptr:
-// the AVX2 table plus packed-weight gemms (Q4_K, Q5_K, Q6_K, Q4_0, Q5_0, Q8_0, F16, BF16) with
+// the AVX2 table plus packed-weight gemms (Q4_K, Q5_K, Q6_K, Q4_0, Q4_1, Q5_0, Q8_0, F16, BF16) with
 // vpdpbusd and ZMM forms of the blocked attention kernels.
 const KernelTable* avx512_table();
 // The AVX-VNNI table (AVX2 machines with VEX vpdpbusd, e.g. without AVX-512), or nullptr:

@@ -35,7 +35,7 @@ std::vector<const KernelTable*> packed_tables() {
   if (packed_tables().empty()) \
   GTEST_SKIP() << "no AVX-512 VNNI or AVX-VNNI on this CPU (" << cpu_features() << ")"
 
-const DType kPackedTypes[] = {DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q4_0,
+const DType kPackedTypes[] = {DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q4_0, DType::Q4_1,
                               DType::Q5_0, DType::Q8_0, DType::F16,  DType::BF16};
 
 // The packed form of w [N, K] in a 64-byte aligned buffer (gemm_packed's requirement),

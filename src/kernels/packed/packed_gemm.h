@@ -20,7 +20,7 @@ struct PackedGemm {
 };
 
 // The packed form of weight type t in each tier, or all null (types: Q4_K, Q5_K, Q6_K,
-// Q4_0, Q5_0, Q8_0, F16, BF16). Only call a tier's function on a CPU that runs it.
+// Q4_0, Q4_1, Q5_0, Q8_0, F16, BF16). Only call a tier's function on a CPU that runs it.
 namespace avx512 {
 PackedGemm packed_gemm(DType t);
 }
