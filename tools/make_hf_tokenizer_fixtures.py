@@ -3,9 +3,10 @@
 
 Writes tests/fixtures/hf_tokenizer_reference.json, the oracle for specula's tokenizer.json
 implementation, from the `tokenizers` package (PyPI; `pip install tokenizers`) run on the real
-tokenizer.json files of Llama 3, Qwen 3, Gemma 3 and DeepSeek V3 that
-tools/fetch_hf_tokenizers.py places in ${SPECULA_CACHE:-~/.cache/specula}/tokenizers/<name>/
-(this script runs it first; every file is checked against the pinned sha256).
+tokenizer.json files of Llama 3, Qwen 3, Gemma 3, DeepSeek V3, Llama 2, Gemma (1), Qwen 2.5 and
+GPT-4o (o200k) that tools/fetch_hf_tokenizers.py places in
+${SPECULA_CACHE:-~/.cache/specula}/tokenizers/<name>/ (this script runs it first; every file is
+checked against the pinned sha256).
 
 The corpus (>= 1,000 strings) is built deterministically: hand-written seeds (many scripts, emoji
 with ZWJ / skin tones / flags / variation selectors, code, whitespace runs incl. NBSP, U+3000,
@@ -14,7 +15,12 @@ punctuation runs, combining marks and NFD / Hangul jamo input, NFKC-relevant cha
 of recent Unicode versions, unassigned and private-use code points, long words and 500-char
 strings, the empty string, single characters, every tokenizer's special-token texts embedded in
 text and broken variants of them), then random mixtures of all of these from a seeded
-random.Random. Only valid Unicode scalar values (no lone surrogates).
+random.Random. Then, appended so that the strings before keep their indices, the additions for
+the second four files: spaces at either end and around special tokens (SentencePiece-style
+Prepend / Replace normalizers, byte fallback, the Strip decoder), camelCase / ALLCAPS / title-case
+words, modifier letters and marks, contractions in every case (o200k's pattern), digit runs and
+'/' after punctuation, their added tokens, and random mixtures of these from a second generator.
+Only valid Unicode scalar values (no lone surrogates).
 
 For each tokenizer and each corpus string, one case:
   ids              tok.encode(text, add_special_tokens=False).ids (special tokens in the text
@@ -22,9 +28,16 @@ For each tokenizer and each corpus string, one case:
   ids_no_special   the same with tok.encode_special_tokens = True (special tokens in the text
                    are tokenized as plain text; non-special added tokens still match);
   decoded          tok.decode(ids, skip_special_tokens=False), only when it differs from text;
-  ids_with_special tok.encode(text, add_special_tokens=True).ids, for the first 50 strings only.
+  ids_with_special tok.encode(text, add_special_tokens=True).ids, for the first 50 strings and
+                   the SentencePiece edge cases (SPM_FIRST) only.
 Per tokenizer: npm package and version, sha256 of tokenizer.json, n_vocab
-(get_vocab_size(with_added_tokens=True)). The file is written compactly (UTF-8, no ASCII
+(get_vocab_size(with_added_tokens=True): the distinct tokens, not the highest id + 1), and
+decode_cases: id sequences no encode gives (byte tokens that are not whole UTF-8 characters,
+special / added / space tokens first, ids the vocabulary lacks, seeded random ids) with
+tok.decode(ids, skip_special_tokens=False).
+Once for all: regex, a sample text (code points where Unicode 14 and 16 differ, random code
+points, words) and, for each of REGEX_PATTERNS (Oniguruma syntax that specula rewrites for
+PCRE2), what a Split pre-tokenizer on it with behaviour "removed" leaves of the text. The file is written compactly (UTF-8, no ASCII
 escaping). Also prints, per tokenizer, the corpus strings whose decode(encode(x)) != x.
 
 Usage: python3 tools/make_hf_tokenizer_fixtures.py [--cache DIR] [--out PATH]
@@ -345,6 +358,66 @@ CHAR_RANGES = [
     (0x10000, 0x1007f), (0x16fe0, 0x16fff), (0x1e000, 0x1e0ff), (0x31350, 0x323af),
 ]
 
+# ---------------------------------------------------------------------------------------------
+# Additions for the second set of tokenizers (Llama 2, Gemma 1, Qwen2.5, GPT-4o). They are
+# appended after the corpus above, which stays exactly as it was (same seed, the same added-token
+# samples of the first four files), so its strings keep their indices.
+
+ORIGINAL = ("llama3", "qwen3", "gemma3", "deepseek_v3")
+
+# SentencePiece-style files (Prepend / Replace normalizers, byte fallback, the Strip decoder):
+# spaces at either end, around special tokens, the literal U+2581 and byte-token texts. These
+# also get ids_with_special.
+SPM_FIRST = [
+    " hello", "  hello", "   hello", "hello ", "hello  ", "hello   ", " hello ", "  hello  ",
+    "\thello", "hello\t", "\nhello", "hello\n", " \nhello", "hello\n ", "\u00a0hello",
+    "<s>", "</s>", "<s> hello", "<s>hello", " <s>hello", "<s>  hello", "hello</s>", "hello </s>",
+    "hello</s> ", "</s> hello", "<s><s></s>", "<unk>", "a<unk>b", " <unk> ", "<bos> hi", " <bos>",
+    "hi<eos> ", "<pad> ", "▁hello", "▁ hello", " ▁hello", "▁▁", "▁ ▁", "<0x41>", "<0x0A>\n",
+    "🦙 llama", " 🦙", "\U00031350 x", " \x00", "x\x7f ", "\u2581\u2581 \u2581",
+    "Hello World", " Hello World ", "[INST] hi [/INST]", "<s>[INST] <<SYS>>\nsys\n<</SYS>>\n\nhi [/INST]",
+]
+
+# o200k's pattern: runs of upper-case letters before lower-case ones, title case, modifier and
+# other letters, marks, contractions in any case (and their case-folding equivalents), digits
+# in threes, '/' and line breaks after punctuation.
+CASE_WORDS = [
+    "camelCase", "camelCaseWord", "lowerCamelCaseIdentifierName", "PascalCase", "XMLHttpRequest",
+    "HTTPServer", "getHTTPResponseCode", "parseJSONString", "iOS", "macOS", "iPhoneXS", "McDonald's",
+    "ALLCAPS", "ALL CAPS WORDS", "NASA's", "NASA'S", "U.S.A.", "A", "Aa", "aA", "AaA", "aAa",
+    "ABCdef", "abcDEF", "ABCdefGHI", "a1B2c3", "ABC123def", "OpenAI GPT-4o", "GPT4o", "x86_64",
+    "snake_Case_MIXED", "SCREAMING_SNAKE_CASE", "dromedaryCASE", "ÉCOLE école Écoles", "ÀÉÎÕÜ",
+    "E\u0301COLE", "e\u0301cole", "ÉcoleNormale", "ΑθήναΕλλάδα", "МоскваРОССИЯ", "ЖжЖж",
+    "ǅemal ǈubljana ǋegoš", "ǅǅǅ", "ᾈᾉᾊ ᾀ", "Ǆǅǆ", "ʰʲʷ", "aʰb", "Aʰ", "ˈstress", "ー", "カーテン",
+    "スーパーマン", "々", "人々", "ｰｰ", "ªº", "Aª", "ßẞ", "ǰ", "İstanbul", "ǉubljana", "ﬁNAL",
+    "ⓐⓑⓒ ⒶⒷⒸ", "ᏣᎳᎩ ꮳꮃꭹ", "ႠႡႢ ⴀⴁ Ა Ბ", "\U00010d50\U00010d70\U00010d71",
+    "\U00010d70\U00010d50", "\ua7cb\ua7cd \ua7da\ua7db\ua7dc", "\u1c89\u1c8a", "\U0001e030a",
+    "A\U0001e030", "\U0001e4d0a", "\U00016d40\U00016d43", "\U0001171e",
+    "Naïve Café", "NAÏVE CAFÉ", "日本語English", "EnglishЖ", "Ж日本",
+]
+O200K_CONTRACTIONS = [
+    "don't", "DON'T", "Don't", "dON'T", "I'm", "I'M", "i'M", "you're", "You'RE", "YOU'Re",
+    "we've", "WE'VE", "he'd", "HE'D", "she'll", "SHE'LL", "She'Ll", "it's", "IT'S", "It'S",
+    "NASA's mission's", "John'sBook", "JOHN'sbook", "camelCase's", "ABC'd", "ǅemal's",
+    "it'ſ", "IT'ſ", "it'\u212a", "i'ǉ", "it’s", "it`s", "'s'S's", "x'sy", "XY'SZ", "a'b'c'd",
+    "l'homme L'HOMME", "o'clock O'CLOCK", "'twas 'Twas", "rock'n'roll", "'", "''", "Ж's", "日本's",
+]
+O200K_MISC = [
+    "1", "12", "123", "1234", "12345", "123456", "1234567", "12345678901", "1,234,567", "3.14159265",
+    "a/b/c", "path/to/file.txt", "/usr/local/bin/", "http://x.com/a/b/", "!/", "!/\n", ")//", "?!\n\n",
+    "...\r\n", "--\n/", "a+/b", " //comment", "x /= 2", "(a)/(b)", "}\n\n\n", "};\r\n",
+    "\u0661\u0662\u0663\u0664", "\U00011f50\U00011f51\U00011f52\U00011f53", "ⅠⅡⅢⅣ", "¹²³⁴",
+    " \n", "  \n\n", "a \n b", "\n\n  x", "   x", "x   ", "\t\tx", "x\n\n\n",
+]
+
+# The added tokens of the new files that the corpus above does not already have.
+NEW_SPECIAL_TEXTS = [
+    "<|endofprompt|>", "<|box_start|>", "<|quad_end|>", "<|vision_start|>", "<|image_pad|>",
+    "<|video_pad|>", "<s><unk></s>",
+]
+
+N_RANDOM_MIX_NEW = 160
+
 
 def rand_char(rng):
     lo, hi = rng.choice(CHAR_RANGES)
@@ -432,7 +505,8 @@ def random_long(rng, pools):
     return "".join(parts)[:500]
 
 
-def build_corpus(added_samples):
+def build_corpus(added_samples, new_added_samples=()):
+    """The corpus and the indices of the strings that also get ids_with_special."""
     rng = random.Random(SEED)
     specials = special_fragments(added_samples)
     digits = digit_cases(rng)
@@ -447,14 +521,174 @@ def build_corpus(added_samples):
     mixes = [random_mix(rng, pools) for _ in range(N_RANDOM_MIX)]
     chars = [random_chars(rng) for _ in range(N_RANDOM_CHARS)]
     longs = [random_long(rng, pools) for _ in range(8)]
-    corpus, seen = [], set()
-    for s in FIRST + seeds + mixes + chars + longs:
-        if s in seen:
+    corpus, seen, with_special = [], set(), set()
+
+    def add(strings, special=False):
+        for s in strings:
+            if s in seen:
+                continue
+            s.encode("utf-8")  # raises on a lone surrogate
+            seen.add(s)
+            if special:
+                with_special.add(len(corpus))
+            corpus.append(s)
+
+    add(FIRST, special=True)
+    assert len(corpus) == N_WITH_SPECIAL
+    add(seeds + mixes + chars + longs)
+    # the second set: its own seeds, added-token samples and random mixes (a separate generator,
+    # so the strings above do not change)
+    rng2 = random.Random(SEED + 2)
+    new_specials = NEW_SPECIAL_TEXTS + [t for t in new_added_samples if t not in seen]
+    add(SPM_FIRST, special=True)
+    add(CASE_WORDS + O200K_CONTRACTIONS + O200K_MISC + new_specials)
+    new_pools = [CASE_WORDS, CASE_WORDS, O200K_CONTRACTIONS, O200K_MISC, SPM_FIRST, new_specials,
+                 WHITESPACE, CONTRACTIONS, WORDS, WORDS, SCRIPTS, EMOJI, RARE, singles]
+    add([random_mix(rng2, new_pools) for _ in range(N_RANDOM_MIX_NEW)])
+    return corpus, with_special
+
+
+# ---------------------------------------------------------------------------------------------
+# Regex cases: Oniguruma syntax that specula rewrites for PCRE2 (hf_tokenizer.cpp to_pcre2), run
+# by the library as a Split pre-tokenizer with behaviour "removed" over one sample text; the
+# fixture keeps what is left (the test reads it through a byte-fallback model).
+
+REGEX_PATTERNS = [
+    r"\p{L}", r"\p{Lu}", r"\p{Ll}", r"\p{Lt}", r"\p{Lm}", r"\p{Lo}", r"\p{LC}", r"\p{lu}",
+    r"\p{L_u}", r"\p{M}", r"\p{Mn}", r"\p{Mc}", r"\p{N}", r"\p{Nd}", r"\p{No}", r"\p{P}",
+    r"\p{Pd}", r"\p{Po}", r"\p{S}", r"\p{Sm}", r"\p{So}", r"\p{Cf}", r"\p{Cn}", r"\p{C}",
+    r"\P{L}", r"\P{Lu}", r"\P{Mn}", r"\p{^Mn}", r"\P{^Lo}", r"\P{Cn}",
+    r"[\p{Lu}\p{Lt}]", r"[\p{Ll}\p{Lm}\p{Lo}\p{M}]", r"[^\p{Ll}]", r"[^\r\n\p{L}\p{N}]",
+    r"[\P{Lu}]", r"[^\P{Lu}]", r"[a\P{L}]", r"[^a\P{L}]", r"[\p{Mn}]", r"[^\p{Mn}x]",
+    r"[\P{Mn}]", r"[\p{Mn}\p{Mc}]", r"[\p{Cn}a]", r"[^\p{Cn}\p{Co}]",
+    r"\d", r"\D", r"[\d]", r"[^\d]", r"[\D]", r"[x\D]", r"\h", r"\H", r"[\h_]", r"[^\h]",
+    r"\s", r"\S", r"[\S]", r"[^\S]", r"[\s\d]", r"[^\s\p{L}\p{N}]+", r"[]a]", r"[^]a]",
+    r"\w", r"\W", r"[\w]", r"[^\w]", r"[\W]", r"[^\W\d]", r"\w+|[^\w\s]+", r"\b.", r".\b", r"\B.",
+    r"\b\w+\b", r"[\b]",
+    # not rewritten (scripts, POSIX classes): the test expects these to differ
+    r"[[:alpha:]]", r"\p{Han}", r"\p{Latin}",
+    r"\p{N}{1,3}", r"\p{Lu}+\p{Ll}*", r" ?[^\s\p{L}\p{N}]+[\r\n/]*",
+    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+"
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
+]
+
+# Code points where Unicode 14.0 (PCRE2 10.42) and Oniguruma's tables differ, and neighbours.
+REGEX_SAMPLE_CPS = [
+    0x1C89, 0x1C8A, 0xA7CB, 0xA7CC, 0xA7CD, 0xA7DA, 0xA7DB, 0xA7DC, 0x10D50, 0x10D65, 0x10D70,
+    0x10D85, 0x10D4A, 0x10D40, 0x10D69, 0x10D8E, 0x1E030, 0x1E06D, 0x11F04, 0x11F02, 0x11F03,
+    0x11F34, 0x11F36, 0x11F50, 0x11F59, 0x11F5A, 0x0897, 0x0CF3, 0x0ECE, 0x1171D, 0x1171E, 0x1171F,
+    0x11380, 0x113B8, 0x113BB, 0x16100, 0x1611E, 0x1612A, 0x16D40, 0x16D70, 0x1E4D0, 0x1E4F0,
+    0x1E5D0, 0x1E5FF, 0x1CC00, 0x1CCF0, 0x2427, 0x2FFC, 0x31E4, 0x31EF, 0x1B4E, 0x1B7F, 0x1F6DC,
+    0x1FA75, 0x1FBCB, 0x13430, 0x13439, 0x1343A, 0x13440, 0x1343F, 0x2B739, 0x31350, 0x2EBF0,
+    0x0378, 0x0380, 0xE000, 0xF8FF, 0xF0000, 0xFFFE, 0x10FFFF, 0x00AD, 0x0600, 0x200B, 0x200D,
+    0x2060, 0xFEFF, 0x0085, 0x180E, 0x00A0, 0x1680, 0x2000, 0x200A, 0x2028, 0x2029, 0x202F,
+    0x205F, 0x3000, 0x01C5, 0x1F88, 0x02B0, 0x30FC, 0x3005, 0x00AA, 0x0301, 0x0903, 0x20DD,
+    0x0660, 0x0966, 0xFF10, 0x1D7CE, 0x2160, 0x00B2, 0x00BD, 0x2070, 0x005F, 0x203F, 0x2010,
+    0x00AB, 0x00BB, 0x2018, 0x2019, 0x00A7, 0x002B, 0x00A2, 0x005E, 0x00A9, 0x1F600, 0x01C4,
+    0x01C6, 0x0130, 0x0131, 0x017F, 0x212A, 0x00DF, 0x1E9E, 0xFB05, 0x03A3, 0x03C2, 0x13A0,
+    0xAB70, 0x10A0, 0x2D00, 0x1C90, 0x24B6, 0x24D0, 0x4E00, 0xAC00, 0x0E01, 0x0627, 0x05D0,
+]
+REGEX_SAMPLE_ASCII = "aZ09_ !\"#$%&'()*+,-./:;<=>?@[\\]^`{|}~\t\n\r\x0b\x0c\x00\x1f\x7f"
+
+
+def regex_sample(rng):
+    cps = list(REGEX_SAMPLE_CPS)
+    while len(cps) < 700:
+        c = rng.randrange(0x110000) if rng.random() < 0.3 else rng.randrange(0x20000)
+        if not 0xD800 <= c <= 0xDFFF:
+            cps.append(c)
+    # Words too: case runs, contractions, digit runs, punctuation before '/' and line breaks.
+    words = ["camelCaseWORD", "ǅemal's", "IT'S", "it'ſ", "12345", "a!/\n", "x \r\n", "ÉCOLEé"]
+    parts = []
+    for i, c in enumerate(cps):
+        parts.append(chr(c))
+        if i % 3 == 0:
+            parts.append(REGEX_SAMPLE_ASCII[i % len(REGEX_SAMPLE_ASCII)])
+        if i % 50 == 0:
+            parts.append(words[(i // 50) % len(words)])
+    return "".join(parts)
+
+
+def regex_cases():
+    from tokenizers import Regex, pre_tokenizers
+    text = regex_sample(random.Random(SEED + 3))
+    cases = []
+    for pat in REGEX_PATTERNS:
+        split = pre_tokenizers.Split(Regex(pat), behavior="removed")
+        cases.append({"pattern": pat,
+                      "kept": "".join(piece for piece, _ in split.pre_tokenize_str(text))})
+    return {"text": text, "cases": cases}
+
+
+# ---------------------------------------------------------------------------------------------
+# Decode cases: id sequences that no encode gives (byte tokens that are not whole UTF-8
+# characters, special and added tokens first, space tokens first, ids the vocabulary lacks,
+# random ids) and the library's decode(ids, skip_special_tokens=False) of them.
+
+def _bytes_to_unicode():
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + \
+        list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return dict(zip(bs, (chr(c) for c in cs)))
+
+
+def decode_cases(tok, rng):
+    vocab = tok.get_vocab(with_added_tokens=True)
+    b2u = _bytes_to_unicode()
+
+    def tid(*texts):
+        for t in texts:
+            if t in vocab:
+                return vocab[t]
+        return None
+
+    def byte_tok(b):  # a token for the single byte b: <0xXX> or the byte-level character
+        return tid(f"<0x{b:02X}>", b2u[b])
+
+    word = tid("▁hello", "Ġhello", "hello")
+    world = tid("▁world", "Ġworld", "world")
+    space = tid("▁", "Ġ", " ")
+    seqs = []
+    for bs in ([0xE6], [0xE6, 0x97], [0xE6, 0x97, 0xA5], [0xE6, 0x97, 0xA5, 0xE6], [0x80],
+               [0x80, 0x41], [0x41, 0xE6, 0x42], [0xC3, 0xA9], [0xC3], [0xF0, 0x9F, 0x98],
+               [0xF0, 0x9F, 0x98, 0x80], [0xFF], [0xED, 0xA0, 0x80], [0x20], [0x20, 0x41],
+               [0xC0, 0x80], [0xE6, 0x41, 0x97]):
+        ids = [byte_tok(b) for b in bs]
+        if all(i is not None for i in ids):
+            seqs.append(ids)
+            if word is not None and world is not None:
+                seqs.append([word] + ids + [world])
+                seqs.append(ids + [world])
+    for extra in ([space], [space, word], [space, space], [word, space], [word, world]):
+        if all(i is not None for i in extra):
+            seqs.append(extra)
+    added = sorted(tok.get_added_tokens_decoder())
+    for a in added[:6] + added[-2:]:
+        seqs.append([a])
+        if word is not None:
+            seqs.append([a, word])
+            seqs.append([word, a, word])
+    n = max(vocab.values()) + 1
+    holes = [i for i in range(n) if tok.id_to_token(i) is None][:3]
+    for h in holes:
+        seqs.append([h])
+        if word is not None:
+            seqs.append([h, word])
+    for _ in range(40):
+        seqs.append([rng.randrange(n) for _ in range(rng.randint(1, 6))])
+    out, seen = [], set()
+    for ids in seqs:
+        if tuple(ids) in seen:
             continue
-        s.encode("utf-8")  # raises on a lone surrogate
-        seen.add(s)
-        corpus.append(s)
-    return corpus
+        seen.add(tuple(ids))
+        out.append({"ids": ids, "text": tok.decode(ids, skip_special_tokens=False)})
+    return out
 
 
 def sample_added_tokens(paths):
@@ -469,7 +703,7 @@ def sample_added_tokens(paths):
     return out
 
 
-def encode_all(tok, corpus):
+def encode_all(tok, corpus, with_special):
     cases = []
     for i, text in enumerate(corpus):
         case = {"ids": tok.encode(text, add_special_tokens=False).ids}
@@ -481,7 +715,7 @@ def encode_all(tok, corpus):
         decoded = tok.decode(case["ids"], skip_special_tokens=False)
         if decoded != text:
             case["decoded"] = decoded
-        if i < N_WITH_SPECIAL:
+        if i in with_special:
             case["ids_with_special"] = tok.encode(text, add_special_tokens=True).ids
         cases.append(case)
     return cases
@@ -501,24 +735,28 @@ def main():
         folder = fetcher.fetch(name, root)
         paths[name] = os.path.join(folder, "tokenizer.json")
 
-    corpus = build_corpus(sample_added_tokens(paths))
+    first = {n: paths[n] for n in ORIGINAL}
+    rest = {n: p for n, p in paths.items() if n not in ORIGINAL}
+    corpus, with_special = build_corpus(sample_added_tokens(first), sample_added_tokens(rest))
     out = {
         "generator": "tools/make_hf_tokenizer_fixtures.py",
         "oracle": f"tokenizers {tokenizers.__version__}",
         "corpus": corpus,
+        "regex": regex_cases(),
         "tokenizers": {},
     }
     print(f"corpus: {len(corpus)} strings, {sum(len(s) for s in corpus)} code points")
     for name, (package, hashes) in fetcher.TOKENIZERS.items():
         tok = Tokenizer.from_file(paths[name])
         assert not tok.encode_special_tokens
-        cases = encode_all(tok, corpus)
+        cases = encode_all(tok, corpus, with_special)
         out["tokenizers"][name] = {
             "package": package,
             "version": fetcher.VERSION,
             "sha256": hashes["tokenizer.json"],
             "n_vocab": tok.get_vocab_size(with_added_tokens=True),
             "cases": cases,
+            "decode_cases": decode_cases(tok, random.Random(SEED + 4)),
         }
         n_ids = sum(len(c["ids"]) for c in cases)
         n_ns = sum(len(c["ids_no_special"]) for c in cases)

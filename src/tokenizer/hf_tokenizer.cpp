@@ -8,8 +8,11 @@
 #include <utf8proc.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstring>
+#include <functional>
 #include <map>
+#include <optional>
 #include <queue>
 #include <unordered_map>
 
@@ -146,61 +149,171 @@ struct Pattern {
 };
 
 // A tokenizer.json regex (Oniguruma syntax, Unicode 16) as PCRE2 10.42 (Unicode 14) should see
-// it: \p{L}, \p{M}, \p{N}, \p{P}, \p{S} gain the code points added since
-// (unicode_additions.h), and \s / \S Oniguruma's set, Unicode White_Space (PCRE2's lacks U+0085
-// and has U+180E).
-// Escapes are copied as they are; the class context decides between "[...]" and a bare list.
+// it. Rewritten (everything else is copied as it is):
+//   \p{X}, \P{X}, \p{^X} for a general category X (L, Lu, Ll, Lt, Lm, Lo, LC, M, Mn, ..., Cn;
+//     the name matched loosely, as Oniguruma: case, ' ', '_', '-' ignored): Oniguruma's set,
+//     PCRE2's \p{X} plus the code points added since Unicode 14.0 and minus those that left X
+//     (unicode_additions.h: U+1171E went from Mn to Mc);
+//   \d, \D: Oniguruma's \d is \p{Nd} (with its additions);
+//   \w, \W: Oniguruma's word characters (letters, marks, Nd, Pc, Nl and some So; alone, not
+//     in a class, also U+00B2, U+00B3, U+00B9, U+00BC-U+00BE; unicode_additions.h) — PCRE2
+//     10.42's are \p{L}, \p{N} and '_';
+//   \b, \B (outside classes): a boundary between Oniguruma's word and non-word characters;
+//   \s, \S: Oniguruma's set, Unicode White_Space (PCRE2's lacks U+0085 and has U+180E);
+//   \h, \H: Oniguruma's \h is a hex digit [0-9a-fA-F] (PCRE2's: horizontal space).
+// Inside a character class a set that PCRE2 cannot list there (a negated set with additions,
+// a set with removals) turns the whole class into an alternation: [A\P{X}] becomes
+// (?:[A]|[^\p{X}adds]) and [^A\P{X}] becomes (?:(?![A]|[^\p{X}adds])(?s:.)).
+// Not rewritten: scripts, binary properties and POSIX classes such as [[:alpha:]] (PCRE2's
+// Unicode 14 data and definitions), a class under (?i) holding \p{Lu} / \p{Ll} / \p{Lt}
+// (Oniguruma case-folds it, PCRE2 does not), nested classes and && (Oniguruma only).
 constexpr const char* kWhiteSpace =
     "\\t\\n\\x{0B}\\f\\r \\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}";
+
+// A general category by its short name, matched loosely as Oniguruma does; or the set named
+// exactly `name` ("\\w").
+const UnicodeSetDelta* find_set(std::string_view name) {
+  std::string key;
+  for (char c : name)
+    if (c != ' ' && c != '_' && c != '-') key.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
+  for (const UnicodeSetDelta& d : kUnicodeSetDeltas) {
+    std::string n = d.name;
+    for (char& c : n) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (n == key) return &d;
+  }
+  return nullptr;
+}
+
+// A set as Oniguruma means it: `*expr` stands alone (a class or a group); `*item` is the same set
+// as items of a character class, when PCRE2 can say it there (the return value).
+struct SetSyntax {
+  std::string item, expr;
+  bool item_ok = false;
+};
+
+SetSyntax delta_set(const UnicodeSetDelta& d, bool negated) {
+  const std::string p = d.pcre2, a = d.added, r = d.removed;
+  // a single property: \p{X} stands alone and \P{X} is its complement, in a class too
+  const bool single = p.rfind("\\p{", 0) == 0 && p.find('}') == p.size() - 1;
+  SetSyntax s;
+  if (!negated) {
+    s.item = p + a;
+    s.item_ok = r.empty();
+    if (r.empty()) s.expr = single && a.empty() ? p : "[" + s.item + "]";
+    else s.expr = "(?:(?![" + r + "])[" + p + "]" + (a.empty() ? "" : "|[" + a + "]") + ")";
+  } else {
+    s.item = single ? "\\P" + p.substr(2) : std::string();
+    s.item_ok = single && a.empty() && r.empty();
+    if (r.empty()) s.expr = s.item_ok ? s.item : "[^" + p + a + "]";
+    else s.expr = "(?:[^" + p + a + "]|[" + r + "])";
+  }
+  return s;
+}
+
+SetSyntax plain_set(const std::string& items, bool negated) {
+  SetSyntax s;
+  s.item = items;
+  s.item_ok = !negated;
+  s.expr = std::string(negated ? "[^" : "[") + items + "]";
+  return s;
+}
+
+// The escape at in[i] when it is one that needs rewriting (`in_class`: inside [...]); sets *len.
+std::optional<SetSyntax> rewrite_escape(const std::string& in, size_t i, bool in_class, size_t* len) {
+  if (in[i] != '\\' || i + 1 >= in.size()) return std::nullopt;
+  const char e = in[i + 1];
+  *len = 2;
+  switch (e) {
+    case 's': return plain_set(kWhiteSpace, false);
+    case 'S': return plain_set(kWhiteSpace, true);
+    case 'h': return plain_set("0-9a-fA-F", false);
+    case 'H': return plain_set("0-9a-fA-F", true);
+    case 'd': return delta_set(*find_set("Nd"), false);
+    case 'D': return delta_set(*find_set("Nd"), true);
+    case 'w': return delta_set(*find_set(in_class ? "[\\w]" : "\\w"), false);
+    case 'W': return delta_set(*find_set(in_class ? "[\\w]" : "\\w"), true);
+    default: break;
+  }
+  if ((e != 'p' && e != 'P') || i + 2 >= in.size() || in[i + 2] != '{') return std::nullopt;
+  const size_t close = in.find('}', i + 3);
+  if (close == std::string::npos) return std::nullopt;
+  std::string_view name(in.data() + i + 3, close - i - 3);
+  bool negated = e == 'P';
+  if (!name.empty() && name[0] == '^') negated = !negated, name.remove_prefix(1);
+  const UnicodeSetDelta* d = find_set(name);
+  if (d == nullptr || !std::isalpha(static_cast<unsigned char>(d->name[0]))) return std::nullopt;
+  *len = close + 1 - i;
+  return delta_set(*d, negated);
+}
+
+// The character class starting at in[i] ('['), appended to *out; returns the index after it.
+size_t rewrite_class(const std::string& in, size_t i, std::string* out) {
+  size_t j = i + 1;
+  const bool negated = j < in.size() && in[j] == '^';
+  if (negated) ++j;
+  std::string items;
+  std::vector<std::string> extras;  // sets PCRE2 cannot list in a class
+  if (j < in.size() && in[j] == ']') items += "\\]", ++j;  // a leading ']' is literal
+  while (j < in.size() && in[j] != ']') {
+    size_t len = 0;
+    if (auto set = rewrite_escape(in, j, true, &len)) {
+      if (set->item_ok) items += set->item;
+      else extras.push_back(set->expr);
+      j += len;
+      continue;
+    }
+    if (in[j] == '\\' && j + 1 < in.size()) {
+      items.append(in, j, 2);
+      j += 2;
+      continue;
+    }
+    if (in[j] == '[' && j + 1 < in.size() && in[j + 1] == ':') {  // POSIX [:name:]
+      const size_t end = in.find(":]", j + 2);
+      if (end != std::string::npos) {
+        items.append(in, j, end + 2 - j);
+        j = end + 2;
+        continue;
+      }
+    }
+    items += in[j++];
+  }
+  if (j >= in.size()) {  // unterminated: left for PCRE2 to report
+    out->append(in, i, std::string::npos);
+    return in.size();
+  }
+  ++j;
+  if (!items.empty() && items[0] == '^') items.insert(0, 1, '\\');
+  if (extras.empty()) {
+    *out += std::string(negated ? "[^" : "[") + items + "]";
+    return j;
+  }
+  std::string alts = items.empty() ? std::string() : "[" + items + "]";
+  for (const std::string& x : extras) alts += (alts.empty() ? "" : "|") + x;
+  *out += negated ? "(?:(?!" + alts + ")(?s:.))" : "(?:" + alts + ")";
+  return j;
+}
 
 std::string to_pcre2(const std::string& in) {
   std::string out;
   out.reserve(in.size() + 64);
-  bool in_class = false;
-  for (size_t i = 0; i < in.size(); ++i) {
-    const char c = in[i];
-    if (c == '\\' && i + 1 < in.size()) {
-      const char e = in[i + 1];
-      if ((e == 'p' || e == 'P') && i + 4 < in.size() && in[i + 2] == '{' && in[i + 4] == '}') {
-        const char* add = nullptr;
-        switch (in[i + 3]) {
-          case 'L': add = kUnicodeAdded_L; break;
-          case 'M': add = kUnicodeAdded_M; break;
-          case 'N': add = kUnicodeAdded_N; break;
-          case 'P': add = kUnicodeAdded_P; break;
-          case 'S': add = kUnicodeAdded_S; break;
-          default: break;
-        }
-        const std::string cls = std::string("\\p{") + in[i + 3] + "}" + (add != nullptr ? add : "");
-        if (add != nullptr && e == 'p') out += in_class ? cls : "[" + cls + "]";
-        else if (add != nullptr && !in_class) out += "[^" + cls + "]";
-        else out.append(in, i, 5);
-        i += 4;
-        continue;
-      }
-      if (e == 's') out += in_class ? kWhiteSpace : std::string("[") + kWhiteSpace + "]";
-      else if (e == 'S' && !in_class) out += std::string("[^") + kWhiteSpace + "]";
-      else out.append(in, i, 2);
-      ++i;
-      continue;
+  for (size_t i = 0; i < in.size();) {
+    size_t len = 0;
+    if (auto set = rewrite_escape(in, i, false, &len)) {
+      out += set->expr;
+      i += len;
+    } else if (in[i] == '\\' && i + 1 < in.size() && (in[i + 1] == 'b' || in[i + 1] == 'B')) {
+      const std::string w = delta_set(*find_set("\\w"), false).expr;
+      out += in[i + 1] == 'b' ? "(?:(?<=" + w + ")(?!" + w + ")|(?<!" + w + ")(?=" + w + "))"
+                              : "(?:(?<=" + w + ")(?=" + w + ")|(?<!" + w + ")(?!" + w + "))";
+      i += 2;
+    } else if (in[i] == '\\' && i + 1 < in.size()) {
+      out.append(in, i, 2);
+      i += 2;
+    } else if (in[i] == '[') {
+      i = rewrite_class(in, i, &out);
+    } else {
+      out += in[i++];
     }
-    if (!in_class && c == '[') {
-      in_class = true;
-      out += c;
-      if (i + 1 < in.size() && in[i + 1] == '^') out += in[++i];
-      if (i + 1 < in.size() && in[i + 1] == ']') out += in[++i];  // a leading ']' is literal
-      continue;
-    }
-    if (in_class && c == '[' && i + 1 < in.size() && in[i + 1] == ':') {  // POSIX [:name:]
-      const size_t end = in.find(":]", i + 2);
-      if (end != std::string::npos) {
-        out.append(in, i, end + 2 - i);
-        i = end + 1;
-        continue;
-      }
-    }
-    if (in_class && c == ']') in_class = false;
-    out += c;
   }
   return out;
 }
@@ -472,8 +585,15 @@ struct Decoder {
 
 }  // namespace
 
+// Hashing that finds std::string keys by std::string_view (no temporary strings).
+struct StringHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+using TextIds = std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>>;
+
 struct HfTokenizer::Impl {
-  std::unordered_map<std::string, int32_t> model_vocab;
+  TextIds model_vocab;
   std::unordered_map<uint64_t, Merge> merges;
   int32_t unk_id = -1;
   bool fuse_unk = false, byte_fallback = false, ignore_merges = false;
@@ -621,7 +741,7 @@ void HfTokenizer::Impl::encode_model(const std::string& word, std::vector<int32_
   };
   for (size_t i = 0, len = 0; i < word.size(); i += len) {
     decode_at(word, i, &len);
-    if (auto it = model_vocab.find(word.substr(i, len)); it != model_vocab.end()) {
+    if (auto it = model_vocab.find(std::string_view(word).substr(i, len)); it != model_vocab.end()) {
       if (unk_pending >= 0) add(unk_pending), unk_pending = -1;
       add(it->second);
       continue;
@@ -973,22 +1093,19 @@ struct Reader {
   }
 
   // TemplateProcessing "single": special ids before / after $A.
-  void processor(const json& j, const std::string& path, const std::map<std::string, int32_t>& ids,
+  void processor(const json& j, const std::string& path, const std::function<int32_t(const std::string&)>& id_of_text,
                  std::vector<int32_t>& prefix, std::vector<int32_t>& suffix) {
     const std::string t = type(j, path);
     const auto id_of = [&](const std::string& tok, const std::string& p) -> int32_t {
-      auto it = ids.find(tok);
-      if (it == ids.end()) {
-        fail(p, "unknown token '" + tok + "'");
-        return -1;
-      }
-      return it->second;
+      const int32_t id = id_of_text(tok);
+      if (id < 0) fail(p, "unknown token '" + tok + "'");
+      return id;
     };
     if (t == "Sequence") {
       const json* list = j.contains("processors") ? &j["processors"] : nullptr;
       if (list == nullptr || !list->is_array()) fail(path + ".processors", "must be a list");
       else
-        for (size_t i = 0; i < list->size(); ++i) processor((*list)[i], path + ".processors[" + std::to_string(i) + "]", ids, prefix, suffix);
+        for (size_t i = 0; i < list->size(); ++i) processor((*list)[i], path + ".processors[" + std::to_string(i) + "]", id_of_text, prefix, suffix);
     } else if (t == "ByteLevel") {
       // offsets only
     } else if (t == "TemplateProcessing") {
@@ -1062,6 +1179,7 @@ Result<std::unique_ptr<HfTokenizer>> HfTokenizer::create(std::string_view json_t
   auto vit = m.find("vocab");
   if (vit == m.end() || !vit->is_object() || vit->empty()) return Status::error(where + "model.vocab: missing or empty (an object)");
   int32_t max_id = -1;
+  impl->model_vocab.reserve(vit->size());
   for (auto it = vit->begin(); it != vit->end(); ++it) {
     if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0 || it.value().get<int64_t>() >= (int64_t{1} << 24))
       return Status::error(where + "model.vocab['" + it.key().substr(0, 64) + "']: id must be an integer in [0, 2^24)");
@@ -1087,23 +1205,26 @@ Result<std::unique_ptr<HfTokenizer>> HfTokenizer::create(std::string_view json_t
   auto merges = m.find("merges");
   if (merges == m.end() || !merges->is_array()) return Status::error(where + "model.merges: missing (a list)");
   impl->merges.reserve(merges->size() * 2);
+  std::string ab;
   for (size_t i = 0; i < merges->size(); ++i) {
     const json& e = (*merges)[i];
-    std::string a, b;
+    std::string_view a, b;
     if (e.is_string()) {
-      const std::string s = e.get<std::string>();
+      const std::string_view s = e.get_ref<const std::string&>();
       const size_t sp = s.find(' ');
       if (sp == std::string::npos || s.find(' ', sp + 1) != std::string::npos)
-        return Status::error(where + "model.merges[" + std::to_string(i) + "] '" + s.substr(0, 64) + "' is not 'a b'");
+        return Status::error(where + "model.merges[" + std::to_string(i) + "] '" + std::string(s.substr(0, 64)) +
+                             "' is not 'a b'");
       a = s.substr(0, sp), b = s.substr(sp + 1);
     } else if (e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_string()) {
-      a = e[0].get<std::string>(), b = e[1].get<std::string>();
+      a = e[0].get_ref<const std::string&>(), b = e[1].get_ref<const std::string&>();
     } else {
       return Status::error(where + "model.merges[" + std::to_string(i) + "] must be \"a b\" or [a, b]");
     }
-    auto ia = impl->model_vocab.find(a), ib = impl->model_vocab.find(b), iab = impl->model_vocab.find(a + b);
+    ab.assign(a).append(b);
+    auto ia = impl->model_vocab.find(a), ib = impl->model_vocab.find(b), iab = impl->model_vocab.find(ab);
     if (ia == impl->model_vocab.end() || ib == impl->model_vocab.end() || iab == impl->model_vocab.end())
-      return Status::error(where + "model.merges[" + std::to_string(i) + "]: '" + (a + b).substr(0, 64) +
+      return Status::error(where + "model.merges[" + std::to_string(i) + "]: '" + ab.substr(0, 64) +
                            "' or a part of it is not in model.vocab");
     impl->merges[pair_key(ia->second, ib->second)] = Merge{static_cast<int32_t>(i), iab->second};
   }
@@ -1170,22 +1291,22 @@ Result<std::unique_ptr<HfTokenizer>> HfTokenizer::create(std::string_view json_t
   for (int b = 0; b < 256; ++b)
     if (impl->byte_token[b] >= 0) d.types[impl->byte_token[b]] = static_cast<int32_t>(TokenType::kByte);
   if (impl->unk_id >= 0) d.types[impl->unk_id] = static_cast<int32_t>(TokenType::kUnknown);
-  std::map<std::string, int32_t> by_text;
-  for (const auto& [text, id] : impl->model_vocab) by_text[text] = id;
+  TextIds added_ids;  // an added token's text names it before the model's token of that text
   for (const AddedToken& t : added) {
     d.tokens[t.id] = t.content;
     d.types[t.id] = static_cast<int32_t>(t.special ? TokenType::kControl : TokenType::kUserDefined);
-    by_text[t.content] = t.id;
+    added_ids[t.content] = t.id;
   }
+  const std::function<int32_t(const std::string&)> find_text = [&](const std::string& t) -> int32_t {
+    if (auto it = added_ids.find(t); it != added_ids.end()) return it->second;
+    auto it = impl->model_vocab.find(t);
+    return it == impl->model_vocab.end() ? -1 : it->second;
+  };
   std::vector<int32_t> prefix, suffix;
-  if (auto it = j.find("post_processor"); it != j.end() && !it->is_null()) rd.processor(*it, "post_processor", by_text, prefix, suffix);
+  if (auto it = j.find("post_processor"); it != j.end() && !it->is_null()) rd.processor(*it, "post_processor", find_text, prefix, suffix);
   if (!rd.err.is_ok()) return rd.err;
   if (prefix.size() > 1 || suffix.size() > 1)
     return Status::error(where + "post_processor: more than one special token before or after the text is not supported");
-  const auto find_text = [&](const std::string& t) -> int32_t {
-    auto it = by_text.find(t);
-    return it == by_text.end() ? -1 : it->second;
-  };
   d.bos_id = !prefix.empty() ? prefix[0] : find_text(options.bos_token);
   d.eos_id = !suffix.empty() ? suffix[0] : find_text(options.eos_token);
   if (!options.bos_token.empty() && find_text(options.bos_token) >= 0) d.bos_id = find_text(options.bos_token);

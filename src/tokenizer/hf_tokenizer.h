@@ -1,7 +1,8 @@
 // tokenizer/hf_tokenizer.h — a Hugging Face `tokenizer.json` (the serialization of the
 // `tokenizers` library, huggingface/tokenizers) as a specula Tokenizer, giving the ids that
-// library gives (the oracle: tests/fixtures/hf_tokenizer_reference.json, a 1,000+ string
-// corpus on the Llama 3, Qwen3, Gemma 3 and DeepSeek-V3 files).
+// library gives (the oracle: tests/fixtures/hf_tokenizer_reference.json, a 1,796-string
+// corpus on the Llama 3, Qwen3, Gemma 3, DeepSeek-V3, Llama 2, Gemma, Qwen2.5 and GPT-4o files,
+// plus Oniguruma regex cases and decodes of crafted id sequences).
 //
 // Pipeline of encode(text) (tokenizers' TokenizerImpl::encode_single_sequence):
 //   1. added tokens: the "added_tokens" whose `normalized` is false are found in the raw text
@@ -16,6 +17,9 @@
 // Normalizers: Sequence, NFC, NFD, NFKC, NFKD (utf8proc), Lowercase (per code point,
 //   utf8proc_tolower: no one-to-many mappings such as U+0130), Replace (String or Regex
 //   pattern), Prepend (non-empty input only), Strip, StripAccents (drops Mn marks).
+// Regex patterns (Oniguruma syntax) run on PCRE2 10.42 after a rewrite that gives \p{X} of every
+//   general category (and \d, \w, \b, \s, \h) Oniguruma's sets — its newer Unicode data
+//   (unicode_additions.h); scripts and POSIX classes keep PCRE2's.
 // Pre-tokenizers: Sequence, Split (String or Regex pattern; behaviours Removed, Isolated,
 //   MergedWithPrevious, MergedWithNext, Contiguous; invert), ByteLevel (add_prefix_space,
 //   use_regex with GPT-2's pattern; maps bytes to the byte alphabet), Digits
@@ -36,9 +40,13 @@
 //   Replace (String pattern), ByteFallback (<0xXX> -> the byte), Fuse (nothing per token),
 //   Strip (one leading ' ' after Fuse: strip_leading_space), Metaspace (replacement -> ' ',
 //   the first token's leading space dropped unless prepend_scheme is never), Sequence.
+//   decode() concatenates these pieces, so byte tokens that do not form whole UTF-8 characters
+//   stay raw bytes where the library's decode writes U+FFFD (ByteFallback: one per byte token of
+//   an invalid run; ByteLevel: from_utf8_lossy); valid sequences decode as the library's.
 // Token types (Vocab): special added tokens are kControl (rendered only with
 // render_special), other added tokens kUserDefined, <0xXX> tokens of a byte_fallback model
-// kByte, the rest kNormal. BOS / EOS: the post-processor's tokens, or Options' texts.
+// kByte, the rest kNormal, ids without a token (GPT-4o's 199998, 200000-200017)
+// kUndefined. BOS / EOS: the post-processor's tokens, or Options' texts.
 // Input that is not valid UTF-8 has each invalid byte replaced by U+FFFD first (the library
 // only takes valid strings). Errors name the JSON path: "[tokenizer.json] model.type
 // 'Unigram' is not supported (supported: BPE)". Unigram, WordPiece and WordLevel models,
