@@ -1,6 +1,8 @@
 // cli/kld.cpp — see kld.h.
 #include "cli/kld.h"
 
+#include "method/draft.h"
+
 #include <algorithm>
 #include <cmath>
 #include <fstream>
@@ -36,7 +38,9 @@ Result<KldResult> kl_divergence(Model& model, const tokenizer::Tokenizer& tok, c
   if (n_chunks == 0)
     return Status::error("[kld] " + o.text_file + " has " + std::to_string(ids.size()) +
                          " tokens, fewer than one chunk of " + std::to_string(o.n_ctx));
-  auto base = new_state(model, CacheOptions{}, o.n_ctx);
+  Model& bm = o.base_model != nullptr ? *o.base_model : model;
+  if (o.base_model != nullptr) SPECULA_RETURN_IF_ERROR(check_same_vocabulary(bm, model));
+  auto base = new_state(bm, CacheOptions{}, o.n_ctx);
   if (!base) return base.status();
   auto test = new_state(model, o.test, o.n_ctx);
   if (!test) return test.status();
@@ -46,7 +50,7 @@ Result<KldResult> kl_divergence(Model& model, const tokenizer::Tokenizer& tok, c
     if (!row) return row.status();
     s->insert(std::move(row).value());
   }
-  const int64_t V = model.info().n_vocab, E = model.info().n_embd;
+  const int64_t V = model.info().n_vocab, E = model.info().n_embd, Eb = bm.info().n_embd;
   const int32_t bos = tok.vocab().add_bos() ? tok.vocab().bos_id() : -1;
   const int64_t first = o.n_ctx / 2;
   constexpr int64_t kBlock = 32;  // positions projected at once
@@ -59,13 +63,13 @@ Result<KldResult> kl_divergence(Model& model, const tokenizer::Tokenizer& tok, c
   for (int64_t c = 0; c < n_chunks; ++c) {
     std::vector<int32_t> chunk(ids.begin() + c * o.n_ctx, ids.begin() + (c + 1) * o.n_ctx);
     if (bos >= 0) chunk[0] = bos;
-    for (auto [s, h] : {std::pair{&*base, &hb}, std::pair{&*test, &ht}}) {
+    for (auto [m, s, h] : {std::tuple{&bm, &*base, &hb}, std::tuple{&model, &*test, &ht}}) {
       SPECULA_RETURN_IF_ERROR(s->reset(0));
-      SPECULA_RETURN_IF_ERROR(model.forward(Batch{1, o.n_ctx, chunk.data(), row}, *s, *h));
+      SPECULA_RETURN_IF_ERROR(m->forward(Batch{1, o.n_ctx, chunk.data(), row}, *s, *h));
     }
     for (int64_t j0 = first; j0 < o.n_ctx - 1; j0 += kBlock) {
       const int64_t n = std::min(kBlock, o.n_ctx - 1 - j0);
-      model.project_logits(hb.data() + j0 * E, n, lb.data());
+      bm.project_logits(hb.data() + j0 * Eb, n, lb.data());
       model.project_logits(ht.data() + j0 * E, n, lt.data());
       // Positions in parallel (each thread its own softmax buffers), reduced in order.
       std::vector<double> kl(static_cast<size_t>(n)), nb(static_cast<size_t>(n)), nt(static_cast<size_t>(n));

@@ -9,7 +9,10 @@
 // KL divergence KL(p_base || p_test) of the softmaxes (double precision; like
 // llama-perplexity, over the tokens whose base log-probability is above -16), whether the
 // argmax agrees, and both negative log-likelihoods of the next token (perplexity).
-// Does not evaluate other precisions than the KV cache's (weights are the file's).
+// With `base_model`, the base is that model instead (with an f16 cache) and the test this one
+// (with the cache options under test): how far a quantization of the weights moves the model
+// — e.g. a bf16 Hugging Face folder against it quantized at load (`--quantize q4_k`), or two
+// GGUF quantizations; llama-perplexity compares saved base logits the same way.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +29,7 @@ struct KldOptions {
   int64_t n_ctx = 512;     // tokens per chunk
   int64_t max_chunks = 0;  // 0 = every full chunk
   CacheOptions test;       // the cache under test (the base is f16/f16)
+  Model* base_model = nullptr;  // the base model (default: the model itself); same vocabulary
   bool json = false;       // also print one JSON line
 };
 
@@ -37,7 +41,8 @@ struct KldResult {
   double bytes_per_token_base = 0, bytes_per_token_test = 0;  // KV cache, per request
 };
 
-// Errors: unreadable file, a text shorter than one chunk, the test cache's layout errors.
+// Errors: unreadable file, a text shorter than one chunk, the test cache's layout errors, a
+// base model with another vocabulary.
 Result<KldResult> kl_divergence(Model& model, const tokenizer::Tokenizer& tok, const KldOptions& options);
 
 }  // namespace specula

@@ -540,6 +540,7 @@ int run_bench(const BenchArgs& a) {
 
 struct KldArgs {
   std::string quantize;  // --quantize
+  std::string base_model, base_quantize;  // --base-model, --base-quantize
   std::string model, file;
   int64_t ctx = 512, chunks = 0;
   int threads = 0;
@@ -555,18 +556,29 @@ int run_kld(const KldArgs& a) {
   o.n_ctx = a.ctx;
   o.max_chunks = a.chunks;
   o.test = a.cache.options();
+  std::optional<Loaded> base;
+  if (!a.base_model.empty()) {
+    auto b = load(a.base_model, a.threads, a.base_quantize);
+    if (!b) return fail(b.message());
+    base = std::move(b).value();
+    o.base_model = base->model.get();
+  }
   const double t0 = now_seconds();
   auto r = kl_divergence(*l->model, *l->tok, o);
   if (!r) return fail(r.message());
-  const std::string type = a.cache.type_k + "/" + a.cache.type_v + (a.cache.delay > 0 ? " delay " + std::to_string(a.cache.delay) : "");
-  std::printf("model %s, KV cache %s vs f16/f16, %lld chunks of %lld tokens, %lld positions scored (%.1f s)\n",
-              l->model->info().name.c_str(), type.c_str(), static_cast<long long>(r->chunks),
+  std::string type = a.cache.type_k + "/" + a.cache.type_v + (a.cache.delay > 0 ? " delay " + std::to_string(a.cache.delay) : "");
+  if (base) type = "weights of " + a.model + (a.quantize.empty() ? "" : " (" + a.quantize + ")") + ", KV " + type;
+  std::printf("model %s, KV cache %s vs %s, %lld chunks of %lld tokens, %lld positions scored (%.1f s)\n",
+              l->model->info().name.c_str(), type.c_str(),
+              base ? ("base model " + a.base_model + (a.base_quantize.empty() ? "" : " (" + a.base_quantize + ")")).c_str()
+                   : "f16/f16",
+              static_cast<long long>(r->chunks),
               static_cast<long long>(a.ctx), static_cast<long long>(r->positions), now_seconds() - t0);
   std::printf("KV bytes per token: %.0f (f16 %.0f)\n", r->bytes_per_token_test, r->bytes_per_token_base);
   std::printf("Mean KLD: %.6f ± %.6f\nMedian KLD: %.6f\n99%% KLD: %.6f\nMax KLD: %.6f\nSame top: %.3f%%\n",
               r->mean_kld, r->sd_kld / std::sqrt(static_cast<double>(r->positions)), r->median_kld, r->p99_kld,
               r->max_kld, 100.0 * r->same_top);
-  std::printf("PPL f16: %.4f, PPL %s: %.4f\n", r->ppl_base, type.c_str(), r->ppl_test);
+  std::printf("PPL base: %.4f, PPL %s: %.4f\n", r->ppl_base, type.c_str(), r->ppl_test);
   if (a.json) {
     nlohmann::json j = {{"model", l->model->info().name}, {"cache", type}, {"chunks", r->chunks}, {"ctx", a.ctx},
                         {"positions", r->positions}, {"mean_kld", r->mean_kld},
@@ -984,6 +996,11 @@ int main(int argc, char** argv) {
   auto* kld = app.add_subcommand("kld", "KL divergence of a KV cache type vs f16 over a text (as llama-perplexity --kl-divergence)");
   kld->add_option("-m,--model", k.model, "GGUF model file");
   kld->add_option("-f,--file", k.file, "Text file")->required();
+  kld->add_option("--base-model", k.base_model,
+                  "Compare the model's weights against this model's (same vocabulary), e.g. a bf16 folder against "
+                  "itself with --quantize q4_k, instead of KV cache types against f16");
+  kld->add_option("--base-quantize", k.base_quantize, "--quantize for the base model")
+      ->check(CLI::IsMember({"q8_0", "q4_k"}));
   kld->add_option("-c,--ctx", k.ctx, "Tokens per chunk; the second half of each is scored (default 512)")->check(CLI::Range(int64_t{4}, int64_t{1} << 20));
   kld->add_option("--chunks", k.chunks, "Chunks to evaluate (default: all)")->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   kld->add_option("--quantize", k.quantize,

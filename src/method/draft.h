@@ -106,8 +106,9 @@ std::unique_ptr<DraftSource> make_ngram_draft(NgramOptions options = {});
 Result<std::unique_ptr<DraftSource>> make_model_draft(std::unique_ptr<Model> model, int64_t max_length,
                                                       const CacheOptions& cache = {});
 
-// Errors when two models' GGUF vocabularies differ (size, or any token text), naming the
-// first difference.
+// Errors when two models' vocabularies differ: model vocabulary size (n_vocab), or any token
+// text where both token lists have one (GGUF tokenizer.ggml.tokens or a folder's
+// tokenizer.json; a GGUF lists padding ids a tokenizer.json leaves out), naming the first.
 Status check_same_vocabulary(const Model& target, const Model& draft);
 
 }  // namespace specula

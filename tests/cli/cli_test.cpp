@@ -140,6 +140,21 @@ TEST_F(CliModel, TokenizeJsonPrintsIds) {
   EXPECT_EQ(r.out, "[2,9259,1902]\n");
 }
 
+// kld --base-model: the model against a second copy of itself scores exactly zero; against its
+// KV cache in q4_0 (the plain mode) it does not.
+TEST_F(CliModel, KldAgainstABaseModel) {
+  const std::string src = std::filesystem::path(SPECULA_FIXTURES_DIR).parent_path().parent_path().string();
+  const std::string m = specula::testing::default_model_path();
+  CliRun r = run("kld -m " + m + " --base-model " + m + " -f " + src + "/README.md -c 128 --chunks 2 -t 2");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("Mean KLD: 0.000000 ± 0.000000"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Same top: 100.000%"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("vs base model " + m), std::string::npos) << r.out;
+  r = run("kld -m " + m + " -f " + src + "/README.md -c 128 --chunks 2 -t 2 -ctk q4_0 -ctv q4_0");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(r.out.find("Mean KLD: 0.000000 "), std::string::npos) << r.out;
+}
+
 TEST_F(CliModel, InfoShowsMetadataAndTensors) {
   CliRun r = run("info " + specula::testing::default_model_path());
   EXPECT_EQ(r.code, 0);

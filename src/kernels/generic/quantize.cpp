@@ -117,7 +117,7 @@ void quantize_row_q8_k(const float* x, void* y, int64_t n) {
 namespace {
 
 // Scale candidates (15 + 0.1 * step) / (max - lo) for step in [kQ4KSteps0, kQ4KSteps1].
-constexpr int kQ4KSteps0 = -4, kQ4KSteps1 = 6;
+constexpr int kQ4KSteps0 = -10, kQ4KSteps1 = 10;
 
 // Best (a, b) for x ~ a*q - b over one sub-block of 32, q = clamp(round((x + b) / a), 0, 15),
 // b >= 0, a >= 0: candidates of the scale around (max - lo) / 15, each refined by the
