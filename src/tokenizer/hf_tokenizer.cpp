@@ -21,6 +21,7 @@
 #include "core/utf8.h"
 #include "formats/gguf.h"
 #include "tokenizer/byte_alphabet.h"
+#include "tokenizer/detokenizer.h"
 #include "tokenizer/nfc_starters.h"
 #include "tokenizer/unicode_additions.h"
 
@@ -886,6 +887,52 @@ std::string HfTokenizer::token_to_piece(int32_t id, bool render_special) const {
 }
 
 bool HfTokenizer::strip_leading_space() const { return impl_->strip_first_space; }
+
+Result<std::string> HfTokenizer::decode(std::span<const int32_t> ids, bool remove_special, bool render_special) const {
+  const bool byte_fallback = std::any_of(impl_->decoders.begin(), impl_->decoders.end(),
+                                         [](const Decoder& d) { return d.kind == Decoder::Kind::kByteFallback; });
+  const bool byte_level = std::any_of(impl_->decoders.begin(), impl_->decoders.end(),
+                                      [](const Decoder& d) { return d.kind == Decoder::Kind::kByteLevel; });
+  if (!byte_fallback && !byte_level) return Tokenizer::decode(ids, remove_special, render_special);
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (!vocab_.valid_id(ids[i]))
+      return Status::error("[tokenizer] id " + std::to_string(ids[i]) + " at position " + std::to_string(i) +
+                           " out of range (vocab size " + std::to_string(vocab_.size()) + ")");
+  if (remove_special && vocab_.add_bos() && !ids.empty() && ids.front() == vocab_.bos_id()) ids = ids.subspan(1);
+  if (remove_special && vocab_.add_eos() && !ids.empty() && ids.back() == vocab_.eos_id())
+    ids = ids.subspan(0, ids.size() - 1);
+  std::string out, run;
+  size_t run_tokens = 0;
+  const auto flush = [&] {
+    if (run_tokens == 0) return;
+    if (valid_utf8(run)) {
+      out += run;
+    } else {
+      for (size_t k = 0; k < run_tokens; ++k) out += "\xEF\xBF\xBD";
+    }
+    run.clear();
+    run_tokens = 0;
+  };
+  bool first = true;
+  for (int32_t id : ids) {
+    std::string piece = token_to_piece(id, render_special);
+    if (first && strip_leading_space() && !piece.empty() && piece.front() == ' ') piece.erase(0, 1);
+    first = false;
+    if (byte_fallback && vocab_.is_byte(id)) {
+      run += piece;
+      ++run_tokens;
+      continue;
+    }
+    flush();
+    out += piece;
+  }
+  flush();
+  if (!byte_level) return out;
+  std::string lossy;
+  const size_t pending = StreamingDetokenizer::append_valid_utf8(out, &lossy);
+  if (pending > 0) lossy += "\xEF\xBF\xBD";
+  return lossy;
+}
 
 // --- tokenizer.json reader --------------------------------------------------------------------------
 namespace {

@@ -81,6 +81,11 @@ class HfTokenizer final : public Tokenizer {
 
   std::string token_to_piece(int32_t id, bool render_special) const override;
   bool strip_leading_space() const override;
+  // As the library's decode of the whole sequence: the pieces joined, where a run of byte
+  // tokens (ByteFallback) that is not valid UTF-8 becomes one U+FFFD per token, and with a
+  // ByteLevel decoder the bytes are read as UTF-8 with one U+FFFD per maximal invalid
+  // subpart (Rust's from_utf8_lossy). token_to_piece keeps raw bytes (streaming needs them).
+  Result<std::string> decode(std::span<const int32_t> ids, bool remove_special, bool render_special) const override;
 
   struct Impl;
 

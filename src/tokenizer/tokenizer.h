@@ -90,7 +90,10 @@ class Tokenizer {
 
   // Errors: an id outside the vocabulary ("[tokenizer] id 300000 at position 4 out of
   // range (vocab size 262144)").
-  Result<std::string> decode(std::span<const int32_t> ids, bool remove_special, bool render_special) const;
+  // An algorithm may make text of the whole sequence (tokenizer.json's decoders turn byte runs
+  // that are not valid UTF-8 into U+FFFD, hf_tokenizer.h); this default concatenates the
+  // pieces, raw bytes and all.
+  virtual Result<std::string> decode(std::span<const int32_t> ids, bool remove_special, bool render_special) const;
 
   // Whether decode() drops one leading space of the first piece (SentencePiece with
   // add_space_prefix); the streaming detokenizer applies the same rule.
