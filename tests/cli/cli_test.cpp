@@ -14,26 +14,15 @@
 #include <string>
 
 #include "../test_util.h"
+#include "cli_util.h"
 
 namespace {
 
-struct CliRun {
-  int code = -1;
-  std::string out;  // stdout + stderr
-};
+using specula::testing::CliRun;
 
 // Runs the binary; stderr is merged into out unless stdout_only.
 CliRun run(const std::string& args, bool stdout_only = false) {
-  const std::string cmd = std::string(SPECULA_CLI_PATH) + " " + args + (stdout_only ? " 2>/dev/null" : " 2>&1");
-  CliRun r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return r;
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  const int st = pclose(p);
-  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  return r;
+  return specula::testing::run_shell(std::string(SPECULA_CLI_PATH) + " " + args + (stdout_only ? " 2>/dev/null" : " 2>&1"));
 }
 
 std::string tmp_file(const std::string& name, const std::string& bytes) {

@@ -30,6 +30,8 @@
 #include <thread>
 #include <vector>
 
+#include "cli_util.h"
+
 #include <nlohmann/json.hpp>
 
 #include "cli/hub.h"
@@ -343,23 +345,12 @@ struct HubPull : ::testing::Test {
   fs::path cache;
 };
 
-struct CliRun {
-  int code = -1;
-  std::string out, err;
-};
+using specula::testing::CliRun;
 
 // Runs the binary with `env` prepended; stdout and stderr apart.
 CliRun run_cli(const std::string& env, const std::string& args) {
   const std::string err_file = fs::temp_directory_path().string() + "/specula_hub_test_err_" + std::to_string(::getpid());
-  const std::string cmd = env + " " + SPECULA_CLI_PATH + " " + args + " 2>'" + err_file + "'";
-  CliRun r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return r;
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  const int st = pclose(p);
-  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  CliRun r = specula::testing::run_shell(env + " " + SPECULA_CLI_PATH + " " + args + " 2>'" + err_file + "'");
   r.err = read_file(err_file);
   fs::remove(err_file);
   return r;
