@@ -19,6 +19,22 @@ Extra models for architectures that have no tiny GGUF in the arch fixtures (qwen
 written here too (their GGUF and their folder); bf16 variants write both files in bf16, and one
 model is sharded (model.safetensors.index.json + 2 shards).
 
+Gemma 4 (gemma4_a: Gemma4ForCausalLM with global_head_dim / num_global_key_value_heads; gemma4_b:
+Gemma4ForConditionalGeneration, its text model under text_config and "model.language_model.", a
+per_layer_config, a vision and an audio tensor the mapping drops) from transformers' Gemma4TextConfig
+and modeling_gemma4.py: norm gains as stored (Gemma4RMSNorm scales by w), rope_parameters
+{"full_attention": proportional with partial_rotary_factor (from the count of rope_freqs' unit
+factors), "sliding_attention": default}, layer_scalar, the per-layer-input tensors.
+Qwen3.5 (qwen35_tiny_a: Qwen3_5ForCausalLM; qwen35_tiny_b: Qwen3_5ForConditionalGeneration with a
+vision and two multi-token-prediction tensors the mapping drops) from tools/make_qwen35_fixtures.py's
+GGUF files (written unchanged as qwen35_<shape>.gguf) and transformers' Qwen3_5TextConfig /
+modeling_qwen3_5.py: norm gains w - 1 (Qwen3_5RMSNorm scales by 1 + w) except linear_attn.norm,
+A_log = log(-ssm_a), dt_bias, conv1d [C, 1, K], value heads back from llama.cpp's tiled order to HF's
+grouped by key head, rope_parameters with partial_rotary_factor and mrope_section. The converter
+computes ssm_a = -exp(A_log), which does not give back every f32 ssm_a: arch_qwen35_<shape>.gguf is
+the fixture with ssm_a replaced by f32(-exp(A_log)) (exp in float64, as specula's mapping), the GGUF
+the converter would write from the folder; everything else is the fixture's.
+
 MLX models (mlx*_g*): qwen2_w with its matrices quantized as mlx-lm stores them (U32 codes,
 scales, biases; config.json "quantization" with per-module overrides), written by mlx_quantize from
 MLX's documented definition, whose packing --check-mlx verifies against the real MLX package.
@@ -31,6 +47,7 @@ Usage: python3 tools/make_hf_folders.py --check-mlx     (needs pip install "mlx[
 """
 import argparse
 import json
+import math
 import os
 import shutil
 import sys
@@ -39,6 +56,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import make_arch_fixtures as maf  # noqa: E402
+import make_qwen35_fixtures as mq  # noqa: E402
 
 # Models written only for this check (not judged by llama.cpp here: the folder must equal the GGUF
 # bitwise in specula, and the GGUF path of these architectures is judged by the real-model tests).
@@ -86,6 +104,11 @@ HF_MODELS = {
     "smollm3_a": ("SmolLM3ForCausalLM", {}),
     "smollm3_b_bf16": ("SmolLM3ForCausalLM", {"bf16": True, "base": "smollm3_b"}),
     "ernie4_5_a": ("Ernie4_5ForCausalLM", {}),
+    "gemma4_a": ("Gemma4ForCausalLM", {}),
+    "gemma4_b": ("Gemma4ForConditionalGeneration", {"multimodal": True}),
+    # "qwen35": the shape of tools/make_qwen35_fixtures.py (its GGUF, not make_arch_fixtures')
+    "qwen35_tiny_a": ("Qwen3_5ForCausalLM", {"qwen35": "tiny_a"}),
+    "qwen35_tiny_b": ("Qwen3_5ForConditionalGeneration", {"qwen35": "tiny_b", "multimodal": True}),
 }
 
 
@@ -203,7 +226,7 @@ def hf_config(hf_arch, kv, tensors, llama3_rope=None):
         c["intermediate_size"] = ff
     if g("attention.key_length") is not None:
         c["head_dim"] = g("attention.key_length")
-    if "rope_freqs.weight" in tensors:
+    if "rope_freqs.weight" in tensors and a != "gemma4":  # gemma4's: rope_parameters (gemma4_config)
         if llama3_rope is None:
             raise SystemExit("rope_freqs.weight: pass the llama3 rope_scaling parameters")
         c["rope_scaling"] = dict(llama3_rope)
@@ -243,7 +266,78 @@ def hf_config(hf_arch, kv, tensors, llama3_rope=None):
         c["no_rope_layers"] = [0 if (i + 1) % 4 == 0 else 1 for i in range(g("block_count"))]
     if a == "qwen2":
         c["use_sliding_window"] = False
+    if a == "gemma4":
+        gemma4_config(c, g, tensors)
+    if a == "qwen35":
+        qwen35_config(c, g)
     return c
+
+
+def gemma4_config(c, g, tensors):
+    """Gemma4TextConfig keys (transformers 5 configuration_gemma4.py) from the gemma4 GGUF metadata."""
+    L = g("block_count")
+    swa = [bool(x) for x in g("attention.sliding_window_pattern")]
+    n_shared = g("attention.shared_kv_layers", 0)
+    hd_full, hd_swa = g("attention.key_length"), g("attention.key_length_swa")
+    ff = g("feed_forward_length")
+    if isinstance(ff, list):  # use_double_wide_mlp: the KV-shared layers are twice as wide
+        assert ff == [ff[0] if i < L - n_shared else 2 * ff[0] for i in range(L)], ff
+        c.update(intermediate_size=ff[0], use_double_wide_mlp=True)
+    else:
+        c.update(intermediate_size=ff, use_double_wide_mlp=False)
+    kv = g("attention.head_count_kv")
+    kv_list = kv if isinstance(kv, list) else [kv] * L
+    kv_swa = next(k for k, s in zip(kv_list, swa) if s)
+    kv_full = next(k for k, s in zip(kv_list, swa) if not s)
+    # The full layers' K = V (no attn_v where attn_k is): attention_k_eq_v.
+    k_eq_v = any(f"blk.{i}.attn_k.weight" in tensors and f"blk.{i}.attn_v.weight" not in tensors
+                 for i in range(L) if not swa[i])
+    freqs = tensors["rope_freqs.weight"][0]
+    n_rot_pairs = int(np.sum(freqs == np.float32(1.0)))
+    assert np.all(freqs[:n_rot_pairs] == 1.0) and np.all(freqs[n_rot_pairs:] == np.float32(1e30))
+    P = g("embedding_length_per_layer_input", 0)
+    c.pop("rope_theta")
+    c.update(model_type="gemma4_text", head_dim=hd_swa, num_key_value_heads=kv_swa,
+             sliding_window=g("attention.sliding_window"),
+             layer_types=["sliding_attention" if s else "full_attention" for s in swa],
+             num_kv_shared_layers=n_shared, hidden_size_per_layer_input=P,
+             vocab_size_per_layer_input=int(tensors["per_layer_token_embd.weight"][0].shape[0]) if P else c["vocab_size"],
+             final_logit_softcapping=g("final_logit_softcapping"), attention_k_eq_v=k_eq_v,
+             hidden_activation="gelu_pytorch_tanh", attention_bias=False, enable_moe_block=False,
+             use_bidirectional_attention=None,
+             rope_parameters={"full_attention": {"rope_type": "proportional",
+                                                 "partial_rotary_factor": 2 * n_rot_pairs / hd_full,
+                                                 "rope_theta": g("rope.freq_base")},
+                              "sliding_attention": {"rope_type": "default", "rope_theta": g("rope.freq_base_swa")}})
+    if c["architectures"][0] == "Gemma4ForCausalLM":  # the form of Google's configs
+        c["global_head_dim"] = hd_full
+        if isinstance(kv, list):
+            c["num_global_key_value_heads"] = kv_full
+    else:  # transformers 5's per-layer form: the full layers' overrides
+        c["per_layer_config"] = {str(i): dict(head_dim=hd_full, **({"num_key_value_heads": kv_full} if kv_full != kv_swa
+                                                                   else {}))
+                                 for i in range(L) if not swa[i]}
+
+
+def qwen35_config(c, g):
+    """Qwen3_5TextConfig keys (transformers 5 configuration_qwen3_5.py) from the qwen35 GGUF metadata."""
+    L = g("block_count")
+    rec = g("attention.recurrent_layers")
+    if rec is None:
+        rec = [(i + 1) % g("full_attention_interval") != 0 for i in range(L)]
+    hd = g("attention.key_length")
+    sections = list(g("rope.dimension_sections"))
+    if sections[3] == 0:  # the usual three (time, height, width); the converter pads with 0
+        sections = sections[:3]
+    hv = g("ssm.time_step_rank")
+    c.pop("rope_theta")
+    c.update(model_type="qwen3_5_text", layer_types=["linear_attention" if r else "full_attention" for r in rec],
+             linear_conv_kernel_dim=g("ssm.conv_kernel"), linear_key_head_dim=g("ssm.state_size"),
+             linear_value_head_dim=g("ssm.inner_size") // hv, linear_num_key_heads=g("ssm.group_count"),
+             linear_num_value_heads=hv, hidden_act="silu", attention_bias=False,
+             rope_parameters={"rope_type": "default", "rope_theta": g("rope.freq_base", 10000.0),
+                              "partial_rotary_factor": g("rope.dimension_count") / hd,
+                              "mrope_section": sections, "mrope_interleaved": True})
 
 
 LAYER_NAMES = {
@@ -270,6 +364,10 @@ def hf_tensors(hf_arch, kv, tensors):
     Hkv = kv.get(f"{a}.attention.head_count_kv", H)
     gemma = a in ("gemma2", "gemma3")
     mixtral = hf_arch == "MixtralForCausalLM"
+    if a == "gemma4":
+        return gemma4_tensors(tensors)
+    if a == "qwen35":
+        return qwen35_tensors(kv, tensors)
     out = {}
     for gname, (data, _) in tensors.items():
         if gname in ("rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight"):
@@ -310,6 +408,127 @@ def hf_tensors(hf_arch, kv, tensors):
     return out
 
 
+GEMMA4_GLOBAL = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight",
+                 "output.weight": "lm_head.weight", "per_layer_token_embd.weight": "model.embed_tokens_per_layer.weight",
+                 "per_layer_model_proj.weight": "model.per_layer_model_projection.weight",
+                 "per_layer_proj_norm.weight": "model.per_layer_projection_norm.weight"}
+GEMMA4_NAMES = {**{k: v for k, v in LAYER_NAMES.items() if not k.endswith(".bias")}, **GEMMA_NAMES,
+                "inp_gate.weight": "per_layer_input_gate.weight", "proj.weight": "per_layer_projection.weight",
+                "post_norm.weight": "post_per_layer_input_norm.weight",
+                "layer_output_scale.weight": "layer_scalar"}  # a buffer of Gemma4TextDecoderLayer
+
+
+def gemma4_tensors(tensors):
+    """Gemma4ForCausalLM tensors: names only (Gemma 4 stores its RMSNorm gains as used)."""
+    out = {}
+    for gname, (data, _) in tensors.items():
+        if gname == "rope_freqs.weight":
+            continue  # rope_parameters.full_attention.partial_rotary_factor
+        if gname in GEMMA4_GLOBAL:
+            out[GEMMA4_GLOBAL[gname]] = data
+            continue
+        _, il, rest = gname.split(".", 2)
+        out[f"model.layers.{il}." + GEMMA4_NAMES[rest]] = data
+    return out
+
+
+QWEN35_NAMES = {"attn_norm.weight": "input_layernorm.weight", "post_attention_norm.weight": "post_attention_layernorm.weight",
+                "attn_q.weight": "self_attn.q_proj.weight", "attn_k.weight": "self_attn.k_proj.weight",
+                "attn_v.weight": "self_attn.v_proj.weight", "attn_output.weight": "self_attn.o_proj.weight",
+                "attn_q_norm.weight": "self_attn.q_norm.weight", "attn_k_norm.weight": "self_attn.k_norm.weight",
+                "ffn_gate.weight": "mlp.gate_proj.weight", "ffn_up.weight": "mlp.up_proj.weight",
+                "ffn_down.weight": "mlp.down_proj.weight",
+                "attn_qkv.weight": "linear_attn.in_proj_qkv.weight", "attn_gate.weight": "linear_attn.in_proj_z.weight",
+                "ssm_beta.weight": "linear_attn.in_proj_b.weight", "ssm_alpha.weight": "linear_attn.in_proj_a.weight",
+                "ssm_a": "linear_attn.A_log", "ssm_dt.bias": "linear_attn.dt_bias",
+                "ssm_conv1d.weight": "linear_attn.conv1d.weight", "ssm_norm.weight": "linear_attn.norm.weight",
+                "ssm_out.weight": "linear_attn.out_proj.weight"}
+
+
+def a_log_of(ssm_a):
+    """Qwen3.5's A_log (f32) for GGUF's ssm_a = -exp(A_log)."""
+    return np.log(-ssm_a.astype(np.float64)).astype(np.float32)
+
+
+def ssm_a_of(a_log):
+    """-exp(A_log) as specula's mapping computes it: exp in float64 (libm, as C++ std::exp), rounded to f32."""
+    return np.array([-math.exp(float(x)) for x in a_log], dtype=np.float32)
+
+
+def untile_heads(x, axis, hk, per_k, unit):
+    """Value heads from llama.cpp's tiled order [per_k, hk, unit] back to HF's grouped by key head
+    [hk, per_k, unit] along `axis` (the inverse of the converter's _reorder_v_heads)."""
+    x = np.moveaxis(x, axis, 0)
+    y = x.reshape(per_k, hk, unit, *x.shape[1:]).swapaxes(0, 1).reshape(x.shape)
+    return np.moveaxis(y, 0, axis)
+
+
+def qwen35_tensors(kv, tensors):
+    """Qwen3_5ForCausalLM tensors (modeling_qwen3_5.py) from the qwen35 GGUF ones."""
+    hk, hv = kv["qwen35.ssm.group_count"], kv["qwen35.ssm.time_step_rank"]
+    dk, dv = kv["qwen35.ssm.state_size"], kv["qwen35.ssm.inner_size"] // hv
+    one = np.float32(1)
+    out = {}
+    for gname, (data, _) in tensors.items():
+        if gname == "token_embd.weight":
+            out["model.embed_tokens.weight"] = data
+            continue
+        if gname == "output_norm.weight":
+            out["model.norm.weight"] = data - one
+            continue
+        if gname == "output.weight":
+            out["lm_head.weight"] = data
+            continue
+        _, il, rest = gname.split(".", 2)
+        if rest == "ssm_a":
+            data = a_log_of(data)
+        if rest.endswith("norm.weight") and rest != "ssm_norm.weight":
+            data = data - one  # Qwen3_5RMSNorm: x * (1 + w)
+        if hk != hv:  # grouped by key head in HF
+            r = hv // hk
+            if rest == "attn_qkv.weight":
+                data = np.concatenate([data[:2 * hk * dk], untile_heads(data[2 * hk * dk:], 0, hk, r, dv)])
+            elif rest == "ssm_conv1d.weight":
+                data = np.concatenate([data[:2 * hk * dk], untile_heads(data[2 * hk * dk:], 0, hk, r, dv)])
+            elif rest == "attn_gate.weight":
+                data = untile_heads(data, 0, hk, r, dv)
+            elif rest in ("ssm_beta.weight", "ssm_alpha.weight", "ssm_a", "ssm_dt.bias"):
+                data = untile_heads(data, 0, hk, r, 1)
+            elif rest == "ssm_out.weight":
+                data = untile_heads(data, 1, hk, r, dv)
+        if rest == "ssm_conv1d.weight":
+            data = data.reshape(data.shape[0], 1, data.shape[1])  # nn.Conv1d(groups=C): [C, 1, K]
+        out[f"model.layers.{il}." + QWEN35_NAMES[rest]] = np.ascontiguousarray(data)
+    return out
+
+
+def as_multimodal(hf_arch, cfg, out):
+    """The ...ForConditionalGeneration form: the text config under text_config, the text model's
+    tensors under model.language_model., and a few tensors of the other towers (and, for Qwen3.5, its
+    multi-token-prediction block) that a text-only load drops."""
+    top = {"architectures": [hf_arch], "tie_word_embeddings": cfg["tie_word_embeddings"],
+           "torch_dtype": cfg["torch_dtype"]}
+    text = {k: v for k, v in cfg.items() if k not in ("architectures",)}
+    rng = np.random.default_rng(5)
+    E = cfg["hidden_size"]
+    extra = {}
+    if hf_arch == "Gemma4ForConditionalGeneration":
+        top.update(model_type="gemma4", vision_config={"model_type": "gemma4_vision", "hidden_size": 8},
+                   audio_config={"model_type": "gemma4_audio", "hidden_size": 8})
+        extra = {"model.vision_tower.encoder.layers.0.self_attn.q_proj.linear.weight": (8, 8),
+                 "model.embed_vision.embedding_projection.weight": (E, 8),
+                 "model.audio_tower.layers.0.norm_out.weight": (8,)}
+    else:
+        top.update(model_type="qwen3_5", vision_config={"model_type": "qwen3_5_vision", "hidden_size": 8})
+        extra = {"model.visual.blocks.0.attn.qkv.weight": (24, 8), "mtp.fc.weight": (E, 2 * E),
+                 "mtp.layers.0.input_layernorm.weight": (E,)}
+    top["text_config"] = text
+    mm = {("model.language_model." + k[len("model."):] if k.startswith("model.") else k): v for k, v in out.items()}
+    for k, shape in extra.items():
+        mm[k] = rng.standard_normal(shape).astype(np.float32)
+    return top, mm
+
+
 def to_bf16_bits(x):
     """float32 -> bfloat16 bits, round to nearest even (as torch)."""
     u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
@@ -318,7 +537,8 @@ def to_bf16_bits(x):
 
 def write_bf16_gguf(src, dst, kind="bf16"):
     """A copy of the GGUF at `src` with every matrix (>= 2-D) in bf16, or with kind "q8_0" in Q8_0
-    by the gguf package's quantizer (bit-exact with ggml's reference, as specula's --quantize q8_0)."""
+    by the gguf package's quantizer (bit-exact with ggml's reference, as specula's --quantize q8_0), or
+    with kind "ssm_a" every tensor as stored but qwen35's ssm_a replaced by ssm_a_of(a_log_of(ssm_a))."""
     import gguf
     from gguf import quants
 
@@ -346,7 +566,9 @@ def write_bf16_gguf(src, dst, kind="bf16"):
         else:
             raise SystemExit(f"write_bf16_gguf: metadata type {t} of {f.name} not handled")
     for name, (data, _) in tensors.items():
-        if data.ndim >= 2 and kind == "q8_0":
+        if kind == "ssm_a":  # every tensor as stored but qwen35's ssm_a, as the converter makes it from A_log
+            w.add_tensor(name, ssm_a_of(a_log_of(data)) if name.endswith(".ssm_a") else data)
+        elif data.ndim >= 2 and kind == "q8_0":
             q = quants.quantize(data.astype(np.float32), gguf.GGMLQuantizationType.Q8_0)
             w.add_tensor(name, q, raw_shape=q.shape, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
         elif data.ndim >= 2:
@@ -366,8 +588,10 @@ def write_folder(name, gguf_path, folder):
     hf_arch, opts = HF_MODELS[name]
     kv, tensors = read_gguf(gguf_path)
     base = opts.get("base", name)
-    cfg = hf_config(hf_arch, kv, tensors, LLAMA3_ROPE if maf.SHAPES[base].get("llama3_rope") else None)
+    cfg = hf_config(hf_arch, kv, tensors, LLAMA3_ROPE if maf.SHAPES.get(base, {}).get("llama3_rope") else None)
     out = hf_tensors(hf_arch, kv, tensors)
+    if opts.get("multimodal"):
+        cfg, out = as_multimodal(hf_arch, cfg, out)
     tmp = folder + ".tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     if opts.get("mlx"):
@@ -535,6 +759,13 @@ def main():
         _, opts = HF_MODELS[n]
         base = opts.get("base", n)
         gguf_path = os.path.join(args.out, f"arch_{base}.gguf")
+        if opts.get("qwen35"):  # make_qwen35_fixtures' file; the folder from it, the GGUF with its ssm_a converted
+            src = os.path.join(args.out, f"qwen35_{opts['qwen35']}.gguf")
+            maf.write_atomic(src, lambda tmp, s=opts["qwen35"]: mq.write_model(s, tmp))
+            maf.write_atomic(gguf_path, lambda tmp, s=src: write_bf16_gguf(s, tmp, "ssm_a"))
+            write_folder(n, src, os.path.join(args.out, f"hf_{n}"))
+            print(f"{n}: {gguf_path} -> hf_{n}/")
+            continue
         maf.write_atomic(gguf_path, lambda tmp, b=base: maf.write_model(b, tmp))
         if opts.get("bf16"):  # arch_<n>.gguf: the base model with its matrices in bf16
             bf = os.path.join(args.out, f"arch_{n}.gguf")

@@ -31,6 +31,10 @@ enum class DType : uint32_t {
   IQ4_NL = 20,
   IQ4_XS = 23,
   BF16 = 30,
+  // specula's own (not a GGML type; refused in GGUF files): affine 8-bit blocks of 32,
+  // x = d * q + m with q int8 and f32 d, m (kernels/quant_blocks.h BlockQ8_A) — what MLX
+  // 8-bit weights load as (model/hf_folder.h).
+  Q8_A = 40,
 };
 
 struct DTypeInfo {

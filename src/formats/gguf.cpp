@@ -374,7 +374,8 @@ Status Parser::run(GgufFile& f) {
     }
     uint32_t type_id = 0;
     SPECULA_RETURN_IF_ERROR(read(ctx, "type", &type_id));
-    const std::optional<DTypeInfo> info = dtype_info(type_id);
+    std::optional<DTypeInfo> info = dtype_info(type_id);
+    if (info && info->type == DType::Q8_A) info.reset();  // specula's own type, never in a file
     if (!info) {
       // GGML types specula does not implement yet, named so the user knows what the file needs.
       static const char* const kKnown[] = {

@@ -25,7 +25,7 @@
 
 namespace specula::kernels {
 
-constexpr int kNumDTypeSlots = 32;  // indexed by static_cast<uint32_t>(DType)
+constexpr int kNumDTypeSlots = 41;  // indexed by static_cast<uint32_t>(DType)
 
 struct TypeKernels {
   bool supported = false;

@@ -29,6 +29,11 @@ struct BlockQ4_1 {  // x = d * q + m
   uint16_t m;
   uint8_t qs[kQK / 2];
 };
+struct BlockQ8_A {  // x = d * q + m, q int8 (specula's affine 8-bit; MLX 8-bit weights)
+  float d;
+  float m;
+  int8_t qs[kQK];
+};
 struct BlockQ5_0 {  // x = d * (q - 16); q = nibble | (bit j of qh) << 4 (elem j), bit j+16 for elem j+16
   uint16_t d;
   uint8_t qh[4];
@@ -107,6 +112,7 @@ static_assert(sizeof(BlockQ8_1) == 36);
 static_assert(sizeof(BlockQ2_K) == 84);
 static_assert(sizeof(BlockQ3_K) == 110);
 static_assert(sizeof(BlockQ4_K) == 144);
+static_assert(sizeof(BlockQ8_A) == 40);
 static_assert(sizeof(BlockQ5_K) == 176);
 static_assert(sizeof(BlockQ6_K) == 210);
 static_assert(sizeof(BlockQ8_K) == 292);

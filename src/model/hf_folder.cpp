@@ -657,6 +657,30 @@ Status permute_rows(const safetensors::TensorInfo& t, int64_t n_heads, uint8_t* 
   return Status::ok();
 }
 
+// Copies `t` with the span of its first dimension (or, r.columns, the last of a 2-D tensor)
+// [offset, offset + groups * per_group * unit) reordered from [groups, per_group, unit] to
+// [per_group, groups, unit] (the converter's _reorder_v_heads; hf_folder.h HeadReorder).
+Status reorder_heads(const safetensors::TensorInfo& t, const HeadReorder& r, uint8_t* dst, const std::string& who) {
+  const int64_t n = t.shape.empty() ? 0 : (r.columns ? t.shape.back() : t.shape[0]);
+  const int64_t span = r.groups * r.per_group * r.unit;
+  if ((r.columns && t.shape.size() != 2) || r.groups <= 0 || r.per_group <= 0 || r.unit <= 0 || r.offset < 0 ||
+      r.offset + span != n)
+    return Status::error(who + ": " + std::to_string(n) + (r.columns ? " columns" : " rows") +
+                         " cannot hold " + std::to_string(r.offset) + " + " + std::to_string(r.groups) + " x " +
+                         std::to_string(r.per_group) + " heads of " + std::to_string(r.unit) + " (head reorder)");
+  std::memcpy(dst, t.data, t.n_bytes);
+  const int64_t outer = r.columns ? t.shape[0] : 1;  // rows, each reordered (columns)
+  const size_t piece = r.columns ? safetensors::element_size(t.type) : t.n_bytes / static_cast<size_t>(n);
+  const size_t line = piece * static_cast<size_t>(n);  // bytes of one reordered line
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t g = 0; g < r.groups; ++g)
+      for (int64_t j = 0; j < r.per_group; ++j)
+        std::memcpy(dst + static_cast<size_t>(o) * line + static_cast<size_t>(r.offset + (j * r.groups + g) * r.unit) * piece,
+                    t.data + static_cast<size_t>(o) * line + static_cast<size_t>(r.offset + (g * r.per_group + j) * r.unit) * piece,
+                    static_cast<size_t>(r.unit) * piece);
+  return Status::ok();
+}
+
 // MLX affine quantization (mlx-lm's config.json "quantization": {"group_size", "bits"} plus
 // per-module overrides {"group_size", "bits"} or false for a module left in floats).
 struct MlxQuant {
@@ -730,8 +754,9 @@ inline uint32_t mlx_code(const uint8_t* row, int64_t j, int64_t bits) {
 
 // An MLX-quantized matrix [N, K]: 4-bit codes in groups of a multiple of 32 become Q4_1 blocks
 // (x = d * q + m: d = scale, m = bias as f16, exact for bf16/f16 scales in f16's range);
-// other widths become F32 rows, scale * q + bias (exact: the product of an 8-bit code and a
-// bf16/f16 scale is exact in f32).
+// 8-bit codes Q8_A blocks (x = d * (q - 128) + m, d = scale, m = bias + 128 * scale in f32:
+// exact but for the rounding of that sum); other widths F32 rows, scale * q + bias (exact:
+// the product of a code and a bf16/f16 scale is exact in f32).
 Status convert_mlx(const safetensors::TensorInfo& w, const safetensors::TensorInfo& scales,
                    const safetensors::TensorInfo& biases, const MlxQuant& q, Owned& owned, gguf::TensorInfo* g,
                    const std::string& where) {
@@ -764,6 +789,24 @@ Status convert_mlx(const safetensors::TensorInfo& w, const safetensors::TensorIn
         blk.m = fp32_to_fp16(element_f32(biases.data, *biases.dtype, grp));
         for (int j = 0; j < 16; ++j)  // Q4_1: element j in the low nibble of qs[j], j + 16 in the high one
           blk.qs[j] = static_cast<uint8_t>(mlx_code(row, 32 * b + j, 4) | (mlx_code(row, 32 * b + j + 16, 4) << 4));
+      }
+    }
+    g->data = reinterpret_cast<uint8_t*>(blocks);
+    return Status::ok();
+  }
+  if (q.bits == 8 && q.group_size % 32 == 0) {
+    // Q8_A blocks: x = d * (q - 128) + m with d = scale, m = bias + 128 * scale (f32).
+    g->type = DType::Q8_A;
+    g->n_bytes = static_cast<size_t>(N) * static_cast<size_t>(K / 32) * sizeof(kernels::BlockQ8_A);
+    auto* blocks = reinterpret_cast<kernels::BlockQ8_A*>(new_buffer(owned, g->n_bytes));
+    for (int64_t r = 0; r < N; ++r) {
+      const uint8_t* row = w.data + static_cast<size_t>(r) * w_row;
+      for (int64_t b = 0; b < K / 32; ++b) {
+        kernels::BlockQ8_A& blk = blocks[r * (K / 32) + b];
+        const int64_t grp = r * G + b * 32 / q.group_size;
+        blk.d = element_f32(scales.data, *scales.dtype, grp);
+        blk.m = element_f32(biases.data, *biases.dtype, grp) + 128.0f * blk.d;
+        for (int j = 0; j < 32; ++j) blk.qs[j] = static_cast<int8_t>(static_cast<int>(row[32 * b + j]) - 128);
       }
     }
     g->data = reinterpret_cast<uint8_t*>(blocks);
@@ -873,6 +916,8 @@ Result<gguf::GgufFile> open_folder(const std::string& path) {
       if (sc == nullptr || bi == nullptr)
         return Status::error(where + ": MLX-quantized weight without '" + module + (sc == nullptr ? ".scales" : ".biases") + "'");
       if (target->expert >= 0) return Status::error(where + ": MLX-quantized experts are not supported");
+      if (target->reorder.groups > 0)
+        return Status::error(where + ": an MLX-quantized tensor whose heads the architecture reorders (not supported)");
       gguf::TensorInfo g;
       g.name = target->name;
       SPECULA_RETURN_IF_ERROR(convert_mlx(*t, *sc, *bi, *q, *owned, &g, where));
@@ -896,6 +941,8 @@ Result<gguf::GgufFile> open_folder(const std::string& path) {
     if (t->shape.empty() || t->shape.size() > 3 || t->n_elements() == 0)
       return Status::error(where + ": shape of " + std::to_string(t->shape.size()) + " dimensions (1 to 3, non-empty)");
     if (target->expert >= 0) {
+      if (target->reorder.groups > 0 || target->transform != Transform::kNone)
+        return Status::error(where + ": an expert tensor cannot be transformed");
       Stack& s = stacks[target->name];
       if (target->expert >= target->n_experts)
         return Status::error(where + ": expert " + std::to_string(target->expert) + " of " +
@@ -910,28 +957,45 @@ Result<gguf::GgufFile> open_folder(const std::string& path) {
     g.type = *t->dtype;
     g.n_bytes = t->n_bytes;
     const size_t esize = safetensors::element_size(t->type);
+    safetensors::TensorInfo src = *t;  // the stored data, or its copy with the heads reordered
+    if (target->reorder.groups > 0) {
+      uint8_t* d = new_buffer(*owned, t->n_bytes);
+      SPECULA_RETURN_IF_ERROR(reorder_heads(*t, target->reorder, d, where));
+      src.data = d;
+      src.alignment = 64;
+    }
     switch (target->transform) {
       case Transform::kNone:
-        if (t->alignment >= esize) {
-          g.data = t->data;
+      case Transform::kSqueeze:
+        if (src.alignment >= esize) {
+          g.data = src.data;
         } else {
           uint8_t* d = new_buffer(*owned, t->n_bytes);
-          std::memcpy(d, t->data, t->n_bytes);
+          std::memcpy(d, src.data, t->n_bytes);
           g.data = d;
+        }
+        if (target->transform == Transform::kSqueeze) {
+          std::erase(g.shape, int64_t{1});
+          if (g.shape.empty()) g.shape = {1};
         }
         break;
       case Transform::kPermuteQ:
       case Transform::kPermuteK: {
         uint8_t* d = new_buffer(*owned, t->n_bytes);
         SPECULA_RETURN_IF_ERROR(
-            permute_rows(*t, target->transform == Transform::kPermuteQ ? conv.n_heads : conv.n_kv_heads, d, where));
+            permute_rows(src, target->transform == Transform::kPermuteQ ? conv.n_heads : conv.n_kv_heads, d, where));
         g.data = d;
         break;
       }
-      case Transform::kAddOne: {
+      case Transform::kAddOne:
+      case Transform::kNegExp: {
         const int64_t n = t->n_elements();
         auto* d = reinterpret_cast<float*>(new_buffer(*owned, static_cast<size_t>(n) * 4));
-        for (int64_t k = 0; k < n; ++k) d[k] = element_f32(t->data, *t->dtype, k) + 1.0f;
+        if (target->transform == Transform::kAddOne)
+          for (int64_t k = 0; k < n; ++k) d[k] = element_f32(src.data, *t->dtype, k) + 1.0f;
+        else
+          for (int64_t k = 0; k < n; ++k)
+            d[k] = static_cast<float>(-std::exp(static_cast<double>(element_f32(src.data, *t->dtype, k))));
         g.data = reinterpret_cast<uint8_t*>(d);
         g.type = DType::F32;
         g.n_bytes = static_cast<size_t>(n) * 4;

@@ -16,7 +16,8 @@
 //     from HF's half-split RoPE order to the interleaved order GGUF stores (the converter's
 //     LlamaModel.permute), Gemma RMSNorm gains stored as w where GGUF stores 1 + w, per-expert
 //     MoE matrices stacked into one [n_expert, N, K] tensor, Llama 3.1 rope_scaling turned
-//     into the rope_freqs.weight factors;
+//     into the rope_freqs.weight factors; Qwen3.5's A_log -> -exp(A_log), conv1d squeezed and
+//     value heads reordered from grouped to tiled (Target::reorder);
 //   - F32, F16 and BF16 tensors stay in the mapping (zero copy) unless a transform applies
 //     or the data is not aligned to its element size (then copied, aligned to 64);
 //   - MLX affine quantization (mlx-lm: config.json "quantization" (or "quantization_config")
@@ -24,8 +25,10 @@
 //     first-element-lowest as a little-endian bit stream per row, X.scales / X.biases
 //     [N, K / group_size]; w = scale * q + bias): 4-bit codes in groups of 32 or 64 (or 128)
 //     become Q4_1 blocks exactly (d = scale, m = bias as f16: exact for bf16/f16 scales within
-//     f16's range), every other width (2, 3, 5, 6, 8) exact F32 rows (scale * q is exact in
-//     f32); other quantization schemes (quant_method AWQ, GPTQ, ...) are refused by name;
+//     f16's range), 8-bit ones Q8_A blocks (specula's affine 8-bit type: d = scale,
+//     m = bias + 128 * scale in f32, q - 128 as int8), every other width (2, 3, 5, 6) exact F32
+//     rows (scale * q is exact in f32); other quantization schemes (quant_method AWQ, GPTQ,
+//     ...) are refused by name;
 //   - tokenizer.json -> `tokenizer.huggingface.json` (the GGUF spec's key for the whole
 //     file), tokenizer_config.json's chat_template (string, or the "default" of a named
 //     list; or chat_template.jinja) -> `tokenizer.chat_template`, its add_bos_token /
@@ -37,8 +40,8 @@
 // must be an integer in [1, 4096], got \"8\"". Architectures without a mapping are refused
 // naming the supported ones.
 // Does not read PyTorch .bin checkpoints or MLX-quantized MoE experts (switch_mlp), has no fast
-// kernel of its own for MLX 8-bit (exact f32 rows; --quantize q8_0 requantizes them), and does
-// not tokenize (tokenizer/hf_tokenizer.h).
+// kernels for MLX 2/3/5/6-bit codes (exact f32 rows; --quantize q8_0 or q4_k requantizes them),
+// and does not tokenize (tokenizer/hf_tokenizer.h).
 #pragma once
 
 #include <cstdint>
@@ -110,12 +113,25 @@ enum class Transform : uint8_t {
   kPermuteQ,  // rows [n_heads, 2, head_dim/2] -> [n_heads, head_dim/2, 2] (also 1-D biases)
   kPermuteK,  // the same over n_kv_heads
   kAddOne,    // f32(w) + 1 (Gemma RMSNorm gains)
+  kNegExp,    // -exp(w) as F32, computed in double and rounded once (Qwen3-Next / Qwen3.5 A_log ->
+              // ssm_a; the converter's -torch.exp in f32 may differ from that by an ulp)
+  kSqueeze,   // the data as stored, dimensions of size 1 dropped (Qwen3.5 conv1d [C, 1, K] -> [C, K])
+};
+// Heads reordered along the first dimension (or, `columns`, the last of a 2-D tensor): the
+// span [offset, offset + groups * per_group * unit), which must end where the dimension does,
+// viewed as [groups, per_group, unit] becomes [per_group, groups, unit] (the converter's
+// _reorder_v_heads: Qwen3.5's value heads grouped by key head -> tiled). groups 0: none.
+// Applied before `transform`; not to MLX-quantized or expert tensors.
+struct HeadReorder {
+  int64_t groups = 0, per_group = 0, unit = 0, offset = 0;
+  bool columns = false;
 };
 struct Target {
   std::string name;  // GGUF tensor name; empty: drop the tensor (buffers such as rotary inv_freq)
   Transform transform = Transform::kNone;
   int64_t expert = -1;   // >= 0: expert `expert` of `n_experts`, stacked into `name`
   int64_t n_experts = 0;
+  HeadReorder reorder = {};
 };
 
 // What an architecture's mapping writes: metadata keys, the tensor rule, extra tensors.

@@ -245,7 +245,8 @@ TEST(GenericKernels, TableShape) {
                 {DType::Q4_0, DType::Q8_0}, {DType::Q5_0, DType::Q8_0}, {DType::Q8_0, DType::Q8_0},
                 {DType::Q4_1, DType::Q8_1}, {DType::Q5_1, DType::Q8_1}, {DType::Q4_K, DType::Q8_K},
                 {DType::Q5_K, DType::Q8_K}, {DType::Q6_K, DType::Q8_K}, {DType::Q2_K, DType::Q8_K},
-                {DType::Q3_K, DType::Q8_K}, {DType::IQ4_NL, DType::Q8_0}, {DType::IQ4_XS, DType::Q8_K}};
+                {DType::Q3_K, DType::Q8_K}, {DType::IQ4_NL, DType::Q8_0}, {DType::IQ4_XS, DType::Q8_K},
+                {DType::Q8_A, DType::Q8_1}};
   EXPECT_STREQ(table().isa, "generic");
   for (auto p : kPairs) {
     EXPECT_EQ(table().of(p.w).vec_dot_type, p.act) << dtype_name(p.w);

@@ -54,6 +54,14 @@ inline std::vector<uint8_t> random_weights(DType t, int64_t K, int64_t n_rows, s
         b->m = rand_half(rng, -1.0f, 0.0f);
       }
       break;
+    case DType::Q8_A: {
+      std::uniform_real_distribution<float> d(0.0f, 0.01f), m(-1.0f, 1.0f);
+      for (auto* b = reinterpret_cast<BlockQ8_A*>(w.data()); b < reinterpret_cast<BlockQ8_A*>(w.data() + w.size()); ++b) {
+        b->d = d(rng);
+        b->m = m(rng);
+      }
+      break;
+    }
     case DType::Q5_0:
       for (auto* b = reinterpret_cast<BlockQ5_0*>(w.data()); b < reinterpret_cast<BlockQ5_0*>(w.data() + w.size()); ++b)
         b->d = rand_half(rng, -0.1f, 0.1f);

@@ -1,5 +1,5 @@
 // kernels/avx2/gemm_legacy.cpp — AVX2 gemm for the 32-element block types: Q4_0,
-// Q5_0, Q8_0, IQ4_NL (with Q8_0 activations) and Q4_1, Q5_1 (with Q8_1 activations).
+// Q5_0, Q8_0, IQ4_NL (with Q8_0 activations) and Q4_1, Q5_1, Q8_A (with Q8_1 activations).
 //
 // Per block: the exact int32 sum of qw*qx is formed with maddubs/madd (unsigned
 // weights times signed activations; the Q4_0/Q5_0 centring offset is subtracted as
@@ -150,6 +150,31 @@ struct Q4_1 : QuantBase {
   static Acc dot(const W& w, const X& x, Acc acc) { return dot_affine(w, x, acc); }
 };
 
+// Q8_A (x = d q + m, q int8, f32 d and m): Q8_0's sign trick for the int8 x int8 dot, the
+// min term as Q4_1's.
+struct Q8_A : QuantBase {
+  struct W {
+    __m256i q;
+    __m256i aq;
+    __m256 d;
+    float m;
+  };
+  using X = XQ8_1;
+  static void load_w(const uint8_t* row, int64_t b, W& w) {
+    const BlockQ8_A* blk = reinterpret_cast<const BlockQ8_A*>(row) + b;
+    w.q = loadu256(blk->qs);
+    w.aq = _mm256_abs_epi8(w.q);
+    w.d = _mm256_set1_ps(blk->d);
+    w.m = blk->m;
+  }
+  static void load_x(const uint8_t* row, int64_t b, X& x) { load_x_q8_1(row, b, x); }
+  static Acc dot(const W& w, const X& x, Acc acc) {
+    const __m256i p = _mm256_maddubs_epi16(w.aq, _mm256_sign_epi8(x.q, w.q));
+    acc = _mm256_fmadd_ps(_mm256_mul_ps(w.d, x.d), _mm256_cvtepi32_ps(sum_pairs16(p)), acc);
+    return _mm256_add_ps(acc, _mm256_setr_ps(w.m * x.s, 0, 0, 0, 0, 0, 0, 0));
+  }
+};
+
 struct Q5_1 : QuantBase {
   using W = AffineW;
   using X = XQ8_1;
@@ -226,6 +251,10 @@ SPECULA_AVX2_GEMM(gemm_iq4_nl) {
   gemm_tiled<IQ4_NL, 4, 2, 4>(K, w, w_stride, n_rows, xq, xq_stride, m, y, ldy);
 }
 SPECULA_AVX2_GEMM(gemm_q4_1) { gemm_tiled<Q4_1, 4, 2, 4>(K, w, w_stride, n_rows, xq, xq_stride, m, y, ldy); }
+SPECULA_AVX2_GEMM(gemm_q8_a) {
+  if (m > 1 && m <= kSmallMLegacy) return gemm_tiled<Q8_A, 4, 1, 8>(K, w, w_stride, n_rows, xq, xq_stride, m, y, ldy);
+  gemm_tiled<Q8_A, 4, 2, 4>(K, w, w_stride, n_rows, xq, xq_stride, m, y, ldy);
+}
 SPECULA_AVX2_GEMM(gemm_q5_1) { gemm_tiled<Q5_1, 4, 2, 4>(K, w, w_stride, n_rows, xq, xq_stride, m, y, ldy); }
 
 }  // namespace specula::kernels::avx2

@@ -9,6 +9,7 @@ namespace specula::kernels::generic {
 // Declared here rather than by including generic.h: its templates must not be instantiated
 // in a translation unit compiled with AVX2 flags.
 void quantize_row_q4_0(const float* x, void* y, int64_t n);
+void dequantize_row_q8_a(const void* x, float* y, int64_t n);  // (scalar; only load-time paths use it)
 }  // namespace specula::kernels::generic
 
 namespace specula::kernels::avx2 {
@@ -36,6 +37,7 @@ const KernelTable* table_if_built() {
     k.set_weight(DType::BF16, dequantize_row_bf16, DType::F32, gemm_bf16);
     k.set_weight(DType::Q4_0, dequantize_row_q4_0, DType::Q8_0, gemm_q4_0);
     k.set_weight(DType::Q4_1, dequantize_row_q4_1, DType::Q8_1, gemm_q4_1);
+    k.set_weight(DType::Q8_A, generic::dequantize_row_q8_a, DType::Q8_1, gemm_q8_a);
     k.set_weight(DType::Q5_0, dequantize_row_q5_0, DType::Q8_0, gemm_q5_0);
     k.set_weight(DType::Q5_1, dequantize_row_q5_1, DType::Q8_1, gemm_q5_1);
     k.set_weight(DType::Q8_0, dequantize_row_q8_0, DType::Q8_0, gemm_q8_0);

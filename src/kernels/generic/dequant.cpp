@@ -56,6 +56,12 @@ void dequantize_row_q4_1(const void* x, float* y, int64_t n) {
   }
 }
 
+void dequantize_row_q8_a(const void* x, float* y, int64_t n) {
+  const auto* blocks = static_cast<const BlockQ8_A*>(x);
+  for (int64_t b = 0; b < n / kQK; ++b, y += kQK)
+    for (int j = 0; j < kQK; ++j) y[j] = blocks[b].d * static_cast<float>(blocks[b].qs[j]) + blocks[b].m;
+}
+
 namespace {
 // Bit j of the little-endian 32-bit qh word of a Q5 block: the 5th bit of element j.
 inline uint32_t load_qh(const uint8_t qh[4]) {

@@ -5,7 +5,7 @@
 // summed exactly in int32, then folded into a float accumulator with the block's
 // scales, blocks in order:
 //   Q4_0/Q5_0/Q8_0 · Q8_0:  sum_b (d_w * d_x) * sum_j qw_j * qx_j           (qw centred)
-//   Q4_1/Q5_1 · Q8_1:       sum_b (d_w * d_x) * sum_j qw_j * qx_j + m_w * s_x
+//   Q4_1/Q5_1/Q8_A · Q8_1:  sum_b (d_w * d_x) * sum_j qw_j * qx_j + m_w * s_x
 //   Q4_K/Q5_K · Q8_K:       sum_b (d_w * d_x) * sum_s sc_s * sum_l qw*qx
 //                                 - (dmin_w * d_x) * sum_s m_s * (sum of qx in s, bsums)
 //   Q6_K · Q8_K:            sum_b (d_w * d_x) * sum_s sc_s * sum_l (qw - 32) * qx
@@ -85,6 +85,18 @@ float vec_dot_q4_1_q8_1(int64_t K, const void* w, const void* x) {
     }
     sum += (fp16_to_fp32(wb[b].d) * fp16_to_fp32(xb[b].d)) * static_cast<float>(sumi) +
            fp16_to_fp32(wb[b].m) * fp16_to_fp32(xb[b].s);
+  }
+  return sum;
+}
+
+float vec_dot_q8_a_q8_1(int64_t K, const void* w, const void* x) {
+  const auto* wb = static_cast<const BlockQ8_A*>(w);
+  const auto* xb = static_cast<const BlockQ8_1*>(x);
+  float sum = 0.0f;
+  for (int64_t b = 0; b < K / kQK; ++b) {
+    int sumi = 0;
+    for (int j = 0; j < kQK; ++j) sumi += wb[b].qs[j] * xb[b].qs[j];
+    sum += (wb[b].d * fp16_to_fp32(xb[b].d)) * static_cast<float>(sumi) + wb[b].m * fp16_to_fp32(xb[b].s);
   }
   return sum;
 }

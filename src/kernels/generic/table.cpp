@@ -32,6 +32,7 @@ const KernelTable& generic_table() {
     k.set_weight(DType::BF16, g::dequantize_row_bf16, DType::F32, g::gemm<g::vec_dot_bf16_f32>);
     k.set_weight(DType::Q4_0, g::dequantize_row_q4_0, DType::Q8_0, g::gemm<g::vec_dot_q4_0_q8_0>);
     k.set_weight(DType::Q4_1, g::dequantize_row_q4_1, DType::Q8_1, g::gemm<g::vec_dot_q4_1_q8_1>);
+    k.set_weight(DType::Q8_A, g::dequantize_row_q8_a, DType::Q8_1, g::gemm<g::vec_dot_q8_a_q8_1>);
     k.set_weight(DType::Q5_0, g::dequantize_row_q5_0, DType::Q8_0, g::gemm<g::vec_dot_q5_0_q8_0>);
     k.set_weight(DType::Q5_1, g::dequantize_row_q5_1, DType::Q8_1, g::gemm<g::vec_dot_q5_1_q8_1>);
     k.set_weight(DType::Q8_0, g::dequantize_row_q8_0, DType::Q8_0, g::gemm<g::vec_dot_q8_0_q8_0>);

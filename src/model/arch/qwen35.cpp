@@ -19,14 +19,20 @@
 // Final RMSNorm, output projection (output.weight, or tied to the token embedding).
 // Does not run multi-token-prediction (nextn) layers (they are skipped), vision inputs, a
 // fused attention attn_qkv, or the MoE variant (qwen35moe).
+// Hugging Face folders: Qwen3_5ForCausalLM and Qwen3_5ForConditionalGeneration's text model
+// (model/hf_folder.h), mapped below.
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "model/attention.h"
 #include "model/gated_delta_net.h"
+#include "model/hf_folder.h"
 #include "model/model.h"
 #include "ops/ops.h"
 #include "state/recurrent_layout.h"
@@ -385,6 +391,156 @@ Status Qwen35::forward(const Batch& batch, StateRows& state, Tensor& hidden) {
 }
 
 const bool kRegistered = register_architecture("qwen35", &Qwen35::create);
+
+// config.json (Qwen3_5TextConfig, or Qwen3_5Config's text_config), as llama.cpp's converter
+// (conversion/qwen.py Qwen3_5TextModel: _Qwen35MRopeMixin, _LinearAttentionVReorderBase,
+// Qwen3NextModel, run with --no-mtp) writes it: the standard keys (hf::standard_config);
+// linear_conv_kernel_dim -> ssm.conv_kernel, linear_key_head_dim -> ssm.state_size,
+// linear_num_key_heads -> ssm.group_count, linear_num_value_heads -> ssm.time_step_rank,
+// linear_value_head_dim * linear_num_value_heads -> ssm.inner_size; layer_types ->
+// attention.recurrent_layers (linear_attention), full_attention_interval (default 4);
+// rope.dimension_count = int((head_dim or hidden_size / num_attention_heads) *
+// partial_rotary_factor (rope_parameters', else the top level's, else 0.25));
+// rope_parameters.mrope_section padded to 4 (default [11, 11, 10, 0]) ->
+// rope.dimension_sections. Tensors: "language_model." dropped, the vision tower
+// (model.visual.) and the multi-token-prediction block (mtp.) dropped; RMSNorm gains + 1
+// (Qwen3.5's norms scale by 1 + w) except linear_attn.norm (the gated norm scales by w);
+// A_log -> ssm_a = -exp(A_log); dt_bias -> ssm_dt.bias; conv1d [C, 1, K] squeezed; with
+// fewer key heads than value heads the value heads reordered from grouped by key head to
+// tiled (the V rows of in_proj_qkv and conv1d, in_proj_z, in_proj_a/b, A_log, dt_bias rows,
+// out_proj columns). Refused: attention biases, another activation than silu, value heads
+// not a multiple of key heads, rope types other than default / linear.
+void qwen35_hf(hf::Config& cfg, hf::Conversion& c) {
+  if (const nlohmann::json* rs = cfg.rope_scaling()) {  // the GGUF reader has no other
+    std::string type;
+    for (const char* k : {"rope_type", "type"})
+      if (auto it = rs->find(k); it != rs->end() && it->is_string()) type = it->get<std::string>();
+    if (type != "linear") cfg.fail("rope type '" + type + "' is not supported for qwen35 (default, linear)");
+  }
+  hf::standard_config(cfg, c);
+  const int64_t n_layers = cfg.i("num_hidden_layers", 1, 4096);
+  const int64_t n_embd = cfg.i("hidden_size", 1, int64_t{1} << 20);
+  const int64_t n_heads = cfg.i("num_attention_heads", 1, 4096);
+  const int64_t conv_kernel = cfg.i("linear_conv_kernel_dim", 1, 64);
+  const int64_t dk = cfg.i("linear_key_head_dim", 1, 4096);
+  const int64_t dv = cfg.i("linear_value_head_dim", 1, 4096);
+  const int64_t hk = cfg.i("linear_num_key_heads", 1, 4096);
+  const int64_t hv = cfg.i("linear_num_value_heads", 1, 4096);
+  if (cfg.b("attention_bias", false)) cfg.fail("'attention_bias': true is not supported for qwen35");
+  if (const std::string act = cfg.s("hidden_act", "silu"); act != "silu")
+    cfg.fail("'hidden_act' " + act + " is not supported (silu)");
+  if (!cfg.status().is_ok()) return;
+  if (hv % hk != 0)
+    return cfg.fail("'linear_num_value_heads' " + std::to_string(hv) + " must be a multiple of 'linear_num_key_heads' " +
+                    std::to_string(hk));
+  c.u32("ssm.conv_kernel", conv_kernel);
+  c.u32("ssm.state_size", dk);
+  c.u32("ssm.group_count", hk);
+  c.u32("ssm.time_step_rank", hv);
+  c.u32("ssm.inner_size", dv * hv);
+  if (auto types = cfg.strings("layer_types")) {
+    std::vector<bool> recurrent;
+    for (const std::string& t : *types) {
+      if (t != "linear_attention" && t != "full_attention") cfg.fail("'layer_types': unknown entry '" + t + "'");
+      recurrent.push_back(t == "linear_attention");
+    }
+    if (static_cast<int64_t>(recurrent.size()) != n_layers) cfg.fail("'layer_types' must have num_hidden_layers entries");
+    c.bools("attention.recurrent_layers", recurrent);
+  }
+  c.u32("full_attention_interval", cfg.i("full_attention_interval", 1, 4096, 4));
+  // Rope: rope_parameters (or the older rope_scaling), with the top-level keys as fallbacks.
+  const nlohmann::json* rp = cfg.object("rope_parameters");
+  if (rp == nullptr) rp = cfg.object("rope_scaling");
+  const auto rope_field = [&](const char* k) -> const nlohmann::json* {
+    if (rp != nullptr)
+      if (auto it = rp->find(k); it != rp->end() && !it->is_null()) return &*it;
+    return nullptr;
+  };
+  double factor = 0.25;
+  if (const nlohmann::json* f = rope_field("partial_rotary_factor")) {
+    if (!f->is_number() || f->get<double>() <= 0 || f->get<double>() > 1)
+      return cfg.bad("rope_parameters.partial_rotary_factor", "a number in (0, 1]", *f);
+    factor = f->get<double>();
+  } else if (cfg.has("partial_rotary_factor")) {
+    factor = cfg.f("partial_rotary_factor", 1e-6, 1.0);
+  }
+  const int64_t rope_dim = cfg.has("head_dim") ? cfg.i("head_dim", 2, 4096) : n_embd / std::max<int64_t>(n_heads, 1);
+  c.u32("rope.dimension_count", static_cast<int64_t>(static_cast<double>(rope_dim) * factor));
+  std::vector<int64_t> sections = {11, 11, 10, 0};
+  if (const nlohmann::json* ms = rope_field("mrope_section")) {
+    if (!ms->is_array() || ms->size() > 4 ||
+        !std::all_of(ms->begin(), ms->end(), [](const nlohmann::json& e) { return e.is_number_integer() && e.get<int64_t>() >= 0; }))
+      return cfg.bad("rope_parameters.mrope_section", "a list of up to 4 non-negative integers", *ms);
+    sections = ms->get<std::vector<int64_t>>();
+    sections.resize(4, 0);
+  }
+  c.i32s("rope.dimension_sections", sections);
+
+  const int64_t per_group = hv / hk;
+  const bool reorder = hk != hv && hk > 1;  // grouped -> tiled (the identity for one key head)
+  c.map = [reorder, hk, per_group, dk, dv](const std::string& full_name) -> std::optional<hf::Target> {
+    std::string name = full_name;
+    if (auto p = name.find("language_model."); p != std::string::npos) name.erase(p, 15);
+    if (name.rfind("model.mtp.", 0) == 0 || name.rfind("mtp.", 0) == 0 || name.find("visual.") != std::string::npos)
+      return hf::Target{};
+    static const std::map<std::string, hf::Target> kGlobal = {
+        {"model.embed_tokens.weight", {"token_embd.weight"}},
+        {"model.norm.weight", {"output_norm.weight", hf::Transform::kAddOne}},
+        {"lm_head.weight", {"output.weight"}},
+    };
+    if (auto it = kGlobal.find(name); it != kGlobal.end()) return it->second;
+    const std::string prefix = "model.layers.";
+    if (name.rfind(prefix, 0) != 0) return std::nullopt;
+    const size_t dot = name.find('.', prefix.size());
+    if (dot == std::string::npos) return std::nullopt;
+    const std::string num = name.substr(prefix.size(), dot - prefix.size());
+    if (num.empty() || num.size() > 5 || !std::all_of(num.begin(), num.end(), ::isdigit)) return std::nullopt;
+    const std::string blk = "blk." + std::to_string(std::stoll(num)) + ".";
+    const std::string rest = name.substr(dot + 1);
+    if (rest.find("rotary_emb.") != std::string::npos) return hf::Target{};  // buffers
+    using T = hf::Transform;
+    // HF name -> GGUF name, transform, and the value-head reorder: {offset, unit, columns}
+    // (unit 0: none).
+    struct Rule {
+      const char* gguf;
+      T transform;
+      int64_t offset_k, unit_v, unit;  // offset = offset_k * dk * hk; unit = unit_v * dv + unit
+      bool columns;
+    };
+    static const std::map<std::string, Rule> kLayer = {
+        {"input_layernorm.weight", {"attn_norm.weight", T::kAddOne, 0, 0, 0, false}},
+        {"post_attention_layernorm.weight", {"post_attention_norm.weight", T::kAddOne, 0, 0, 0, false}},
+        {"mlp.gate_proj.weight", {"ffn_gate.weight", T::kNone, 0, 0, 0, false}},
+        {"mlp.up_proj.weight", {"ffn_up.weight", T::kNone, 0, 0, 0, false}},
+        {"mlp.down_proj.weight", {"ffn_down.weight", T::kNone, 0, 0, 0, false}},
+        {"self_attn.q_proj.weight", {"attn_q.weight", T::kNone, 0, 0, 0, false}},
+        {"self_attn.k_proj.weight", {"attn_k.weight", T::kNone, 0, 0, 0, false}},
+        {"self_attn.v_proj.weight", {"attn_v.weight", T::kNone, 0, 0, 0, false}},
+        {"self_attn.o_proj.weight", {"attn_output.weight", T::kNone, 0, 0, 0, false}},
+        {"self_attn.q_norm.weight", {"attn_q_norm.weight", T::kAddOne, 0, 0, 0, false}},
+        {"self_attn.k_norm.weight", {"attn_k_norm.weight", T::kAddOne, 0, 0, 0, false}},
+        {"linear_attn.in_proj_qkv.weight", {"attn_qkv.weight", T::kNone, 2, 1, 0, false}},
+        {"linear_attn.in_proj_z.weight", {"attn_gate.weight", T::kNone, 0, 1, 0, false}},
+        {"linear_attn.in_proj_b.weight", {"ssm_beta.weight", T::kNone, 0, 0, 1, false}},
+        {"linear_attn.in_proj_a.weight", {"ssm_alpha.weight", T::kNone, 0, 0, 1, false}},
+        {"linear_attn.A_log", {"ssm_a", T::kNegExp, 0, 0, 1, false}},
+        {"linear_attn.dt_bias", {"ssm_dt.bias", T::kNone, 0, 0, 1, false}},
+        {"linear_attn.conv1d.weight", {"ssm_conv1d.weight", T::kSqueeze, 2, 1, 0, false}},
+        {"linear_attn.norm.weight", {"ssm_norm.weight", T::kNone, 0, 0, 0, false}},
+        {"linear_attn.out_proj.weight", {"ssm_out.weight", T::kNone, 0, 1, 0, true}},
+    };
+    auto it = kLayer.find(rest);
+    if (it == kLayer.end()) return std::nullopt;
+    const Rule& r = it->second;
+    hf::Target t{blk + r.gguf, r.transform};
+    const int64_t unit = r.unit_v * dv + r.unit;
+    if (reorder && unit > 0) t.reorder = {hk, per_group, unit, r.offset_k * dk * hk, r.columns};
+    return t;
+  };
+}
+
+const bool kHf = hf::register_hf_architecture("Qwen3_5ForCausalLM", {"qwen35", &qwen35_hf, false});
+const bool kHfMm = hf::register_hf_architecture("Qwen3_5ForConditionalGeneration", {"qwen35", &qwen35_hf, false});
 
 }  // namespace
 }  // namespace specula
