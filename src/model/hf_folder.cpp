@@ -414,6 +414,16 @@ void standard_config(Config& cfg, Conversion& c) {
   }
 }
 
+std::optional<std::pair<int64_t, std::string>> split_layer_name(const std::string& name) {
+  const std::string prefix = "model.layers.";
+  if (name.rfind(prefix, 0) != 0) return std::nullopt;
+  const size_t dot = name.find('.', prefix.size());
+  if (dot == std::string::npos) return std::nullopt;
+  const std::string num = name.substr(prefix.size(), dot - prefix.size());
+  if (num.empty() || num.size() > 5 || !std::all_of(num.begin(), num.end(), ::isdigit)) return std::nullopt;
+  return std::pair{static_cast<int64_t>(std::stoll(num)), name.substr(dot + 1)};
+}
+
 std::function<std::optional<Target>(const std::string&)> llama_tensor_rule(bool permute_qk, int64_t n_experts) {
   return [permute_qk, n_experts](const std::string& name) -> std::optional<Target> {
     static const std::map<std::string, std::string> kGlobal = {
@@ -423,14 +433,10 @@ std::function<std::optional<Target>(const std::string&)> llama_tensor_rule(bool 
         {"lm_head.bias", "output.bias"},
     };
     if (auto it = kGlobal.find(name); it != kGlobal.end()) return Target{it->second};
-    const std::string prefix = "model.layers.";
-    if (name.rfind(prefix, 0) != 0) return std::nullopt;
-    const size_t dot = name.find('.', prefix.size());
-    if (dot == std::string::npos) return std::nullopt;
-    const std::string num = name.substr(prefix.size(), dot - prefix.size());
-    if (num.empty() || num.size() > 5 || !std::all_of(num.begin(), num.end(), ::isdigit)) return std::nullopt;
-    const std::string blk = "blk." + std::to_string(std::stoll(num)) + ".";
-    const std::string rest = name.substr(dot + 1);
+    const auto layer = split_layer_name(name);
+    if (!layer) return std::nullopt;
+    const std::string blk = "blk." + std::to_string(layer->first) + ".";
+    const std::string& rest = layer->second;
     if (rest.find("rotary_emb.inv_freq") != std::string::npos) return Target{};  // a buffer, not a weight
     static const std::map<std::string, std::string> kLayer = {
         {"input_layernorm.weight", "attn_norm.weight"},
@@ -487,16 +493,9 @@ std::function<std::optional<Target>(const std::string&)> gemma_tensor_rule() {
         {"pre_feedforward_layernorm.weight", "ffn_norm.weight"},
         {"post_feedforward_layernorm.weight", "post_ffw_norm.weight"},
     };
-    const std::string prefix = "model.layers.";
-    for (const auto& [hf, gg] : kNorms) {
-      const std::string suffix = std::string(".") + hf;
-      if (name.rfind(prefix, 0) == 0 && name.size() > suffix.size() &&
-          name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
-        const std::string num = name.substr(prefix.size(), name.size() - suffix.size() - prefix.size());
-        if (num.empty() || num.size() > 5 || !std::all_of(num.begin(), num.end(), ::isdigit)) return std::nullopt;
-        return Target{"blk." + std::to_string(std::stoll(num)) + "." + gg, Transform::kAddOne};
-      }
-    }
+    if (const auto layer = split_layer_name(name))
+      for (const auto& [hf, gg] : kNorms)
+        if (layer->second == hf) return Target{"blk." + std::to_string(layer->first) + "." + gg, Transform::kAddOne};
     std::optional<Target> t = base(name);
     if (t && !t->name.empty()) {
       const std::string& n = t->name;
@@ -507,6 +506,20 @@ std::function<std::optional<Target>(const std::string&)> gemma_tensor_rule() {
     }
     return t;
   };
+}
+
+int64_t gemma_attention(Config& cfg, Conversion& c, int64_t layers_27b) {
+  const int64_t n_layers = cfg.i("num_hidden_layers", 1, 4096);
+  const int64_t head_dim = cfg.i("head_dim", 1, 4096, 256);
+  c.u32("attention.key_length", head_dim);
+  c.u32("attention.value_length", head_dim);
+  c.u32("attention.sliding_window", cfg.i("sliding_window", 1, int64_t{1} << 30, 4096));
+  const int64_t q_scalar = n_layers == layers_27b
+                               ? cfg.i("hidden_size", 1, int64_t{1} << 20) / std::max<int64_t>(cfg.i("num_attention_heads", 1, 4096), 1)
+                               : head_dim;
+  if (cfg.i("query_pre_attn_scalar", 1, int64_t{1} << 20, q_scalar) != q_scalar)
+    cfg.fail("'query_pre_attn_scalar' must be " + std::to_string(q_scalar) + " for this model");
+  return head_dim;
 }
 
 void expect_layers(Config& cfg, const std::string& key, const std::vector<int64_t>& expected) {

@@ -196,10 +196,17 @@ void standard_config(Config& cfg, Conversion& c);
 // mlp.gate (router) and mlp.experts.E.{gate,up,down}_proj (Qwen MoE) or
 // block_sparse_moe.gate / experts.E.w1/w3/w2 (Mixtral). permute_qk: Llama-style RoPE.
 std::function<std::optional<Target>(const std::string&)> llama_tensor_rule(bool permute_qk, int64_t n_experts);
+// "model.layers.N.rest" -> (N, "rest"); nullopt for other names or a malformed N (not 1-5 digits).
+std::optional<std::pair<int64_t, std::string>> split_layer_name(const std::string& name);
 // Gemma 2 / 3: the Llama names plus post_attention_layernorm -> post_attention_norm,
 // pre_feedforward_layernorm -> ffn_norm, post_feedforward_layernorm -> post_ffw_norm, and
 // every RMSNorm gain (those, input_layernorm, q/k_norm, model.norm) stored + 1.
 std::function<std::optional<Target>(const std::string&)> gemma_tensor_rule();
+// Gemma 2 / 3 attention keys: head_dim (default 256) -> key/value length, sliding_window
+// (default 4096), and query_pre_attn_scalar checked against the scale the GGUF graph uses
+// (1/sqrt(head_dim), or 1/sqrt(hidden_size / num_attention_heads) for the 27B, told apart by its
+// layer count `layers_27b`). Returns head_dim.
+int64_t gemma_attention(Config& cfg, Conversion& c, int64_t layers_27b);
 // Checks an array-valued layer option against the pattern the GGUF architecture assumes:
 // `expected[il]` for every layer, else an error naming the key.
 void expect_layers(Config& cfg, const std::string& key, const std::vector<int64_t>& expected);

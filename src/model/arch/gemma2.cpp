@@ -57,10 +57,7 @@ const bool kRegistered = register_transformer("gemma2", &gemma2_config);
 void gemma2_hf(hf::Config& cfg, hf::Conversion& c) {
   hf::standard_config(cfg, c);
   const int64_t n_layers = cfg.i("num_hidden_layers", 1, 4096);
-  const int64_t head_dim = cfg.i("head_dim", 1, 4096, 256);
-  c.u32("attention.key_length", head_dim);
-  c.u32("attention.value_length", head_dim);
-  c.u32("attention.sliding_window", cfg.i("sliding_window", 1, int64_t{1} << 30, 4096));
+  hf::gemma_attention(cfg, c, 46);
   if (auto types = cfg.strings("layer_types")) {
     bool ok = static_cast<int64_t>(types->size()) == n_layers;
     for (size_t il = 0; ok && il < types->size(); ++il)
@@ -71,12 +68,6 @@ void gemma2_hf(hf::Config& cfg, hf::Conversion& c) {
     if (cfg.explicit_null(k)) cfg.fail(std::string("'") + k + "': null (no soft-capping) is not supported for gemma2");
   if (cfg.has("attn_logit_softcapping")) c.f32("attn_logit_softcapping", cfg.f("attn_logit_softcapping", 0.0, 1e6));
   if (cfg.has("final_logit_softcapping")) c.f32("final_logit_softcapping", cfg.f("final_logit_softcapping", 0.0, 1e6));
-  // The GGUF graph scales by 1/sqrt(head_dim), or 1/sqrt(n_embd / n_heads) for the 27B (chosen
-  // by its layer count): query_pre_attn_scalar must be the one that applies.
-  const int64_t q_scalar = n_layers == 46 ? cfg.i("hidden_size", 1, int64_t{1} << 20) / cfg.i("num_attention_heads", 1, 4096)
-                                         : head_dim;
-  if (cfg.i("query_pre_attn_scalar", 1, int64_t{1} << 20, q_scalar) != q_scalar)
-    cfg.fail("'query_pre_attn_scalar' must be " + std::to_string(q_scalar) + " for this model");
   c.map = hf::gemma_tensor_rule();
 }
 

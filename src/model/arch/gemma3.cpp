@@ -58,10 +58,7 @@ const bool kRegistered = register_transformer("gemma3", &gemma3_config);
 void gemma3_hf(hf::Config& cfg, hf::Conversion& c) {
   hf::standard_config(cfg, c);
   const int64_t n_layers = cfg.i("num_hidden_layers", 1, 4096);
-  const int64_t head_dim = cfg.i("head_dim", 1, 4096, 256);
-  c.u32("attention.key_length", head_dim);
-  c.u32("attention.value_length", head_dim);
-  c.u32("attention.sliding_window", cfg.i("sliding_window", 1, int64_t{1} << 30, 4096));
+  hf::gemma_attention(cfg, c, 62);
   if (auto types = cfg.strings("layer_types")) {
     std::vector<bool> swa;
     for (const std::string& t : *types) {
@@ -76,12 +73,6 @@ void gemma3_hf(hf::Config& cfg, hf::Conversion& c) {
   c.f32("rope.freq_base_swa", cfg.f("rope_local_base_freq", 1.0, 1e12, 10000.0));
   if (cfg.has("final_logit_softcapping")) c.f32("final_logit_softcapping", cfg.f("final_logit_softcapping", 0.0, 1e6));
   if (cfg.has("attn_logit_softcapping")) cfg.fail("'attn_logit_softcapping' is not supported for gemma3");
-  // The GGUF graph scales by 1/sqrt(head_dim), or 1/sqrt(n_embd / n_heads) for the 27B (chosen
-  // by its layer count): query_pre_attn_scalar must be the one that applies.
-  const int64_t q_scalar = n_layers == 62 ? cfg.i("hidden_size", 1, int64_t{1} << 20) / cfg.i("num_attention_heads", 1, 4096)
-                                         : head_dim;
-  if (cfg.i("query_pre_attn_scalar", 1, int64_t{1} << 20, q_scalar) != q_scalar)
-    cfg.fail("'query_pre_attn_scalar' must be " + std::to_string(q_scalar) + " for this model");
   c.map = hf::gemma_tensor_rule();
 }
 

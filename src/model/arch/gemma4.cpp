@@ -275,14 +275,10 @@ void gemma4_hf(hf::Config& cfg, hf::Conversion& c) {
         {"model.per_layer_projection_norm.weight", "per_layer_proj_norm.weight"},
     };
     if (auto it = kGlobal.find(name); it != kGlobal.end()) return hf::Target{it->second};
-    const std::string prefix = "model.layers.";
-    if (name.rfind(prefix, 0) != 0) return std::nullopt;
-    const size_t dot = name.find('.', prefix.size());
-    if (dot == std::string::npos) return std::nullopt;
-    const std::string num = name.substr(prefix.size(), dot - prefix.size());
-    if (num.empty() || num.size() > 5 || !std::all_of(num.begin(), num.end(), ::isdigit)) return std::nullopt;
-    const int64_t il = std::stoll(num);
-    const std::string rest = name.substr(dot + 1);
+    const auto layer = hf::split_layer_name(name);
+    if (!layer) return std::nullopt;
+    const int64_t il = layer->first;
+    const std::string& rest = layer->second;
     if (rest.find("rotary_emb.") != std::string::npos) return hf::Target{};  // buffers
     static const std::map<std::string, std::string> kLayer = {
         {"input_layernorm.weight", "attn_norm.weight"},

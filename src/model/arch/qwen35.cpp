@@ -489,14 +489,10 @@ void qwen35_hf(hf::Config& cfg, hf::Conversion& c) {
         {"lm_head.weight", {"output.weight"}},
     };
     if (auto it = kGlobal.find(name); it != kGlobal.end()) return it->second;
-    const std::string prefix = "model.layers.";
-    if (name.rfind(prefix, 0) != 0) return std::nullopt;
-    const size_t dot = name.find('.', prefix.size());
-    if (dot == std::string::npos) return std::nullopt;
-    const std::string num = name.substr(prefix.size(), dot - prefix.size());
-    if (num.empty() || num.size() > 5 || !std::all_of(num.begin(), num.end(), ::isdigit)) return std::nullopt;
-    const std::string blk = "blk." + std::to_string(std::stoll(num)) + ".";
-    const std::string rest = name.substr(dot + 1);
+    const auto layer = hf::split_layer_name(name);
+    if (!layer) return std::nullopt;
+    const std::string blk = "blk." + std::to_string(layer->first) + ".";
+    const std::string& rest = layer->second;
     if (rest.find("rotary_emb.") != std::string::npos) return hf::Target{};  // buffers
     using T = hf::Transform;
     // HF name -> GGUF name, transform, and the value-head reorder: {offset, unit, columns}
