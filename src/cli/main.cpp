@@ -128,6 +128,11 @@ std::string cache_fingerprint(const std::string& model_path, const Model& model,
 // Prints what --quantize did (stderr).
 void note_quantized(const ModelInfo& info) {
   if (info.quantize_type.empty()) return;
+  if (info.quantized_tensors == 0) {
+    std::fprintf(stderr, "[specula] --quantize %s: no float matrices to quantize (the weights are already quantized)\n",
+                 info.quantize_type.c_str());
+    return;
+  }
   std::fprintf(stderr, "[specula] quantized %lld tensors to %s at load in %.2f s\n",
                static_cast<long long>(info.quantized_tensors), info.quantize_type.c_str(), info.quantize_seconds);
 }
@@ -567,9 +572,10 @@ int run_kld(const KldArgs& a) {
   auto r = kl_divergence(*l->model, *l->tok, o);
   if (!r) return fail(r.message());
   std::string type = a.cache.type_k + "/" + a.cache.type_v + (a.cache.delay > 0 ? " delay " + std::to_string(a.cache.delay) : "");
-  if (base) type = "weights of " + a.model + (a.quantize.empty() ? "" : " (" + a.quantize + ")") + ", KV " + type;
-  std::printf("model %s, KV cache %s vs %s, %lld chunks of %lld tokens, %lld positions scored (%.1f s)\n",
-              l->model->info().name.c_str(), type.c_str(),
+  if (base) type = "f16/f16";
+  std::printf("model %s%s, KV cache %s vs %s, %lld chunks of %lld tokens, %lld positions scored (%.1f s)\n",
+              l->model->info().name.c_str(), a.quantize.empty() ? "" : (" (" + a.quantize + " at load)").c_str(),
+              type.c_str(),
               base ? ("base model " + a.base_model + (a.base_quantize.empty() ? "" : " (" + a.base_quantize + ")")).c_str()
                    : "f16/f16",
               static_cast<long long>(r->chunks),
@@ -578,7 +584,7 @@ int run_kld(const KldArgs& a) {
   std::printf("Mean KLD: %.6f ± %.6f\nMedian KLD: %.6f\n99%% KLD: %.6f\nMax KLD: %.6f\nSame top: %.3f%%\n",
               r->mean_kld, r->sd_kld / std::sqrt(static_cast<double>(r->positions)), r->median_kld, r->p99_kld,
               r->max_kld, 100.0 * r->same_top);
-  std::printf("PPL base: %.4f, PPL %s: %.4f\n", r->ppl_base, type.c_str(), r->ppl_test);
+  std::printf("PPL base: %.4f, PPL %s: %.4f\n", r->ppl_base, base ? "model" : type.c_str(), r->ppl_test);
   if (a.json) {
     nlohmann::json j = {{"model", l->model->info().name}, {"cache", type}, {"chunks", r->chunks}, {"ctx", a.ctx},
                         {"positions", r->positions}, {"mean_kld", r->mean_kld},
@@ -884,7 +890,7 @@ int main(int argc, char** argv) {
 
   GenerateArgs g;
   auto* gen = app.add_subcommand("generate", "Generate text from a prompt (streams to stdout)");
-  gen->add_option("-m,--model", g.model, "GGUF model file (default: the Gemma 3 270M in the model cache)");
+  gen->add_option("-m,--model", g.model, "GGUF file, Hugging Face / MLX folder, or ORG/NAME pulled (default: the Gemma 3 270M in the model cache)");
   gen->add_option("-p,--prompt", g.prompt, "Prompt text (default: a built-in prompt)");
   gen->add_option("-n,--n-predict", g.n_predict, "Tokens to generate (default 128)")->check(CLI::Range(1, 1 << 24));
   // Defaults: the model's generation_config.json where it has one, else llama.cpp's.
@@ -916,7 +922,7 @@ int main(int argc, char** argv) {
 
   BenchArgs b;
   auto* bench = app.add_subcommand("bench", "Measure prefill and decode tokens/s (like llama-bench)");
-  bench->add_option("-m,--model", b.model, "GGUF model file");
+  bench->add_option("-m,--model", b.model, "GGUF file, Hugging Face / MLX folder, or ORG/NAME pulled");
   bench->add_option("-p,--n-prompt", b.n_prompt, "Prompt tokens for the prefill test (default 512)")->check(CLI::Range(0, 1 << 20));
   bench->add_option("-n,--n-gen", b.n_gen, "Tokens for the decode test (default 128)")->check(CLI::Range(0, 1 << 20));
   bench->add_option("--quantize", b.quantize,
@@ -932,7 +938,7 @@ int main(int argc, char** argv) {
   std::string tmodel, ttext;
   bool tjson = false, tspecial = false, tnobos = false;
   auto* tokc = app.add_subcommand("tokenize", "Print the token ids of a text");
-  tokc->add_option("-m,--model", tmodel, "GGUF model file");
+  tokc->add_option("-m,--model", tmodel, "GGUF file, Hugging Face / MLX folder, or ORG/NAME pulled");
   tokc->add_option("text", ttext, "Text to tokenize")->required();
   tokc->add_flag("--json", tjson, "Print the ids as one JSON array");
   tokc->add_flag("--parse-special", tspecial, "Parse special tokens in the text");
@@ -940,7 +946,7 @@ int main(int argc, char** argv) {
 
   ServeArgs sv;
   auto* serve = app.add_subcommand("serve", "OpenAI-compatible HTTP server with continuous batching");
-  serve->add_option("-m,--model", sv.model, "GGUF model file (default: the Gemma 3 270M in the model cache)");
+  serve->add_option("-m,--model", sv.model, "GGUF file, Hugging Face / MLX folder, or ORG/NAME pulled (default: the Gemma 3 270M in the model cache)");
   serve->add_option("--host", sv.host, "Address to listen on (default 127.0.0.1, loopback only)");
   serve->add_option("--port", sv.port, "Port (default 8080; 0 = any free port)")->check(CLI::Range(0, 65535));
   serve->add_option("--parallel", sv.parallel, "Requests decoded together (cache rows, default 4)")->check(CLI::Range(1, 256));
@@ -994,7 +1000,7 @@ int main(int argc, char** argv) {
 
   KldArgs k;
   auto* kld = app.add_subcommand("kld", "KL divergence of a KV cache type vs f16 over a text (as llama-perplexity --kl-divergence)");
-  kld->add_option("-m,--model", k.model, "GGUF model file");
+  kld->add_option("-m,--model", k.model, "GGUF file, Hugging Face / MLX folder, or ORG/NAME pulled");
   kld->add_option("-f,--file", k.file, "Text file")->required();
   kld->add_option("--base-model", k.base_model,
                   "Compare the model's weights against this model's (same vocabulary), e.g. a bf16 folder against "
