@@ -453,6 +453,11 @@ TEST(Gguf, TensorInfoErrors) {
     w.tensor_info("x", {4}, 99, 0);
     EXPECT_EQ(msg(w), "[gguf] tensor 'x': unknown type id 99");
   }
+  {  // specula's own Q8_A (MLX 8-bit at load) is never read from a file
+    GgufWriter w;
+    w.tensor_info("x", {32}, static_cast<uint32_t>(DType::Q8_A), 0);
+    EXPECT_EQ(msg(w), "[gguf] tensor 'x': unknown type id 40");
+  }
   // GGML types specula does not implement are named in the error.
   for (auto [id, name] : {std::pair<uint32_t, const char*>{16, "IQ2_XXS"}, {18, "IQ3_XXS"}, {22, "IQ2_S"},
                           {34, "TQ1_0"}, {35, "TQ2_0"}, {39, "MXFP4"}}) {
