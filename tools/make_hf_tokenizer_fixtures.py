@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """tools/make_hf_tokenizer_fixtures.py — Hugging Face `tokenizers` reference ids for tokenizer.json.
 
-Writes tests/fixtures/hf_tokenizer_reference.json, the oracle for specula's tokenizer.json
+Writes tests/fixtures/hf_tokenizer_reference.json.gz (gzip of compact JSON), the oracle for specula's tokenizer.json
 implementation, from the `tokenizers` package (PyPI; `pip install tokenizers`) run on the real
 tokenizer.json files of Llama 3, Qwen 3, Gemma 3, DeepSeek V3, Llama 2, Gemma (1), Qwen 2.5 and
 GPT-4o (o200k) that tools/fetch_hf_tokenizers.py places in
@@ -43,6 +43,7 @@ escaping). Also prints, per tokenizer, the corpus strings whose decode(encode(x)
 Usage: python3 tools/make_hf_tokenizer_fixtures.py [--cache DIR] [--out PATH]
 """
 import argparse
+import gzip
 import json
 import os
 import random
@@ -56,7 +57,7 @@ import fetch_hf_tokenizers as fetcher  # noqa: E402
 import tokenizers  # noqa: E402
 from tokenizers import Tokenizer  # noqa: E402
 
-DEFAULT_OUT = os.path.join(HERE, "..", "tests", "fixtures", "hf_tokenizer_reference.json")
+DEFAULT_OUT = os.path.join(HERE, "..", "tests", "fixtures", "hf_tokenizer_reference.json.gz")
 SEED = 20240611
 N_WITH_SPECIAL = 50
 N_RANDOM_MIX = 620
@@ -770,9 +771,9 @@ def main():
 
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     tmp = args.out + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(out, f, separators=(",", ":"), ensure_ascii=False)
-        f.write("\n")
+    # gzip (mtime 0: the same bytes each run); 4.7 MB of JSON is 0.7 MB compressed.
+    with open(tmp, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=9, mtime=0) as f:
+        f.write((json.dumps(out, separators=(",", ":"), ensure_ascii=False) + "\n").encode("utf-8"))
     os.replace(tmp, args.out)
     print(f"wrote {os.path.relpath(args.out)}: {os.path.getsize(args.out)} bytes")
 

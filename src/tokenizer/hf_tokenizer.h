@@ -1,6 +1,6 @@
 // tokenizer/hf_tokenizer.h — a Hugging Face `tokenizer.json` (the serialization of the
 // `tokenizers` library, huggingface/tokenizers) as a specula Tokenizer, giving the ids that
-// library gives (the oracle: tests/fixtures/hf_tokenizer_reference.json, a 1,796-string
+// library gives (the oracle: tests/fixtures/hf_tokenizer_reference.json.gz, a 1,796-string
 // corpus on the Llama 3, Qwen3, Gemma 3, DeepSeek-V3, Llama 2, Gemma, Qwen2.5 and GPT-4o files,
 // plus Oniguruma regex cases and decodes of crafted id sequences).
 //

