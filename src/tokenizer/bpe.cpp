@@ -78,37 +78,6 @@ size_t hash_key(uint64_t k) {
 
 bool is_cont(uint8_t c) { return (c & 0xC0) == 0x80; }
 
-// Strict UTF-8 (RFC 3629: no overlong forms, no surrogates, <= U+10FFFF), the
-// condition for PCRE2_NO_UTF_CHECK.
-bool valid_utf8(std::string_view s) {
-  const auto* p = reinterpret_cast<const uint8_t*>(s.data());
-  const size_t n = s.size();
-  size_t i = 0;
-  while (i < n) {
-    const uint8_t c = p[i];
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    if (c >= 0xC2 && c <= 0xDF) {
-      if (i + 1 >= n || !is_cont(p[i + 1])) return false;
-      i += 2;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-      if (i + 2 >= n || !is_cont(p[i + 1]) || !is_cont(p[i + 2])) return false;
-      if (c == 0xE0 && p[i + 1] < 0xA0) return false;  // overlong
-      if (c == 0xED && p[i + 1] >= 0xA0) return false;  // surrogate
-      i += 3;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-      if (i + 3 >= n || !is_cont(p[i + 1]) || !is_cont(p[i + 2]) || !is_cont(p[i + 3])) return false;
-      if (c == 0xF0 && p[i + 1] < 0x90) return false;  // overlong
-      if (c == 0xF4 && p[i + 1] >= 0x90) return false;  // > U+10FFFF
-      i += 4;
-    } else {
-      return false;
-    }
-  }
-  return true;
-}
 
 // llama.cpp's lenient decode + re-encode (unicode_cpts_from_utf8, unicode_cpt_to_utf8):
 // `clean` is what its BPE sees; `subject` equals it with surrogates (which llama.cpp
@@ -317,7 +286,7 @@ std::vector<std::pair<size_t, size_t>> BpeTokenizer::pre_tokenize(std::string_vi
   }
   const auto subject = reinterpret_cast<PCRE2_SPTR>(text.data());
   // Invalid UTF-8 is never passed with NO_UTF_CHECK: check once here.
-  const uint32_t check = valid_utf8(text) ? PCRE2_NO_UTF_CHECK : 0;
+  const uint32_t check = utf8_valid(text) ? PCRE2_NO_UTF_CHECK : 0;
   size_t pos = 0;
   while (pos < n) {
     int rc = pcre2_match(regex_->code, subject, n, pos, check, md.get(), nullptr);
@@ -343,7 +312,7 @@ void BpeTokenizer::encode_fragment(std::string_view fragment, bool /*first_after
   std::string subject_storage;
   std::string_view clean = fragment;
   std::string_view subject = fragment;
-  if (!valid_utf8(fragment)) {
+  if (!utf8_valid(fragment)) {
     repair_utf8(fragment, &clean_storage, &subject_storage);
     clean = clean_storage;
     subject = subject_storage;

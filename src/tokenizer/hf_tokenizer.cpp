@@ -61,18 +61,6 @@ std::string repair_utf8(std::string_view s) {
   return out;
 }
 
-bool valid_utf8(std::string_view s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    utf8proc_int32_t cp = 0;
-    const utf8proc_ssize_t n = utf8proc_iterate(reinterpret_cast<const utf8proc_uint8_t*>(s.data() + i),
-                                                static_cast<utf8proc_ssize_t>(s.size() - i), &cp);
-    if (n <= 0) return false;
-    i += static_cast<size_t>(n);
-  }
-  return true;
-}
-
 bool is_whitespace(uint32_t cp) {  // Unicode White_Space (Rust char::is_whitespace)
   return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
          (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F ||
@@ -804,7 +792,7 @@ void HfTokenizer::Impl::encode_text(const std::string& text, bool at_origin, std
 void HfTokenizer::encode_piece(std::string_view part, bool parse_special, bool* at_start,
                                std::vector<int32_t>* out) const {
   std::string repaired;
-  if (!valid_utf8(part)) {
+  if (!utf8_valid(part)) {
     repaired = repair_utf8(part);
     part = repaired;
   }
@@ -905,7 +893,7 @@ Result<std::string> HfTokenizer::decode(std::span<const int32_t> ids, bool remov
   size_t run_tokens = 0;
   const auto flush = [&] {
     if (run_tokens == 0) return;
-    if (valid_utf8(run)) {
+    if (utf8_valid(run)) {
       out += run;
     } else {
       for (size_t k = 0; k < run_tokens; ++k) out += "\xEF\xBF\xBD";

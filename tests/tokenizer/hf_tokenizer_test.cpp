@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 #include <zlib.h>
 
+#include "core/utf8.h"
 #include "tokenizer/hf_tokenizer.h"
 
 namespace specula::tokenizer {
@@ -85,23 +86,7 @@ std::unique_ptr<HfTokenizer> load(const std::string& name) {
   return t.is_ok() ? std::move(t).value() : nullptr;
 }
 
-bool valid_utf8(const std::string& s) {
-  for (size_t i = 0; i < s.size();) {
-    const auto c = static_cast<uint8_t>(s[i]);
-    const size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    if (n == 0 || i + n > s.size()) return false;
-    uint32_t cp = n == 1 ? c : c & (0x7F >> n);
-    for (size_t k = 1; k < n; ++k) {
-      if ((static_cast<uint8_t>(s[i + k]) & 0xC0) != 0x80) return false;
-      cp = (cp << 6) | (static_cast<uint8_t>(s[i + k]) & 0x3F);
-    }
-    if ((n == 2 && cp < 0x80) || (n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10FFFF)) ||
-        (cp >= 0xD800 && cp <= 0xDFFF))
-      return false;
-    i += n;
-  }
-  return true;
-}
+bool valid_utf8(const std::string& s) { return utf8_valid(s); }
 
 std::string show_ids(const std::vector<int32_t>& v) {
   std::string s;
