@@ -421,7 +421,8 @@ void Engine::retire(std::vector<std::pair<size_t, Outcome>> ended, const std::st
     RequestSummary sum;
     sum.outcome = outcomes[k];
     sum.plan = a.plan;
-    if (outcomes[k] == Outcome::kFailed) sum.error = error.empty() ? "[engine] the request's consumer failed" : error;
+    if (outcomes[k] == Outcome::kFailed)
+      sum.error = !a.error.empty() ? a.error : error.empty() ? "[engine] the request's consumer failed" : error;
     sum.n_prompt = static_cast<int64_t>(a.p.request.prompt.size());
     sum.cached_tokens = a.cached;
     sum.n_generated = a.n_generated;

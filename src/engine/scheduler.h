@@ -39,6 +39,7 @@
 #include <utility>
 #include <vector>
 
+#include "grammar/constraint.h"
 #include "method/draft.h"
 #include "method/round.h"
 #include "state/prompt_cache.h"
@@ -55,6 +56,11 @@ struct EngineRequest {
   int32_t top_logprobs = -1;    // -1: no logprobs; 0..20: the sampled token's logprob plus k alternatives
   bool ignore_eos = false;      // keep going past end-of-generation tokens
   bool speculative = true;      // use the engine's draft source (if any) for this request
+  // Structured output (grammar/constraint.h): every sampled token is masked to the
+  // grammar; the request ends when the grammar is complete. Compiled by the caller (off
+  // the engine thread); owned by the request, used only on the engine thread. Requests
+  // with a constraint neither resume nor write generation checkpoints.
+  std::shared_ptr<TokenConstraint> constraint;
   // Non-empty: the request may resume from a generation checkpoint and writes them (with
   // EngineOptions::generation_checkpoint and a prompt cache). The caller puts here whatever
   // outside this struct shapes the output (e.g. stop strings); the engine adds every field
@@ -191,6 +197,10 @@ struct EngineStats {
   uint64_t prompt_tokens = 0, generated_tokens = 0;
   uint64_t steps = 0;
   uint64_t spec_rounds = 0, drafted = 0, accepted = 0;  // row-rounds with drafts, draft tokens, accepted drafts
+  // Structured outputs (method/round.h): grammar masks computed, the worker's seconds on
+  // them, and the seconds steps waited for the worker after their forward.
+  uint64_t grammar_masks = 0;
+  double grammar_mask_seconds = 0, grammar_wait_seconds = 0;
   int64_t queue_depth = 0, running_rows = 0;
   int32_t n_rows = 0;
   int64_t kv_bytes = 0;           // state bytes held by running rows (target + draft)
@@ -264,6 +274,7 @@ class Engine {
     int64_t next_gen_checkpoint = 0;  // n_generated at which the next checkpoint is due
     std::vector<TokenEvent> events;   // emitted tokens as delivered (for a checkpoint record)
     bool stop_after_replay = false;   // its consumer stopped while a checkpoint was replayed
+    std::string error;                // kFailed for this request alone (its grammar failed)
     bool decoding() const { return prefilled >= static_cast<int64_t>(p.request.prompt.size()); }
   };
 

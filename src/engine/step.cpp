@@ -41,6 +41,7 @@ void Engine::plan_step(std::vector<RoundRow>& rows, std::vector<size_t>& members
     row.ignore_eos = r.ignore_eos;
     row.top_logprobs = r.top_logprobs;
     row.speculative = a.plan.speculative;
+    row.constraint = r.constraint.get();
     if (a.plan.speculative && may_draft) {
       const int64_t room = state_.max_length() - state_.length(row.row) - 1;  // positions after the pending one
       row.depth = a.depth.next(options_.spec_depth, std::min<int64_t>(row.budget - 1, room));
@@ -69,6 +70,7 @@ void Engine::plan_step(std::vector<RoundRow>& rows, std::vector<size_t>& members
     row.ignore_eos = a.p.request.ignore_eos;
     row.top_logprobs = a.p.request.top_logprobs;
     row.speculative = a.plan.speculative;
+    row.constraint = a.p.request.constraint.get();
     rows.push_back(row);
     members.push_back(i);
   }
@@ -154,6 +156,11 @@ bool Engine::step() {
       }
     }
     if (!res.sampled) continue;
+    if (!res.error.empty()) {  // the row's grammar failed: this request fails, the others go on
+      a.error = res.error;
+      ended.push_back({members[k], Outcome::kFailed});
+      continue;
+    }
     if (a.p.handle->cancelled()) {
       ended.push_back({members[k], Outcome::kCancelled});
       continue;
@@ -192,6 +199,9 @@ bool Engine::step() {
     stats_.spec_rounds += spec_rows;
     stats_.drafted += drafted_total;
     stats_.accepted += accepted_total;
+    stats_.grammar_masks = round_->grammar_masks();
+    stats_.grammar_mask_seconds = round_->grammar_mask_seconds();
+    stats_.grammar_wait_seconds = round_->grammar_wait_seconds();
     stats_.step_seconds.observe(now_s() - t0);
     stats_.batch_rows.observe(static_cast<double>(rows.size()));
     int64_t tokens = 0;

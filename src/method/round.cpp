@@ -2,7 +2,10 @@
 #include "method/round.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <cstring>
+#include <thread>
 
 namespace specula {
 
@@ -68,6 +71,24 @@ Status Round::prepare(std::span<const RoundRow> rows) {
     }
   }
 
+  // 1b. Structured outputs: forced tokens are free drafts; other drafts stop where they
+  // leave the grammar.
+  for (size_t i = 0; i < rows_.size(); ++i) {
+    const RoundRow& r = rows_[i];
+    if (r.constraint == nullptr || r.chunk > 0 || r.depth <= 0) continue;
+    auto& prop = results_[i].drafts;
+    std::vector<int32_t> forced = r.constraint->forced_tokens(r.depth);
+    if (!forced.empty()) {
+      prop = std::move(forced);
+      draft_q[i].clear();
+    } else if (!prop.empty()) {
+      const int32_t n = r.constraint->valid_prefix(prop);
+      prop.resize(static_cast<size_t>(n));
+      if (!draft_q[i].empty()) draft_q[i].resize(static_cast<size_t>(n));
+      if (prop.empty()) draft_q[i].clear();
+    }
+  }
+
   // 2. Windows, in row order: decoding rows feed pending + drafts, prompt chunks their chunk.
   ids_.clear();
   brows_.clear();
@@ -100,7 +121,11 @@ Status Round::prepare(std::span<const RoundRow> rows) {
   }
   if (rows_.empty()) return Status::ok();
 
-  // 3. Transaction, one forward, one projection.
+  // 3. Transaction, one forward, one projection; the grammar masks meanwhile.
+  bool any_constraint = false;
+  for (size_t i = 0; i < rows_.size(); ++i) any_constraint |= rows_[i].constraint != nullptr && out_count[i] > 0;
+  std::thread mask_worker;
+  if (any_constraint) mask_worker = std::thread([this, &out_count] { compute_masks(out_count); });
   state_->begin(tx_rows_);
   open_ = true;
   Batch batch;
@@ -109,6 +134,11 @@ Status Round::prepare(std::span<const RoundRow> rows) {
   batch.rows = brows_.data();
   batch.n_tokens = counts_.data();
   Status st = model_->forward(batch, *state_, hidden_);
+  if (mask_worker.joinable()) {
+    const auto w0 = std::chrono::steady_clock::now();
+    mask_worker.join();
+    wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
+  }
   if (!st.is_ok()) {
     std::vector<int64_t> zero(tx_rows_.size(), 0);
     (void)state_->resolve(tx_rows_, zero);  // back to the pre-round state
@@ -143,14 +173,72 @@ Status Round::prepare(std::span<const RoundRow> rows) {
     if (out_count[i] == 0) continue;
     const RoundRow& r = rows_[i];
     RoundResult& res = results_[i];
-    const float* lg = logits_.data() + out_offset[i] * n_vocab;
+    float* lg = logits_.data() + out_offset[i] * n_vocab;
+    bool ignore_eos = r.ignore_eos;
+    if (r.constraint != nullptr) {
+      if (!mask_errors_[i].empty()) {
+        res.error = mask_errors_[i];
+        res.sampled = true;
+        continue;
+      }
+      const int32_t words = r.constraint->mask_words();
+      for (int64_t j = 0; j < out_count[i]; ++j)
+        apply_token_mask(lg + j * n_vocab, n_vocab, masks_[i].data() + j * words);
+      ignore_eos = false;  // the grammar says where the text ends
+    }
     res.walk = draft_q[i].empty() ? speculative_walk(*r.sampler, lg, n_vocab, res.drafts, r.budget, eog_,
-                                                     r.ignore_eos, r.top_logprobs)
+                                                     ignore_eos, r.top_logprobs)
                                   : speculative_walk_rejection(*r.sampler, lg, n_vocab, res.drafts, draft_q[i],
-                                                               r.budget, eog_, r.ignore_eos, r.top_logprobs);
+                                                               r.budget, eog_, ignore_eos, r.top_logprobs);
     res.sampled = true;
+    if (r.constraint != nullptr) {
+      // Masked logits give -inf logprobs to refused ids: those are no alternatives.
+      for (WalkToken& t : res.walk.tokens)
+        t.top.erase(std::remove_if(t.top.begin(), t.top.end(), [](const auto& e) { return std::isinf(e.second); }),
+                    t.top.end());
+      std::vector<int32_t> emitted;
+      for (const WalkToken& t : res.walk.tokens) emitted.push_back(t.id);
+      if (Status cs = r.constraint->consume(emitted); !cs.is_ok()) {
+        res.error = cs.message();
+      } else if (!res.walk.hit_eog && r.constraint->stopped()) {
+        res.walk.hit_eog = true;  // complete: the end of generation is forced (and counted
+        ++res.walk.sampled;       // as sampled, as when a window samples it)
+      }
+    }
   }
   return Status::ok();
+}
+
+void Round::compute_masks(const std::vector<int64_t>& out_count) {
+  const auto t0 = std::chrono::steady_clock::now();
+  masks_.resize(rows_.size());
+  mask_errors_.assign(rows_.size(), std::string());
+  for (size_t i = 0; i < rows_.size(); ++i) {
+    TokenConstraint* c = rows_[i].constraint;
+    if (c == nullptr || out_count[i] == 0) continue;
+    const int32_t words = c->mask_words();
+    masks_[i].assign(static_cast<size_t>(out_count[i] * words), 0);
+    // Position j: after the pending token and drafts 1..j (the drafts were validated).
+    const auto& prop = results_[i].drafts;
+    int32_t consumed = 0;
+    Status st = Status::ok();
+    for (int64_t j = 0; j < out_count[i] && st.is_ok(); ++j) {
+      st = c->compute_mask(masks_[i].data() + j * words);
+      if (st.is_ok() && j + 1 < out_count[i]) {
+        st = c->consume(std::span<const int32_t>(&prop[static_cast<size_t>(j)], 1));
+        if (st.is_ok()) ++consumed;
+      }
+    }
+    if (Status rb = c->rollback(consumed); st.is_ok() && !rb.is_ok()) st = rb;
+    for (int64_t j = 0; j < out_count[i] && st.is_ok(); ++j) {
+      const uint32_t* m = masks_[i].data() + j * words;
+      if (std::all_of(m, m + words, [](uint32_t w) { return w == 0; }))
+        st = Status::error("[grammar] no token can continue the output");
+    }
+    if (!st.is_ok()) mask_errors_[i] = st.message();
+    n_masks_ += static_cast<uint64_t>(out_count[i]);
+  }
+  mask_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 Status Round::commit(std::span<const int64_t> keep, std::span<const std::span<const int32_t>> contexts) {

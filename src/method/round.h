@@ -16,6 +16,17 @@
 //      accepted drafts it delivered, and the draft source is committed with each
 //      continuing row's context and the verify forward's hidden states (VerifyContext).
 // Plain decoding is the depth-0 round: no drafts, a window of one token.
+// Structured outputs (rows with a TokenConstraint, grammar/constraint.h): in step 1 the
+// grammar's forced tokens, when there are any, are the row's drafts (free: the masked
+// target takes them), otherwise the source's drafts are cut where they leave the grammar;
+// the masks of every window position (the state after the pending token and each draft)
+// are computed on a worker thread while the target forward runs, and applied to the
+// logits (disallowed ids -> -inf) before the walk — so the sampler chain sees
+// grammar mask -> logit bias -> penalties -> top-k -> top-p -> min-p -> temperature ->
+// draw, and logprobs are those of the masked logits. After the walk the grammar consumes
+// the emitted tokens; a grammar that is complete ends the row as an end-of-generation
+// token would (ignore_eos does not apply). Constrained + speculative output equals
+// constrained plain output token for token (same masks at the same positions).
 // If the forward fails, prepare() rolls the transaction back (every row holds its
 // pre-round state) and returns the error; the caller fails or re-runs those requests.
 // Does not queue, admit, budget tokens or deliver (engine/).
@@ -26,6 +37,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "grammar/constraint.h"
 #include "method/draft.h"
 #include "method/sampler.h"
 #include "method/speculative.h"
@@ -51,12 +63,15 @@ struct RoundRow {
   // The request uses the draft source: prompt chunks go to DraftSource::prefill and the
   // row's context to DraftSource::commit.
   bool speculative = false;
+  // Structured output: the row's grammar (consumed up to the pending token), or null.
+  TokenConstraint* constraint = nullptr;
 };
 
 struct RoundResult {
   std::vector<int32_t> drafts;  // the proposals verified (empty without speculation)
   WalkResult walk;              // the row's new tokens (none for a chunk that does not sample)
   bool sampled = false;         // the row sampled this step
+  std::string error;            // the row's grammar failed (the row must end; others are fine)
 };
 
 // Adaptive draft depth of one request (speed only, never the tokens): all drafts accepted
@@ -80,6 +95,11 @@ class Round {
   Status prepare(std::span<const RoundRow> rows);
   // One per prepared row, in order.
   const std::vector<RoundResult>& results() const { return results_; }
+  // Grammar masks computed, seconds spent on them (worker thread), seconds prepare() waited
+  // for them after the forward — totals since construction.
+  uint64_t grammar_masks() const { return n_masks_; }
+  double grammar_mask_seconds() const { return mask_seconds_; }
+  double grammar_wait_seconds() const { return wait_seconds_; }
   // Step 6. keep[i]: positions of decoding row i's window to keep (1 + accepted drafts
   // delivered; anything in range for a row that ends); ignored for prompt chunks.
   // contexts[i]: row i's context after delivery, or an empty span for a row that ends
@@ -99,6 +119,12 @@ class Round {
   std::vector<int32_t> ids_, brows_;
   std::vector<int64_t> counts_, offset_;
   std::vector<float> logit_hidden_, logits_;
+  std::vector<std::vector<uint32_t>> masks_;  // per row: [window positions, mask words]
+  uint64_t n_masks_ = 0;            // masks computed, in total
+  double mask_seconds_ = 0, wait_seconds_ = 0;  // worker time on masks; time the round waited for it
+  std::vector<std::string> mask_errors_;
+  // Masks for every constrained row's window (the worker thread's job during the forward).
+  void compute_masks(const std::vector<int64_t>& out_count);
   Tensor hidden_;
   bool open_ = false;
 };

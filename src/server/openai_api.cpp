@@ -55,6 +55,9 @@ const char* const kReadCommon[] = {"model", "max_tokens", "max_completion_tokens
                                    "repeat_penalty", "stream", "stream_options", "ignore_eos", "speculative", "stop",
                                    "logit_bias", "logprobs", "top_logprobs", "n_predict", "repeat_last_n"};
 const char* const kReadCompletions[] = {"prompt", "parse_special"};
+// Structured outputs (parse_constraint_fields), on both routes.
+const char* const kStructured[] = {"response_format", "grammar",      "json_schema",   "regex",         "choice",
+                                   "guided_json",     "guided_regex", "guided_choice", "guided_grammar"};
 const char* const kReadChat[] = {"messages", "parse_special", "tools", "tool_choice", "parallel_tool_calls"};
 const char* const kIgnored[] = {"user", "metadata", "store", "service_tier", "cache_prompt", "id_slot", "slot_id",
                                 "timings_per_token"};
@@ -70,8 +73,6 @@ std::optional<ApiError> check_fields(const json& body, Endpoint endpoint) {
     const char* why;
   };
   static const std::vector<NoOp> kNoOp = {
-      {"response_format", [](const json& v) { return string_field(v, "type") == "text"; },
-       "structured outputs (json_object / json_schema) are not implemented yet"},
       {"tools", [](const json& v) { return v.is_array() && v.empty(); }, "tools apply to /v1/chat/completions"},
       {"tool_choice", [](const json& v) { return v == "none" || v == "auto"; }, "tools apply to /v1/chat/completions"},
       {"parallel_tool_calls", [](const json& v) { return v.is_boolean(); }, "must be a boolean"},
@@ -88,8 +89,6 @@ std::optional<ApiError> check_fields(const json& body, Endpoint endpoint) {
       {"dry_multiplier", [](const json& v) { return v == 0 || v == 0.0; }, "the DRY sampler is not implemented yet"},
       {"n_probs", [](const json& v) { return v == 0; }, "use 'logprobs' / 'top_logprobs'"},
   };
-  static const char* const kStructured[] = {"grammar", "json_schema", "regex", "choice", "guided_json",
-                                            "guided_regex", "guided_choice", "guided_grammar"};
   for (auto it = body.begin(); it != body.end(); ++it) {
     const std::string& key = it.key();
     if (listed(std::begin(kReadCommon), std::end(kReadCommon), key) || listed(std::begin(kIgnored), std::end(kIgnored), key))
@@ -98,8 +97,7 @@ std::optional<ApiError> check_fields(const json& body, Endpoint endpoint) {
                                            : listed(std::begin(kReadChat), std::end(kReadChat), key))
       continue;
     if (it.value().is_null()) continue;  // null: the field's default
-    if (listed(std::begin(kStructured), std::end(kStructured), key))
-      return ApiError{400, "'" + key + "': structured outputs are not implemented yet", "invalid_request_error", key, ""};
+    if (listed(std::begin(kStructured), std::end(kStructured), key)) continue;  // parse_constraint_fields
     bool known = false;
     for (const NoOp& n : kNoOp) {
       if (key != n.field) continue;
@@ -117,6 +115,93 @@ std::optional<ApiError> check_fields(const json& body, Endpoint endpoint) {
 }
 
 }  // namespace
+
+std::optional<ApiError> parse_constraint_fields(const json& body, CompletionParams& c) {
+  auto bad = [](const std::string& field, const std::string& msg) {
+    return ApiError{400, msg, "invalid_request_error", field, ""};
+  };
+  // A schema given as an object, or as JSON text (vLLM accepts both for guided_json).
+  auto schema_of = [&](const json& v, const std::string& field, std::string* out) -> std::optional<ApiError> {
+    if (v.is_string()) {
+      json parsed = json::parse(v.get<std::string>(), nullptr, false);
+      if (parsed.is_discarded()) return bad(field, "'" + field + "' is not valid JSON");
+      if (!parsed.is_object() && !parsed.is_boolean()) return bad(field, "'" + field + "' must be a JSON schema object");
+      *out = parsed.dump();
+      return std::nullopt;
+    }
+    if (!v.is_object() && !v.is_boolean()) return bad(field, "'" + field + "' must be a JSON schema object");
+    *out = v.dump();
+    return std::nullopt;
+  };
+  for (auto it = body.begin(); it != body.end(); ++it) {
+    const std::string& key = it.key();
+    const json& v = it.value();
+    if (!listed(std::begin(kStructured), std::end(kStructured), key) || v.is_null()) continue;
+    ConstraintSpec spec;
+    if (key == "response_format") {
+      if (!v.is_object() || !v.contains("type") || !v["type"].is_string())
+        return bad(key, "'response_format' must be an object with a 'type' (text, json_object or json_schema)");
+      const std::string type = v["type"].get<std::string>();
+      for (auto f = v.begin(); f != v.end(); ++f)
+        if (f.key() != "type" && f.key() != "json_schema" && f.key() != "schema")
+          return bad(key, "unknown field 'response_format." + f.key() + "'");
+      if (type == "text") continue;
+      if (type == "json_object") {
+        spec.kind = ConstraintKind::kJsonObject;
+        if (v.contains("schema") && !v["schema"].is_null()) {  // llama-server's form
+          spec.kind = ConstraintKind::kJsonSchema;
+          if (auto e = schema_of(v["schema"], "response_format.schema", &spec.text)) return e;
+        }
+      } else if (type == "json_schema") {
+        spec.kind = ConstraintKind::kJsonSchema;
+        const json* s = nullptr;
+        if (v.contains("json_schema") && v["json_schema"].is_object()) {
+          const json& js = v["json_schema"];
+          for (auto f = js.begin(); f != js.end(); ++f)
+            if (f.key() != "name" && f.key() != "schema" && f.key() != "strict" && f.key() != "description")
+              return bad(key, "unknown field 'response_format.json_schema." + f.key() + "'");
+          if (js.contains("strict") && !js["strict"].is_null() && !js["strict"].is_boolean())
+            return bad(key, "'response_format.json_schema.strict' must be a boolean");
+          if (js.contains("name") && !js["name"].is_null() && !js["name"].is_string())
+            return bad(key, "'response_format.json_schema.name' must be a string");
+          if (js.contains("schema")) s = &js["schema"];
+        } else if (v.contains("schema")) {
+          s = &v["schema"];
+        }
+        if (s == nullptr || s->is_null())
+          return bad(key, "'response_format' of type json_schema needs 'json_schema.schema'");
+        if (auto e = schema_of(*s, "response_format.json_schema.schema", &spec.text)) return e;
+      } else {
+        return bad(key, "'response_format.type' " + shown(v["type"]) + " must be text, json_object or json_schema");
+      }
+    } else if (key == "json_schema" || key == "guided_json") {
+      spec.kind = ConstraintKind::kJsonSchema;
+      if (auto e = schema_of(v, key, &spec.text)) return e;
+    } else if (key == "regex" || key == "guided_regex") {
+      if (!v.is_string() || v.get<std::string>().empty()) return bad(key, "'" + key + "' must be a non-empty string");
+      spec.kind = ConstraintKind::kRegex;
+      spec.text = v.get<std::string>();
+    } else if (key == "choice" || key == "guided_choice") {
+      if (!v.is_array() || v.empty()) return bad(key, "'" + key + "' must be a non-empty array of strings");
+      spec.kind = ConstraintKind::kChoice;
+      for (const json& s : v) {
+        if (!s.is_string() || s.get<std::string>().empty())
+          return bad(key, "'" + key + "' entries must be non-empty strings");
+        spec.choices.push_back(s.get<std::string>());
+      }
+    } else {  // grammar, guided_grammar: GBNF
+      if (!v.is_string()) return bad(key, "'" + key + "' must be a string (a GBNF grammar)");
+      if (v.get<std::string>().empty()) continue;  // llama-server: an empty grammar is none
+      spec.kind = ConstraintKind::kGbnf;
+      spec.text = v.get<std::string>();
+    }
+    if (c.constraint)
+      return bad(key, "'" + key + "' and '" + c.constraint_field + "' both constrain the output: give one");
+    c.constraint = std::move(spec);
+    c.constraint_field = key;
+  }
+  return std::nullopt;
+}
 
 bool flatten_text_parts(const json& content, const char* noun, std::string* out, std::string* why) {
   if (content.is_null()) return true;
@@ -193,6 +278,7 @@ std::variant<CompletionParams, ApiError> parse_completion_request(const std::str
   FieldReader p{j, std::nullopt};
   CompletionParams c;
   c.endpoint = endpoint;
+  if (auto e = parse_constraint_fields(j, c)) return *e;
   // llama-server's defaults for fields the client leaves out.
   c.sampling.temperature = 0.8f;
   c.sampling.top_k = 40;
@@ -294,13 +380,34 @@ std::variant<CompletionParams, ApiError> parse_completion_request(const std::str
     if (const json* tc = p.get("tool_choice")) {
       if (*tc == "none") {
         c.tools = nullptr;  // the model is not told of any tool
+      } else if (*tc == "required") {
+        c.forced_tool = "*";
+      } else if (tc->is_object() && string_field(*tc, "type") == "function" && tc->contains("function") &&
+                 (*tc)["function"].is_object() && (*tc)["function"].contains("name") &&
+                 (*tc)["function"]["name"].is_string()) {
+        c.forced_tool = (*tc)["function"]["name"].get<std::string>();
       } else if (*tc != "auto") {
         return ApiError{400, "'tool_choice' " + shown(*tc) +
-                                 ": forcing a call needs constrained decoding, not implemented yet (use \"auto\")",
+                                 " must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}}",
                         "invalid_request_error", "tool_choice", ""};
       }
     }
     p.boolean("parallel_tool_calls", &c.parallel_tool_calls);
+    if (!c.forced_tool.empty()) {
+      if (c.tools.is_null())
+        return ApiError{400, "'tool_choice' forces a tool call but 'tools' is empty", "invalid_request_error",
+                        "tool_choice", ""};
+      if (c.forced_tool != "*") {
+        bool found = false;
+        for (const json& t : c.tools) found |= t["function"]["name"] == c.forced_tool;
+        if (!found)
+          return ApiError{400, "'tool_choice' names '" + c.forced_tool + "', which is not in 'tools'",
+                          "invalid_request_error", "tool_choice", ""};
+      }
+      if (c.constraint)
+        return ApiError{400, "'tool_choice' forces a tool call and '" + c.constraint_field +
+                                 "' constrains the text: give one", "invalid_request_error", "tool_choice", ""};
+    }
   }
 
   std::optional<int64_t> max_tokens, max_completion, n, seed, top_k, logprobs_n, top_logprobs, repeat_last_n;

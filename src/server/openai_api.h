@@ -22,6 +22,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "grammar/constraint.h"
 #include "method/sampler.h"
 
 namespace specula::server {
@@ -147,7 +148,18 @@ struct CompletionParams {
   // messages are always text (only the template makes control tokens).
   bool parse_special = true;
   bool speculative = true;            // specula extension: false opts this request out of speculation
+  // Structured output (response_format json_object / json_schema, grammar, json_schema,
+  // regex, choice, or vLLM's guided_* names), and the request field it came from.
+  std::optional<ConstraintSpec> constraint;
+  std::string constraint_field;
+  // chat: tool_choice "required" ("*") or a named function: the answer must be a call.
+  std::string forced_tool;
 };
+
+// The structured-output fields of a body (OpenAI's response_format; llama-server's
+// grammar / json_schema; vLLM's regex / choice / guided_json / guided_regex /
+// guided_choice / guided_grammar), at most one of them. Errors name the field.
+std::optional<ApiError> parse_constraint_fields(const nlohmann::ordered_json& body, CompletionParams& c);
 
 // Parses a body for `endpoint`. Every wrong type or value is an ApiError naming the field
 // ("'temperature' must be a number in [0, 2], got \"hot\"").

@@ -20,6 +20,7 @@
 #include "server/completion_stream.h"
 #include "server/openai_api.h"
 #include "server/tool_calls.h"
+#include "grammar/constraint.h"
 #include "server/http.h"
 #include "tokenizer/bpe.h"
 
@@ -78,9 +79,24 @@ struct Server::Impl {
   std::atomic<bool> stop_requested{false};  // stop() was called (maybe before serve())
   std::mt19937_64 seed_rng{std::random_device{}()};
   std::mutex seed_mu;
+  // Structured outputs: the vocabulary as llguidance sees it, built at the first use.
+  std::mutex grammar_mu;
+  std::shared_ptr<const GrammarVocab> grammar_vocab;
   // HTTP outcome counters for /metrics.
   std::mutex counters_mu;
   std::map<int, uint64_t> responses_by_status;
+
+  Result<std::shared_ptr<const GrammarVocab>> vocab_for_grammar() {
+    std::lock_guard<std::mutex> lock(grammar_mu);
+    if (!grammar_vocab) {
+      auto v = GrammarVocab::create(*tok, static_cast<int32_t>(model->info().n_vocab), opt.engine.eog_ids);
+      if (!v) return v.status();
+      grammar_vocab = std::move(v).value();
+    }
+    return grammar_vocab;
+  }
+  // The request's grammar compiled (worker thread), or the 400 that says why not.
+  std::optional<ApiError> compile_constraint(const CompletionParams& c, std::shared_ptr<TokenConstraint>* out);
 
   uint64_t random_seed() {
     std::lock_guard<std::mutex> lock(seed_mu);
@@ -831,6 +847,29 @@ void Server::Impl::handle_messages(const http::Request& req, http::Exchange& ex,
   send_json(ex, json{{"input_tokens", ids.size()}});
 }
 
+std::optional<ApiError> Server::Impl::compile_constraint(const CompletionParams& c,
+                                                        std::shared_ptr<TokenConstraint>* out) {
+  ConstraintSpec spec;
+  std::string field = c.constraint_field;
+  if (c.constraint) {
+    spec = *c.constraint;
+  } else if (!c.forced_tool.empty()) {
+    field = "tool_choice";
+    auto lark = forced_tool_grammar(tool_format, c.tools, c.forced_tool, c.parallel_tool_calls);
+    if (!lark) return ApiError{400, "'tool_choice': " + lark.status().message(), "invalid_request_error", field, ""};
+    spec.kind = ConstraintKind::kLark;
+    spec.text = std::move(lark).value();
+  } else {
+    return std::nullopt;
+  }
+  auto vocab = vocab_for_grammar();
+  if (!vocab) return ApiError{500, vocab.status().message(), "server_error", field, ""};
+  auto m = TokenConstraint::create(std::move(vocab).value(), spec);
+  if (!m) return ApiError{400, "'" + field + "': " + m.status().message(), "invalid_request_error", field, ""};
+  *out = std::move(m).value();
+  return std::nullopt;
+}
+
 void Server::Impl::run_generation(CompletionParams c, http::Exchange& ex, AnswerFormat& fmt) {
   const Endpoint endpoint = c.endpoint;
   if (!c.model.empty() && c.model != opt.model_id)
@@ -840,6 +879,7 @@ void Server::Impl::run_generation(CompletionParams c, http::Exchange& ex, Answer
   std::vector<int32_t> ids;
   if (auto e = build_prompt(c, &ids)) return fmt.error(ex, *e);
   EngineRequest er;
+  if (auto e = compile_constraint(c, &er.constraint)) return fmt.error(ex, *e);
   er.prompt = std::move(ids);
   const int64_t n_prompt = static_cast<int64_t>(er.prompt.size());
   if (c.max_tokens) {
@@ -997,6 +1037,13 @@ std::string Server::Impl::metrics_text() {
   o << "specula_generated_tokens_total " << s.generated_tokens << "\n";
   counter("specula_steps_total", "Engine steps (one batched forward each).");
   o << "specula_steps_total " << s.steps << "\n";
+  counter("specula_grammar_masks_total", "Structured-output token masks computed (one per constrained position).");
+  o << "specula_grammar_masks_total " << s.grammar_masks << "\n";
+  counter("specula_grammar_mask_seconds_total",
+          "Seconds the grammar worker spent on masks (it runs while the target forward does).");
+  o << "specula_grammar_mask_seconds_total " << s.grammar_mask_seconds << "\n";
+  counter("specula_grammar_wait_seconds_total", "Seconds steps waited for grammar masks after their forward.");
+  o << "specula_grammar_wait_seconds_total " << s.grammar_wait_seconds << "\n";
   counter("specula_spec_rounds_total", "Row verify rounds that carried drafted tokens.");
   o << "specula_spec_rounds_total " << s.spec_rounds << "\n";
   counter("specula_spec_draft_tokens_total", "Drafted tokens proposed to the target.");

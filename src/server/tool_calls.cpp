@@ -208,4 +208,28 @@ ParsedAnswer ToolCallStream::parse_whole(const std::string& text, bool cut_by_le
   return parse(text, cut_by_length);
 }
 
+
+Result<std::string> forced_tool_grammar(ToolFormat format, const nlohmann::ordered_json& tools, const std::string& name,
+                                        bool parallel) {
+  if (format != ToolFormat::kHermes)
+    return Status::error("the model's chat template has no tool-call format, so a call cannot be forced");
+  auto lit = [](const std::string& s) { return nlohmann::json(s).dump(); };
+  std::string rules, alts;
+  int n = 0;
+  for (const auto& t : tools) {
+    const auto& fn = t["function"];
+    const std::string fname = fn["name"].get<std::string>();
+    if (name != "*" && fname != name) continue;
+    const nlohmann::ordered_json params =
+        fn.contains("parameters") && fn["parameters"].is_object() ? fn["parameters"] : nlohmann::ordered_json::object();
+    const std::string rule = "call_" + std::to_string(n++);
+    rules += rule + ": " + lit("<tool_call>\n{\"name\": " + nlohmann::json(fname).dump() + ", \"arguments\": ") +
+             " %json " + params.dump() + " " + lit("}\n</tool_call>") + "\n";
+    alts += (alts.empty() ? "" : " | ") + rule;
+  }
+  if (n == 0) return Status::error("no tool named '" + name + "'");
+  std::string start = parallel ? "start: call (\"\\n\" call)*\n" : "start: call\n";
+  return start + "call: " + alts + "\n" + rules;
+}
+
 }  // namespace specula::server

@@ -10,13 +10,18 @@
 // array of such objects: several calls).
 // Text that does not parse as calls stays text (the answer then has no tool_calls),
 // never dropped.
-// Does not: constrain the model to call (tool_choice "required" needs grammar-constrained
-// decoding), or the Llama 3 JSON / Mistral [TOOL_CALLS] formats (models not runnable yet).
+// tool_choice "required" or a named function is enforced with a grammar of the format's
+// calls (forced_tool_grammar, run by grammar/constraint.h).
+// Does not: the Llama 3 JSON / Mistral [TOOL_CALLS] formats.
 #pragma once
 
 #include <cstddef>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "specula/status.h"
 
 namespace specula::server {
 
@@ -34,6 +39,14 @@ struct ParsedAnswer {
   std::string content;          // text outside the calls (trimmed when there are calls)
   std::vector<ToolCall> calls;  // in order; empty: a plain answer
 };
+
+// A grammar (llguidance's Lark dialect) whose sentences are `format` calls of the tool
+// named `name` ("*": any of `tools`, OpenAI's [{"type": "function", "function": {"name",
+// "parameters"}}]) with arguments valid for its parameters schema; `parallel`: one or
+// more calls, else exactly one. Hermes: <tool_call>\n{"name": "f", "arguments": {...}}\n</tool_call>.
+// Errors: the format has no calls (a template without tool calls).
+Result<std::string> forced_tool_grammar(ToolFormat format, const nlohmann::ordered_json& tools,
+                                        const std::string& name, bool parallel);
 
 // Splits a whole answer into text and calls; `tools`: the request's tool names.
 ParsedAnswer parse_tool_calls(ToolFormat format, const std::string& text, const std::vector<std::string>& tools);

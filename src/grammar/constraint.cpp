@@ -1,0 +1,234 @@
+// grammar/constraint.cpp — see constraint.h.
+#include "grammar/constraint.h"
+
+#include <llguidance.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include <nlohmann/json.hpp>
+
+#include "grammar/gbnf.h"
+#include "tokenizer/tokenizer.h"
+
+namespace specula {
+
+// llguidance calls this (from any thread) for the grammar's forced text: the model's own
+// tokenization, no BOS, special-token parsing off.
+size_t grammar_tokenize_callback(const void* user, const uint8_t* bytes, size_t n, uint32_t* out, size_t cap) {
+  const auto* self = static_cast<const GrammarVocab*>(user);
+  const std::vector<int32_t> ids =
+      self->tokenizer_->encode(std::string_view(reinterpret_cast<const char*>(bytes), n), false, false);
+  for (size_t i = 0; i < ids.size() && i < cap; ++i) out[i] = static_cast<uint32_t>(ids[i]);
+  return ids.size();
+}
+
+Result<std::shared_ptr<GrammarVocab>> GrammarVocab::create(const tokenizer::Tokenizer& tokenizer, int32_t n_vocab,
+                                                           std::span<const int32_t> eog) {
+  if (n_vocab <= 0) return Status::error("[grammar] vocabulary is empty");
+  if (eog.empty()) return Status::error("[grammar] the model has no end-of-generation token");
+  const int32_t n_tok = tokenizer.vocab().size();
+  std::vector<uint32_t> lens(static_cast<size_t>(n_vocab));
+  std::string bytes;
+  for (int32_t id = 0; id < n_vocab; ++id) {
+    std::string piece;
+    if (id >= n_tok) {
+      piece = "\xff<[" + std::to_string(id) + "]>";  // padding id: never text
+    } else if (tokenizer.vocab().is_control(id) || tokenizer.vocab().type(id) == tokenizer::TokenType::kUnknown ||
+               tokenizer.vocab().type(id) == tokenizer::TokenType::kUnused) {
+      // 0xFF starts llguidance's special tokens (toktrie's SPECIAL_TOKEN_MARKER): never
+      // matched by text; the Lark dialect can name them (<|im_end|>).
+      piece = "\xff" + tokenizer.token_to_piece(id, /*render_special=*/true);
+    } else {
+      piece = tokenizer.token_to_piece(id, /*render_special=*/false);
+    }
+    lens[static_cast<size_t>(id)] = static_cast<uint32_t>(piece.size());
+    bytes += piece;
+  }
+  std::shared_ptr<GrammarVocab> v(new GrammarVocab());
+  v->n_vocab_ = n_vocab;
+  v->tokenizer_ = &tokenizer;
+  std::vector<uint32_t> extra;
+  for (size_t i = 1; i < eog.size(); ++i) extra.push_back(static_cast<uint32_t>(eog[i]));
+  LlgTokenizerInitV2 init;
+  std::memset(&init, 0, sizeof(init));
+  init.struct_size = sizeof(init);
+  init.vocab_size = static_cast<uint32_t>(n_vocab);
+  init.tok_eos = static_cast<uint32_t>(eog[0]);
+  init.token_lens = lens.data();
+  init.token_bytes = reinterpret_cast<const uint8_t*>(bytes.data());
+  init.tokenize_fn = &grammar_tokenize_callback;
+  init.tokenize_user_data = v.get();
+  init.tok_eos_extra = extra.empty() ? nullptr : extra.data();
+  init.tok_eos_extra_count = static_cast<uint32_t>(extra.size());
+  char err[1024] = {0};
+  v->llg_ = llg_new_tokenizer_v2(&init, err, sizeof(err));
+  if (v->llg_ == nullptr) return Status::error(std::string("[grammar] vocabulary: ") + err);
+  return v;
+}
+
+GrammarVocab::~GrammarVocab() { llg_free_tokenizer(llg_); }
+
+const char* constraint_kind_name(ConstraintKind k) {
+  switch (k) {
+    case ConstraintKind::kJsonObject: return "json_object";
+    case ConstraintKind::kJsonSchema: return "json_schema";
+    case ConstraintKind::kRegex: return "regex";
+    case ConstraintKind::kChoice: return "choice";
+    case ConstraintKind::kGbnf: return "grammar";
+    case ConstraintKind::kLark: return "lark";
+  }
+  return "?";
+}
+
+Result<std::unique_ptr<TokenConstraint>> TokenConstraint::create(std::shared_ptr<const GrammarVocab> vocab,
+                                                                 const ConstraintSpec& spec) {
+  const std::string what = std::string("[grammar] ") + constraint_kind_name(spec.kind) + ": ";
+  std::string type, data;
+  switch (spec.kind) {
+    case ConstraintKind::kJsonObject:
+    case ConstraintKind::kJsonSchema: {
+      type = "json";
+      // Key order matters: llguidance writes properties in the schema's order.
+      nlohmann::ordered_json schema = spec.kind == ConstraintKind::kJsonObject
+                                          ? nlohmann::ordered_json{{"type", "object"}}
+                                          : nlohmann::ordered_json::parse(spec.text, nullptr, false);
+      if (schema.is_discarded() || !(schema.is_object() || schema.is_boolean()))
+        return Status::error(what + "the schema is not a JSON object");
+      if (schema.is_boolean()) schema = schema.get<bool>() ? nlohmann::ordered_json::object()
+                                                           : nlohmann::ordered_json{{"not", nlohmann::ordered_json::object()}};
+      // json.dumps' separators and no other whitespace (a model cannot pad forever), unless
+      // asked otherwise (here or by the schema's own x-guidance options).
+      if (!schema.contains("x-guidance")) {
+        schema["x-guidance"] = spec.json_flexible_whitespace
+                                   ? nlohmann::ordered_json{{"whitespace_flexible", true}}
+                                   : nlohmann::ordered_json{{"whitespace_flexible", false},
+                                                            {"item_separator", ", "},
+                                                            {"key_separator", ": "}};
+      }
+      data = schema.dump();
+      break;
+    }
+    case ConstraintKind::kRegex:
+      type = "regex";
+      data = spec.text;
+      break;
+    case ConstraintKind::kChoice: {
+      if (spec.choices.empty()) return Status::error(what + "no choices");
+      type = "lark";
+      data = "start: ";
+      for (size_t i = 0; i < spec.choices.size(); ++i) {
+        if (spec.choices[i].empty()) return Status::error(what + "choice " + std::to_string(i) + " is empty");
+        data += (i ? " | " : "") + nlohmann::json(spec.choices[i]).dump(-1, ' ', true);
+      }
+      data += "\n";
+      break;
+    }
+    case ConstraintKind::kGbnf: {
+      auto lark = gbnf_to_lark(spec.text);
+      if (!lark) return Status::error(what + lark.status().message());
+      type = "lark";
+      data = std::move(lark).value();
+      break;
+    }
+    case ConstraintKind::kLark:
+      type = "lark";
+      data = spec.text;
+      break;
+  }
+  if (data.find('\0') != std::string::npos) return Status::error(what + "contains a NUL byte");
+  LlgConstraintInit init;
+  llg_constraint_init_set_defaults(&init, vocab->llg());
+  init.log_stderr_level = 0;
+  init.log_buffer_level = 0;
+  LlgMatcher* m = llg_new_matcher(&init, type.c_str(), data.c_str());
+  if (const char* e = llg_matcher_get_error(m); e != nullptr) {
+    std::string msg = what + e;
+    llg_free_matcher(m);
+    return Status::error(msg);
+  }
+  std::unique_ptr<TokenConstraint> c(new TokenConstraint());
+  c->vocab_ = std::move(vocab);
+  c->m_ = m;
+  return c;
+}
+
+TokenConstraint::~TokenConstraint() { llg_free_matcher(m_); }
+
+namespace {
+Status matcher_error(LlgMatcher* m, const char* op) {
+  const char* e = llg_matcher_get_error(m);
+  return Status::error(std::string("[grammar] ") + op + ": " + (e != nullptr ? e : "failed"));
+}
+}  // namespace
+
+Status TokenConstraint::compute_mask(uint32_t* bits) {
+  const size_t n = llg_matcher_get_mask_byte_size(m_);
+  const size_t want = static_cast<size_t>(mask_words()) * sizeof(uint32_t);
+  if (n == want) {
+    if (llg_matcher_compute_mask_into(m_, bits, n) != 0) return matcher_error(m_, "mask");
+    return Status::ok();
+  }
+  scratch_.assign((n + 3) / 4, 0);
+  if (llg_matcher_compute_mask_into(m_, scratch_.data(), n) != 0) return matcher_error(m_, "mask");
+  std::memset(bits, 0, want);
+  std::memcpy(bits, scratch_.data(), std::min(n, want));
+  return Status::ok();
+}
+
+Status TokenConstraint::consume(std::span<const int32_t> tokens) {
+  if (tokens.empty()) return Status::ok();
+  std::vector<uint32_t> t(tokens.begin(), tokens.end());
+  if (llg_matcher_consume_tokens(m_, t.data(), t.size()) != 0) return matcher_error(m_, "consume");
+  return Status::ok();
+}
+
+Status TokenConstraint::rollback(int32_t n) {
+  if (n <= 0) return Status::ok();
+  if (llg_matcher_rollback(m_, static_cast<size_t>(n)) != 0) return matcher_error(m_, "rollback");
+  return Status::ok();
+}
+
+int32_t TokenConstraint::valid_prefix(std::span<const int32_t> tokens) {
+  if (tokens.empty()) return 0;
+  std::vector<uint32_t> t(tokens.begin(), tokens.end());
+  const int32_t n = llg_matcher_validate_tokens(m_, t.data(), t.size());
+  return n < 0 ? 0 : n;
+}
+
+std::vector<int32_t> TokenConstraint::forced_tokens(int32_t max_tokens) {
+  if (max_tokens <= 0) return {};
+  std::vector<uint32_t> out(static_cast<size_t>(max_tokens));
+  const int32_t n = llg_matcher_compute_ff_tokens(m_, out.data(), out.size());
+  if (n <= 0) return {};
+  return std::vector<int32_t>(out.begin(), out.begin() + std::min(n, max_tokens));
+}
+
+bool TokenConstraint::stopped() const { return llg_matcher_is_stopped(m_); }
+bool TokenConstraint::accepting() { return llg_matcher_is_accepting(m_); }
+
+Result<std::unique_ptr<TokenConstraint>> TokenConstraint::clone() const {
+  LlgMatcher* m = llg_clone_matcher(m_);
+  if (m == nullptr || llg_matcher_is_error(m)) {
+    llg_free_matcher(m);
+    return Status::error("[grammar] clone failed");
+  }
+  std::unique_ptr<TokenConstraint> c(new TokenConstraint());
+  c->vocab_ = vocab_;
+  c->m_ = m;
+  return c;
+}
+
+void apply_token_mask(float* logits, int32_t n_vocab, const uint32_t* bits) {
+  const float ninf = -std::numeric_limits<float>::infinity();
+  for (int32_t w = 0; w * 32 < n_vocab; ++w) {
+    const uint32_t word = bits[w];
+    if (word == 0xffffffffu) continue;
+    const int32_t end = std::min(n_vocab, (w + 1) * 32);
+    for (int32_t id = w * 32; id < end; ++id)
+      if (((word >> (id - w * 32)) & 1u) == 0) logits[id] = ninf;
+  }
+}
+
+}  // namespace specula
