@@ -121,7 +121,24 @@ TEST(OpenAiApi, RefusalsNameTheField) {
       {R"({"prompt": "x", "temperature": 2.01})", Endpoint::kCompletions, "temperature"},
       {R"({"prompt": "x", "top_p": -0.1})", Endpoint::kCompletions, "top_p"},
       {R"({"prompt": "x", "unknown_field": 1})", Endpoint::kCompletions, "unknown_field"},
-      {R"({"prompt": "x", "response_format": {"type": "json_object"}})", Endpoint::kCompletions, "response_format"},
+      {R"({"prompt": "x", "response_format": {"type": "xml"}})", Endpoint::kCompletions, "response_format"},
+      {R"({"prompt": "x", "response_format": "json"})", Endpoint::kCompletions, "response_format"},
+      {R"({"prompt": "x", "response_format": {"type": "json_schema"}})", Endpoint::kCompletions, "response_format"},
+      {R"({"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {"schema": 3}}})",
+       Endpoint::kCompletions, "response_format.json_schema.schema"},
+      {R"({"prompt": "x", "response_format": {"type": "json_object", "extra": 1}})", Endpoint::kCompletions,
+       "response_format"},
+      {R"({"prompt": "x", "grammar": 1})", Endpoint::kCompletions, "grammar"},
+      {R"({"prompt": "x", "regex": ""})", Endpoint::kCompletions, "regex"},
+      {R"({"prompt": "x", "choice": ["a", 1]})", Endpoint::kCompletions, "choice"},
+      {R"({"prompt": "x", "guided_json": "{bad"})", Endpoint::kCompletions, "guided_json"},
+      {R"({"prompt": "x", "regex": "a", "grammar": "root ::= [a]"})", Endpoint::kCompletions, "grammar"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "required"})", Endpoint::kChat,
+       "tool_choice"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": {"type": "function", "function": {"name": "f"}},
+          "tools": [{"type": "function", "function": {"name": "g"}}]})", Endpoint::kChat, "tool_choice"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "sometimes",
+          "tools": [{"type": "function", "function": {"name": "g"}}]})", Endpoint::kChat, "tool_choice"},
       {R"({"prompt": "x", "min_p": -0.1})", Endpoint::kCompletions, "min_p"},
       {R"({"prompt": "x", "top_k": -2})", Endpoint::kCompletions, "top_k"},
       {R"({"prompt": "x", "seed": 0.5})", Endpoint::kCompletions, "seed"},
@@ -155,6 +172,59 @@ TEST(OpenAiApi, RefusalsNameTheField) {
     EXPECT_EQ(e.param, c.param) << c.body << " -> " << e.message;
     EXPECT_FALSE(e.message.empty());
   }
+}
+
+TEST(OpenAiApi, StructuredOutputFields) {
+  struct Case {
+    const char* body;
+    ConstraintKind kind;
+    const char* field;
+    const char* text;
+  };
+  const Case cases[] = {
+      {R"({"prompt": "x", "response_format": {"type": "json_object"}})", ConstraintKind::kJsonObject, "response_format", ""},
+      {R"({"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {"name": "n", "strict": true,
+          "schema": {"type": "object", "properties": {"b": {}, "a": {}}}}}})",
+       ConstraintKind::kJsonSchema, "response_format", R"({"type":"object","properties":{"b":{},"a":{}}})"},
+      {R"({"prompt": "x", "response_format": {"type": "json_object", "schema": {"type": "array"}}})",
+       ConstraintKind::kJsonSchema, "response_format", R"({"type":"array"})"},
+      {R"({"prompt": "x", "json_schema": {"type": "integer"}})", ConstraintKind::kJsonSchema, "json_schema",
+       R"({"type":"integer"})"},
+      {R"({"prompt": "x", "guided_json": "{\"type\": \"string\"}"})", ConstraintKind::kJsonSchema, "guided_json",
+       R"({"type":"string"})"},
+      {R"({"prompt": "x", "regex": "a+b"})", ConstraintKind::kRegex, "regex", "a+b"},
+      {R"({"prompt": "x", "guided_regex": "c"})", ConstraintKind::kRegex, "guided_regex", "c"},
+      {R"({"prompt": "x", "grammar": "root ::= \"a\""})", ConstraintKind::kGbnf, "grammar", "root ::= \"a\""},
+      {R"({"prompt": "x", "guided_grammar": "root ::= [a]"})", ConstraintKind::kGbnf, "guided_grammar", "root ::= [a]"},
+      {R"({"prompt": "x", "choice": ["a", "b"]})", ConstraintKind::kChoice, "choice", ""},
+      {R"({"prompt": "x", "guided_choice": ["a"]})", ConstraintKind::kChoice, "guided_choice", ""},
+  };
+  for (const Case& c : cases) {
+    auto r = parse_completion_request(c.body, Endpoint::kCompletions);
+    ASSERT_TRUE(std::holds_alternative<CompletionParams>(r)) << c.body << ": " << std::get<ApiError>(r).message;
+    const CompletionParams& p = std::get<CompletionParams>(r);
+    ASSERT_TRUE(p.constraint.has_value()) << c.body;
+    EXPECT_EQ(p.constraint->kind, c.kind) << c.body;
+    EXPECT_EQ(p.constraint_field, c.field) << c.body;
+    if (*c.text) {
+      EXPECT_EQ(p.constraint->text, c.text) << c.body;
+    }
+  }
+  // No constraint: text, null, an empty grammar (llama-server's "none").
+  for (const char* body : {R"({"prompt": "x", "response_format": {"type": "text"}})", R"({"prompt": "x", "regex": null})",
+                           R"({"prompt": "x", "grammar": ""})"}) {
+    auto r = parse_completion_request(body, Endpoint::kCompletions);
+    ASSERT_TRUE(std::holds_alternative<CompletionParams>(r)) << body;
+    EXPECT_FALSE(std::get<CompletionParams>(r).constraint.has_value()) << body;
+  }
+  auto r = parse_completion_request(R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "required",
+      "tools": [{"type": "function", "function": {"name": "g"}}]})", Endpoint::kChat);
+  ASSERT_TRUE(std::holds_alternative<CompletionParams>(r));
+  EXPECT_EQ(std::get<CompletionParams>(r).forced_tool, "*");
+  r = parse_completion_request(R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": {"type": "function",
+      "function": {"name": "g"}}, "tools": [{"type": "function", "function": {"name": "g"}}]})", Endpoint::kChat);
+  ASSERT_TRUE(std::holds_alternative<CompletionParams>(r));
+  EXPECT_EQ(std::get<CompletionParams>(r).forced_tool, "g");
 }
 
 TEST(OpenAiApi, MalformedBodies) {
