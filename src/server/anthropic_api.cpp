@@ -42,11 +42,12 @@ std::variant<CompletionParams, ApiError> parse_messages_request(const std::strin
     if (v.is_null() || std::any_of(std::begin(kRead), std::end(kRead), [&](const char* k) { return key == k; })) continue;
     if (key == "thinking" && string_field(v, "type") == "disabled") continue;
     if (key == "tools" || key == "tool_choice") continue;  // read below
-    if (key == "output_config" && v.is_object()) {  // effort: no reasoning to spend it on
+    if (key == "output_config" && v.is_object()) {  // effort: no reasoning to spend it on; format: below
       bool ok = true;
-      for (auto f = v.begin(); f != v.end(); ++f) ok = ok && (f.key() == "effort" || f.value().is_null());
+      for (auto f = v.begin(); f != v.end(); ++f)
+        ok = ok && (f.key() == "effort" || f.key() == "format" || f.value().is_null());
       if (ok) continue;
-      return bad(key, "'output_config.format' (structured outputs) is not implemented yet");
+      return bad(key, "unknown field in 'output_config' (effort and format are read)");
     }
     if (key == "thinking" || key == "mcp_servers" || key == "container" || key == "diagnostics")
       return bad(key, "'" + key + "' is not implemented yet");
@@ -55,6 +56,22 @@ std::variant<CompletionParams, ApiError> parse_messages_request(const std::strin
   FieldReader p{j, std::nullopt};
   CompletionParams c;
   c.endpoint = Endpoint::kChat;
+  // Structured outputs: output_config.format {"type": "json_schema", "schema": {...}}.
+  if (j.contains("output_config") && j["output_config"].is_object() && j["output_config"].contains("format") &&
+      !j["output_config"]["format"].is_null()) {
+    const json& f = j["output_config"]["format"];
+    if (!f.is_object() || string_field(f, "type") != "json_schema" || !f.contains("schema") ||
+        !f["schema"].is_object())
+      return bad("output_config", "'output_config.format' must be {\"type\": \"json_schema\", \"schema\": {...}}");
+    for (auto it = f.begin(); it != f.end(); ++it)
+      if (it.key() != "type" && it.key() != "schema")
+        return bad("output_config", "unknown field 'output_config.format." + it.key() + "'");
+    ConstraintSpec spec;
+    spec.kind = ConstraintKind::kJsonSchema;
+    spec.text = f["schema"].dump();
+    c.constraint = std::move(spec);
+    c.constraint_field = "output_config";
+  }
   // Anthropic's defaults: temperature 1.0 and no truncation of the distribution.
   c.sampling.temperature = 1.0f;
   c.sampling.top_k = 0;
@@ -97,9 +114,20 @@ std::variant<CompletionParams, ApiError> parse_messages_request(const std::strin
     }
     if (type == "none") {
       c.tools = nullptr;
+    } else if (type == "any") {
+      c.forced_tool = "*";
+    } else if (type == "tool" && tc->contains("name") && (*tc)["name"].is_string()) {
+      c.forced_tool = (*tc)["name"].get<std::string>();
     } else if (type != "auto") {
       return bad("tool_choice", "'tool_choice' " + shown(*tc) +
-                                    ": forcing a tool needs constrained decoding, not implemented yet (use auto)");
+                                    " must be {\"type\": \"auto\" | \"any\" | \"none\"} or {\"type\": \"tool\", \"name\": ...}");
+    }
+    if (!c.forced_tool.empty()) {
+      if (c.tools.is_null()) return bad("tool_choice", "'tool_choice' forces a tool call but 'tools' is empty");
+      bool found = c.forced_tool == "*";
+      for (const json& t : c.tools) found |= t["function"]["name"] == c.forced_tool;
+      if (!found) return bad("tool_choice", "'tool_choice' names '" + c.forced_tool + "', which is not in 'tools'");
+      if (c.constraint) return bad("tool_choice", "'tool_choice' forces a tool call and 'output_config.format' constrains the text: give one");
     }
   }
   const json* ms = p.get("messages");

@@ -228,7 +228,8 @@ Result<std::string> forced_tool_grammar(ToolFormat format, const nlohmann::order
     alts += (alts.empty() ? "" : " | ") + rule;
   }
   if (n == 0) return Status::error("no tool named '" + name + "'");
-  std::string start = parallel ? "start: call (\"\\n\" call)*\n" : "start: call\n";
+  // A newline may follow the last call (Qwen's models write one before ending).
+  std::string start = parallel ? "start: call (\"\\n\" call)* \"\\n\"?\n" : "start: call \"\\n\"?\n";
   return start + "call: " + alts + "\n" + rules;
 }
 

@@ -121,8 +121,11 @@ def test_refusals(srv, model, stats):
         (dict(model=model, max_tokens=0, messages=MSGS), anthropic.BadRequestError, "max_tokens"),
         (dict(model=model, max_tokens=4, messages=MSGS, extra_body={"temperature": 1.5}), anthropic.BadRequestError,
          "temperature"),
-        (dict(model=model, max_tokens=4, messages=MSGS, output_config={"format": {"type": "json_schema", "schema": {}}}),
+        (dict(model=model, max_tokens=4, messages=MSGS, output_config={"format": {"type": "json", "schema": {}}}),
          anthropic.BadRequestError, "output_config"),
+        (dict(model=model, max_tokens=4, messages=MSGS,
+              output_config={"format": {"type": "json_schema", "schema": {"type": "objekt"}}}),
+         anthropic.BadRequestError, "json_schema"),
         (dict(model="claude-nope", max_tokens=4, messages=MSGS), anthropic.NotFoundError, "claude-nope"),
         (dict(model=model, max_tokens=4, messages=MSGS, extra_body={"frobnicate": 1}), anthropic.BadRequestError,
          "frobnicate"),
@@ -150,6 +153,20 @@ def test_refusals(srv, model, stats):
     stats["refusals"] = len(cases) + 2
 
 
+def test_structured(srv, model, stats):
+    """output_config.format json_schema: the text block is JSON of the schema (a bounded one:
+    Gemma 3 270M writes unbounded numbers forever)."""
+    client = anthropic.Anthropic(base_url=srv.url, api_key="unused", max_retries=0)
+    schema = {"type": "object", "properties": {"answer": {"enum": ["yes", "no"]}, "sure": {"type": "boolean"}},
+              "required": ["answer", "sure"], "additionalProperties": False}
+    m = client.messages.create(model=model, max_tokens=40, messages=[{"role": "user", "content": "Is the sea wet?"}],
+                               output_config={"format": {"type": "json_schema", "schema": schema}})
+    value = json.loads(m.content[0].text)
+    check(m.stop_reason == "end_turn" and value["answer"] in ("yes", "no") and isinstance(value["sure"], bool)
+          and set(value) == {"answer", "sure"}, f"structured: {m}")
+    stats["structured"] = m.content[0].text
+
+
 def test_api_key(model, stats):
     with ss.Server("--parallel", "1", "--ctx", "512", "--chat-template-file", ss.gemma_template(),
                    "--api-key", "sekrit") as srv:
@@ -174,6 +191,7 @@ def main():
         text, whole = test_messages(srv, model, stats)
         test_stream(srv, model, text, whole, stats)
         test_refusals(srv, model, stats)
+        test_structured(srv, model, stats)
     test_api_key(model, stats)
     return "; ".join(f"{k}: {v}" for k, v in stats.items())
 

@@ -5,7 +5,12 @@ Tokyo) with Qwen2.5-Coder 1.5B, streamed and not, with the same calls both ways;
 finish_reason "tool_calls"; assistant tool_calls sent back as JSON text render as the
 template expects, in the client's key order: /apply-template equals Python jinja2's render
 (transformers' setup) for 8 message lists with tools on the Qwen2.5 template (this part
-runs with Gemma's weights: only the template matters). Refusals: tool_choice "required" (needs constrained decoding), tools on
+runs with Gemma's weights: only the template matters). Forced calls (a grammar of the template's call format with each tool's parameters schema):
+tool_choice "required" on a prompt that needs no tool still answers with a valid call, a named
+function gives that function's call (parallel_tool_calls false: exactly one; with parallel calls
+allowed this 1.5B model, pushed off its own habit of Markdown-fenced calls, repeats calls
+until max_tokens); streamed the same;
+Anthropic's tool_choice any / tool. Refusals: a forced call of an unknown tool, tools on
 /v1/completions, tools with a template that has no tool-call format (Gemma's).
 The same loop through Anthropic's Messages API with the `anthropic` client (tool_use
 blocks, tool_result blocks, stop_reason "tool_use"; streamed and not) when installed.
@@ -117,6 +122,45 @@ def anthropic_loop(client, model, stream):
     raise ss.TestFailure(f"the anthropic tool loop did not end in 5 turns: {trace}")
 
 
+def forced_calls(client, aclient, model):
+    """tool_choice required / named / parallel off, streamed and not; Anthropic any / tool."""
+    hello = [{"role": "user", "content": "Say hello to me in one short sentence."}]
+    kw = dict(model=model, messages=hello, tools=TOOLS, temperature=0, max_tokens=120)
+    free = client.chat.completions.create(**kw)
+    check(not free.choices[0].message.tool_calls, f"a greeting needs no tool: {free}")
+    out = []
+    for choice, parallel in (("required", False), ({"type": "function", "function": {"name": "get_time"}}, False)):
+        r = client.chat.completions.create(tool_choice=choice, parallel_tool_calls=parallel, **kw)
+        m = r.choices[0].message
+        check(r.choices[0].finish_reason == "tool_calls" and m.tool_calls, f"tool_choice {choice}: {r}")
+        for t in m.tool_calls:
+            args = json.loads(t.function.arguments)
+            check(t.function.name in ("get_weather", "get_time") and isinstance(args.get("city"), str),
+                  f"tool_choice {choice}: call {t}")
+        if choice != "required":
+            check([t.function.name for t in m.tool_calls] == ["get_time"], f"named: {m.tool_calls}")
+        _, calls, finish = collect_stream(client.chat.completions.create(
+            stream=True, tool_choice=choice, parallel_tool_calls=parallel, **kw))
+        check(finish == "tool_calls" and [(n, a) for _, n, a in calls] ==
+              [(t.function.name, t.function.arguments) for t in m.tool_calls], f"streamed {calls} vs {m.tool_calls}")
+        out.append(f"{'required' if choice == 'required' else 'named'}: "
+                   + ", ".join(f"{t.function.name}({t.function.arguments})" for t in m.tool_calls))
+    if aclient is not None:
+        tools = [{"name": t["function"]["name"], "description": t["function"]["description"],
+                  "input_schema": t["function"]["parameters"]} for t in TOOLS]
+        for choice in ({"type": "any", "disable_parallel_tool_use": True},
+                       {"type": "tool", "name": "get_weather", "disable_parallel_tool_use": True}):
+            m = aclient.messages.create(model=model, max_tokens=120, messages=hello, tools=tools, tool_choice=choice,
+                                        extra_body={"temperature": 0})
+            uses = [b for b in m.content if b.type == "tool_use"]
+            check(m.stop_reason == "tool_use" and uses and all(isinstance(b.input.get("city"), str) for b in uses),
+                  f"anthropic tool_choice {choice}: {m}")
+            if choice["type"] == "tool":
+                check({b.name for b in uses} == {"get_weather"}, f"anthropic named: {uses}")
+        out.append("anthropic any/tool")
+    return "; ".join(out)
+
+
 def jinja2_render(template_path, messages, tools):
     import jinja2
 
@@ -209,8 +253,9 @@ def main():
             s_seen, s_final, s_trace = anthropic_loop(ac, model, stream=True)
             check(s_seen == seen and s_final == final, f"anthropic streamed loop {s_trace} vs {a_trace}")
             stats["anthropic"] = f"{len(a_trace)} turns, same calls"
-        for body, param in (({"tool_choice": "required"}, "tool_choice"),
-                            ({"tool_choice": {"type": "function", "function": {"name": "get_time"}}}, "tool_choice"),
+        stats["forced"] = forced_calls(client, ac if anthropic is not None else None, model)
+        for body, param in (({"tool_choice": {"type": "function", "function": {"name": "get_date"}}}, "tool_choice"),
+                            ({"tool_choice": "always"}, "tool_choice"),
                             ({"tools": [{"type": "function"}]}, "tools")):
             req = {"messages": [{"role": "user", "content": TASK}], "tools": TOOLS, "max_tokens": 4}
             req.update(body)
