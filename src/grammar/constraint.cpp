@@ -3,6 +3,7 @@
 
 #include <llguidance.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -151,6 +152,13 @@ Result<std::unique_ptr<TokenConstraint>> TokenConstraint::create(std::shared_ptr
   std::unique_ptr<TokenConstraint> c(new TokenConstraint());
   c->vocab_ = std::move(vocab);
   c->m_ = m;
+  // The first mask now, so that a grammar that cannot start (an empty language, limits
+  // exceeded at once) is the request's error before it queues.
+  std::vector<uint32_t> first(static_cast<size_t>(c->mask_words()));
+  if (Status st = c->compute_mask(first.data()); !st.is_ok())
+    return Status::error(what + st.message().substr(std::string("[grammar] ").size()));
+  if (std::all_of(first.begin(), first.end(), [](uint32_t w) { return w == 0; }))
+    return Status::error(what + "the grammar allows no output");
   return c;
 }
 

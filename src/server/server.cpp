@@ -632,6 +632,18 @@ std::string cut_error_message(const CompletionStream::Update& u) {
                                                   : "generation failed: " + u.summary.error;
 }
 
+// A generation that did not finish: the request's own grammar giving out (llguidance's
+// limits, a dead end) is the request's fault (400, naming its field); anything else is the
+// server's (500), or the shutdown's (503).
+ApiError cut_error(const CompletionStream::Update& u, const CompletionParams* c) {
+  if (u.summary.outcome == Outcome::kFailed && u.summary.error.rfind("[grammar]", 0) == 0 && c != nullptr) {
+    const std::string field = c->constraint ? c->constraint_field : "tool_choice";
+    return ApiError{400, "'" + field + "': the grammar could not continue: " + u.summary.error, "invalid_request_error",
+                    field, ""};
+  }
+  return ApiError{u.summary.outcome == Outcome::kFailed ? 500 : 503, cut_error_message(u), "server_error", "", ""};
+}
+
 class OpenAiFormat : public AnswerFormat {
  public:
   explicit OpenAiFormat(Endpoint endpoint) : endpoint_(endpoint) {}
@@ -693,8 +705,7 @@ class OpenAiFormat : public AnswerFormat {
     std::string out;
     if (u.summary.outcome == Outcome::kFailed || u.summary.outcome == Outcome::kCancelled) {
       // Not a finish the client asked for: say so, not "stop".
-      out += sse(error_body(ApiError{u.summary.outcome == Outcome::kFailed ? 500 : 503, cut_error_message(u),
-                                     "server_error", "", ""}));
+      out += sse(error_body(cut_error(u, g_.params)));
     } else {
       std::string reason = u.summary.outcome == Outcome::kLength ? "length" : "stop";
       {
@@ -763,8 +774,7 @@ class AnthropicFormat : public AnswerFormat {
   std::string stream_piece(const CompletionStream::Update& u) override { return text_delta(calls_.feed(u.text)); }
   std::string stream_end(const CompletionStream::Update& u) override {
     if (u.summary.outcome == Outcome::kFailed || u.summary.outcome == Outcome::kCancelled)
-      return anthropic_event(anthropic_error_body(
-          ApiError{u.summary.outcome == Outcome::kFailed ? 500 : 503, cut_error_message(u), "", "", ""}));
+      return anthropic_event(anthropic_error_body(cut_error(u, g_.params)));
     std::string out;
     const ParsedAnswer a = calls_.finish(u.summary.outcome == Outcome::kLength);
     out += text_delta(a.content);
@@ -956,10 +966,12 @@ void Server::Impl::run_generation(CompletionParams c, http::Exchange& ex, Answer
     }
     finished = true;
     if (client_left && u.summary.outcome == Outcome::kCancelled) return;  // nobody to answer
-    if (u.summary.outcome == Outcome::kFailed || u.summary.outcome == Outcome::kCancelled)
-      return fmt.error(ex, ApiError{u.summary.outcome == Outcome::kFailed ? 500 : 503,
-                                    "generation " + u.finish_reason + (u.summary.error.empty() ? "" : ": " + u.summary.error),
-                                    "server_error", "", ""});
+    if (u.summary.outcome == Outcome::kFailed || u.summary.outcome == Outcome::kCancelled) {
+      ApiError e = cut_error(u, &c);
+      if (e.status >= 500)
+        e.message = "generation " + u.finish_reason + (u.summary.error.empty() ? "" : ": " + u.summary.error);
+      return fmt.error(ex, e);
+    }
     ex.respond(200, "application/json", dump_json(fmt.whole(text, lps, u)));
     return;
   }
