@@ -29,6 +29,19 @@ if ! command -v python3 >/dev/null 2>&1 || ! python3 -c "import pip" >/dev/null 
   [[ "$status" == "install ok installed" ]] || missing+=(python3-pip)
 fi
 
+# Rust (cargo, rustc >= 1.87) builds the llguidance crate (structured outputs,
+# scripts/build_llguidance.sh). It comes from rustup (~/.cargo/bin), not apt: Debian 12's
+# cargo is 1.63, too old for the crate.
+export PATH="$HOME/.cargo/bin:$PATH"
+if ! command -v cargo >/dev/null 2>&1 || ! command -v rustc >/dev/null 2>&1; then
+  echo "[install_deps] warning: cargo/rustc not found: the build needs Rust >= 1.87 (rustup) for the llguidance crate" >&2
+else
+  rv="$(rustc --version | awk '{print $2}')"
+  if [[ "$(printf '%s\n1.87.0\n' "$rv" | sort -V | head -n1)" != "1.87.0" ]]; then
+    echo "[install_deps] warning: rustc $rv is older than 1.87 (the llguidance crate needs 1.87; use rustup)" >&2
+  fi
+fi
+
 if (( ${#missing[@]} == 0 )); then
   exit 0
 fi

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Make tests/fixtures/chat_templates/expected.json: chat-template renderings by Python
 Jinja2 set up the way transformers' apply_chat_template sets it up (the oracle for
-src/tokenizer/chat_template.h).
+src/chat/chat_template.h).
 
 Environment (transformers utils/chat_template_utils.py, _compile_jinja_template):
 ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,

@@ -30,6 +30,7 @@
 #include "cli/hub.h"
 #include "cli/kld.h"
 #include "core/thread_pool.h"
+#include "chat/prompt.h"
 #include "engine/generate.h"
 #include "engine/scheduler.h"
 #include "method/draft.h"
@@ -281,7 +282,7 @@ int run_generate(const GenerateArgs& a) {
   eo.n_rows = 1;
   eo.n_ctx = n_ctx;
   eo.step_tokens = 512;
-  eo.eog_ids = end_of_generation_ids(l->tok->vocab(), model.file());
+  eo.eog_ids = chat::end_of_generation_ids(l->tok->vocab(), model.file());
   eo.spec_depth = a.spec_depth;
   eo.spec_rejection = a.spec_accept == "rejection";
   eo.cache = a.cache.options();

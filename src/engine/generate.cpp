@@ -89,23 +89,6 @@ Result<GenerateResult> generate(Model& model, StateRows& cache, int32_t row, con
   return res;
 }
 
-std::vector<int32_t> end_of_generation_ids(const tokenizer::Vocab& vocab, const gguf::GgufFile& file) {
-  std::vector<int32_t> ids;
-  if (vocab.valid_id(vocab.eos_id())) ids.push_back(vocab.eos_id());
-  if (auto v = file.get_uint("tokenizer.ggml.eot_token_id"); v && vocab.valid_id(static_cast<int32_t>(*v)))
-    ids.push_back(static_cast<int32_t>(*v));
-  if (auto v = file.get_i32_array("specula.generation.eos_token_ids"))
-    for (int32_t id : *v)
-      if (vocab.valid_id(id)) ids.push_back(id);
-  for (const char* name : {"<end_of_turn>", "<|im_end|>", "<|eot_id|>", "<|endoftext|>", "<|end|>"}) {
-    const int32_t id = vocab.find(name);
-    if (id >= 0 && vocab.is_control(id)) ids.push_back(id);
-  }
-  std::sort(ids.begin(), ids.end());
-  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
-  return ids;
-}
-
 SamplingDefaults model_sampling_defaults(const gguf::GgufFile& file) {
   SamplingDefaults d;
   const auto num = [&](const char* key, double lo, double hi) -> std::optional<double> {

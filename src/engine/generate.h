@@ -46,12 +46,6 @@ struct GenerateResult {
 Result<GenerateResult> generate(Model& model, StateRows& cache, int32_t row, const GenerateRequest& req,
                                 const std::function<bool(int32_t)>& on_token);
 
-// End-of-generation ids for a vocabulary: its EOS, tokenizer.ggml.eot_token_id when
-// present, a Hugging Face folder's generation_config.json eos_token_id list
-// (specula.generation.eos_token_ids, model/hf_folder.h), plus control tokens named <end_of_turn>, <|im_end|>, <|eot_id|>,
-// <|endoftext|>, <|end|> (what llama.cpp treats as end of generation).
-std::vector<int32_t> end_of_generation_ids(const tokenizer::Vocab& vocab, const gguf::GgufFile& file);
-
 // The model's sampling defaults: general.sampling.temp / top_p / min_p / top_k when present
 // (llama.cpp's keys; a Hugging Face folder's generation_config.json, model/hf_folder.h), values
 // outside the sampler's ranges ignored.

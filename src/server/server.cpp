@@ -15,6 +15,7 @@
 
 #include <unistd.h>
 
+#include "chat/prompt.h"
 #include "engine/generate.h"
 #include "server/anthropic_api.h"
 #include "server/completion_stream.h"
@@ -68,7 +69,7 @@ struct Server::Impl {
   ServerOptions opt;
   std::unique_ptr<Model> model;
   std::unique_ptr<tokenizer::Tokenizer> tok;
-  std::optional<tokenizer::ChatTemplate> chat_template;
+  std::optional<chat::ChatTemplate> chat_template;
   SamplingDefaults sampling_defaults;  // the model's generation_config.json, if any
   ToolFormat tool_format = ToolFormat::kNone;  // how the template's model writes tool calls
   std::string default_pooling = "mean";        // embeddings (--pooling, or the GGUF's pooling_type)
@@ -136,20 +137,20 @@ Result<std::unique_ptr<Server>> Server::create(std::unique_ptr<Model> model, Ser
   if (!tok) return tok.status();
   impl->tok = std::move(tok).value();
   if (options.chat_template) {
-    auto t = tokenizer::ChatTemplate::parse(*options.chat_template);
+    auto t = chat::ChatTemplate::parse(*options.chat_template);
     if (!t) return Status::error("[server] --chat-template-file: " + t.message());
     impl->chat_template = std::move(t).value();
     impl->chat_template_origin = "file";
     impl->tool_format = tool_format_of(*options.chat_template);
-  } else if (auto src = tokenizer::chat_template_from_gguf(model->file())) {
-    auto t = tokenizer::ChatTemplate::parse(*src);
+  } else if (auto src = chat::chat_template_from_gguf(model->file())) {
+    auto t = chat::ChatTemplate::parse(*src);
     if (!t) return Status::error("[server] the model's chat template: " + t.message());
     impl->chat_template = std::move(t).value();
     impl->chat_template_origin = "model metadata";
     impl->tool_format = tool_format_of(*src);
   }
   if (options.model_id.empty()) options.model_id = model->info().name.empty() ? "model" : model->info().name;
-  if (options.engine.eog_ids.empty()) options.engine.eog_ids = end_of_generation_ids(impl->tok->vocab(), model->file());
+  if (options.engine.eog_ids.empty()) options.engine.eog_ids = chat::end_of_generation_ids(impl->tok->vocab(), model->file());
   impl->sampling_defaults = model_sampling_defaults(model->file());
   auto engine = Engine::create(*model, options.engine);
   if (!engine) return engine.status();
@@ -565,20 +566,13 @@ std::optional<ApiError> Server::Impl::build_prompt(const CompletionParams& c, st
                       "this model has no chat template (its GGUF metadata holds none); start the server with "
                       "--chat-template-file FILE, or use /v1/completions",
                       "invalid_request_error", "messages", "no_chat_template"};
-    const std::string bos = vocab.valid_id(vocab.bos_id()) ? vocab.text(vocab.bos_id()) : "";
     auto ctx = chat_context(c);
     if (auto* e = std::get_if<ApiError>(&ctx)) return *e;
     auto rendered = chat_template->render_marked(std::get<json>(ctx));
     if (!rendered) return ApiError{400, "the chat template failed on these messages: " + rendered.message(),
                                    "invalid_request_error", "messages", ""};
-    // Templates usually write the BOS text themselves; add it only when they don't.
-    const std::string& text = rendered->text;
-    // (and not the client's text that merely starts with it)
-    const bool has_bos = !bos.empty() && text.rfind(bos, 0) == 0 &&
-                         (rendered->untrusted.empty() || rendered->untrusted.front().first >= bos.size());
-    // Only the template's own text may yield control tokens: what the client wrote is
-    // tokenized with special-token parsing off (a forged "<|im_end|>" stays text).
-    *ids = tok->encode_segments(text, rendered->untrusted, /*add_special=*/!has_bos);
+    // Only the template's own text may yield control tokens; BOS as the template has it.
+    *ids = chat::prompt_ids(*tok, *rendered);
   }
   if (ids->empty())
     return ApiError{400, "the prompt is empty (it tokenizes to no tokens)", "invalid_request_error",

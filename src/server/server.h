@@ -23,7 +23,7 @@
 #include "engine/scheduler.h"
 #include "model/model.h"
 #include "specula/status.h"
-#include "tokenizer/chat_template.h"
+#include "chat/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace specula::server {

@@ -1,5 +1,6 @@
 // Tests for engine/generate: end-of-generation ids, greedy generation through the
 // request path, and request errors.
+#include "chat/prompt.h"
 #include "engine/generate.h"
 
 #include <gtest/gtest.h>
@@ -28,7 +29,7 @@ class GenerateTest : public ::testing::Test {
 };
 
 TEST_F(GenerateTest, EndOfGenerationIdsForGemma3) {
-  const auto ids = end_of_generation_ids(vocab_, model_->file());
+  const auto ids = chat::end_of_generation_ids(vocab_, model_->file());
   EXPECT_NE(std::find(ids.begin(), ids.end(), 1), ids.end());    // <eos>
   EXPECT_NE(std::find(ids.begin(), ids.end(), 106), ids.end());  // <end_of_turn>
 }

@@ -1,8 +1,8 @@
-// tokenizer/jinja_eval.cpp — evaluator, filters, tests, methods and globals for chat
-// templates. See jinja_eval.h. Semantics are Jinja2 3.x's (jinja2/runtime.py,
+// jinja/eval.cpp — evaluator, filters, tests, methods and globals for chat
+// templates. See jinja/eval.h. Semantics are Jinja2 3.x's (jinja2/runtime.py,
 // jinja2/filters.py, jinja2/tests.py) over CPython's str/list/dict behaviour; case
-// mapping covers Latin, Greek and Cyrillic (jinja_value.h upper_cp/lower_cp).
-#include "tokenizer/jinja_eval.h"
+// mapping covers Latin, Greek and Cyrillic (jinja/value.h upper_cp/lower_cp).
+#include "jinja/eval.h"
 
 #include <algorithm>
 #include <cerrno>

@@ -1,6 +1,6 @@
-// tokenizer/jinja_value.cpp — Value construction, Python conversions, comparisons and
-// the transformers-style JSON serialiser. See jinja_value.h.
-#include "tokenizer/jinja_value.h"
+// jinja/value.cpp — Value construction, Python conversions, comparisons and
+// the transformers-style JSON serialiser. See jinja/value.h.
+#include "jinja/value.h"
 
 #include "core/utf8.h"
 

@@ -1,16 +1,16 @@
-// tokenizer/chat_template.cpp — the ChatTemplate API over the Jinja interpreter
-// (jinja_parser.cpp, jinja_eval.cpp): JSON context conversion, defaults that mirror
+// chat/chat_template.cpp — the ChatTemplate API over the Jinja interpreter
+// (jinja/parser.cpp, jinja/eval.cpp): JSON context conversion, defaults that mirror
 // transformers' apply_chat_template, and the exception-to-Status boundary. Does not
 // evaluate templates itself.
-#include "tokenizer/chat_template.h"
+#include "chat/chat_template.h"
 
 #include <new>
 
 #include "formats/gguf.h"
-#include "tokenizer/jinja_ast.h"
-#include "tokenizer/jinja_eval.h"
+#include "jinja/ast.h"
+#include "jinja/eval.h"
 
-namespace specula::tokenizer {
+namespace specula::chat {
 namespace {
 
 // untrusted: strings become untrusted (their text may never yield special tokens).
@@ -154,4 +154,4 @@ std::optional<std::string> chat_template_from_gguf(const gguf::GgufFile& f) {
   return v->str;
 }
 
-}  // namespace specula::tokenizer
+}  // namespace specula::chat

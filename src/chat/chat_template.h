@@ -1,19 +1,19 @@
-// tokenizer/chat_template.h — render OpenAI-style chat messages with a model's Jinja
+// chat/chat_template.h — render OpenAI-style chat messages with a model's Jinja
 // chat template, byte for byte as transformers' apply_chat_template does.
 //
 // Oracle: transformers renders with Python Jinja2 3.x in an ImmutableSandboxedEnvironment
 // (trim_blocks=True, lstrip_blocks=True, loopcontrols), with globals raise_exception
 // and strftime_now and a `tojson` filter that is json.dumps(ensure_ascii=False, ...).
 // tools/make_chat_template_fixtures.py records Jinja2's output for the committed
-// templates; tests/tokenizer/chat_template_test.cpp checks equality.
+// templates; tests/chat/chat_template_test.cpp checks equality.
 //
-// Supported Jinja subset (jinja_ast.h, jinja_eval.h): text, {{ }}, {# #}, whitespace
+// Supported Jinja subset (jinja/ast.h, jinja/eval.h): text, {{ }}, {# #}, whitespace
 // control (-, +), {% raw %}, if/elif/else, for (tuple targets, `if` filter, else,
 // loop.index/index0/revindex/revindex0/first/last/length/previtem/nextitem/cycle),
 // break/continue, set (names, tuples, ns.attr, block set), macro (positional, keyword
 // and default arguments), generation (transformers' no-op block); literals, attribute /
 // subscript / slice access, arithmetic, ~, comparisons (chained), and/or/not, in,
-// conditional expressions, filters and tests (see jinja_eval.cpp kFilters/kTests),
+// conditional expressions, filters and tests (see jinja/eval.cpp kFilters/kTests),
 // str methods (strip, lstrip, rstrip, startswith, endswith, split, upper, lower,
 // replace, title, capitalize, find, count, join), dict methods (get, items, keys,
 // values), globals range, namespace, dict, raise_exception, strftime_now.
@@ -45,7 +45,7 @@ namespace specula::jinja {
 struct Template;
 }
 
-namespace specula::tokenizer {
+namespace specula::chat {
 
 struct ChatTemplateLimits {
   size_t max_output_bytes = size_t{16} << 20;     // rendered prompt size
@@ -86,7 +86,7 @@ class ChatTemplate {
   // message's "role" when it is system/user/assistant/tool/developer) and under "tools"
   // and "documents" is untrusted. The interpreter tracks untrusted text exactly through
   // output, concatenation, strip/trim and captured blocks and macros; any other string an
-  // operation derives from untrusted input is untrusted whole (jinja_value.h Spans).
+  // operation derives from untrusted input is untrusted whole (jinja/value.h Spans).
   Result<RenderedPrompt> render_marked(const nlohmann::ordered_json& context) const;
   Result<RenderedPrompt> render_marked(const nlohmann::json& context) const;
 
@@ -103,4 +103,4 @@ class ChatTemplate {
 // the file has none (or the key is not a string).
 std::optional<std::string> chat_template_from_gguf(const gguf::GgufFile& f);
 
-}  // namespace specula::tokenizer
+}  // namespace specula::chat

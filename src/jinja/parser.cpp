@@ -1,4 +1,4 @@
-// tokenizer/jinja_parser.cpp — lexer and recursive-descent parser for chat templates.
+// jinja/parser.cpp — lexer and recursive-descent parser for chat templates.
 //
 // The lexer reproduces Jinja2 3.x's tokeniter (jinja2/lexer.py) for the environment
 // transformers uses (trim_blocks=True, lstrip_blocks=True, default delimiters):
@@ -16,7 +16,7 @@
 #include <cstring>
 
 #include "core/utf8.h"
-#include "tokenizer/jinja_ast.h"
+#include "jinja/ast.h"
 
 namespace specula::jinja {
 namespace {

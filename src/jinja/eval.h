@@ -1,4 +1,4 @@
-// tokenizer/jinja_eval.h — tree-walking evaluator for parsed chat templates.
+// jinja/eval.h — tree-walking evaluator for parsed chat templates.
 //
 // Owns: rendering a Template against a context dict with Jinja2 3.x semantics
 // (scoping: a for-loop body gets a fresh scope per iteration, `if` none, a macro sees
@@ -7,13 +7,13 @@
 // strftime_now) that chat templates use, and the limits that stop hostile templates.
 // `tojson` is transformers' (json.dumps(ensure_ascii=False, indent, separators,
 // sort_keys)), not Jinja2's HTML-safe one.
-// Does not lex or parse (jinja_parser.cpp) and does not know about chat messages.
+// Does not lex or parse (jinja/parser.cpp) and does not know about chat messages.
 #pragma once
 
 #include <cstdint>
 #include <string>
 
-#include "tokenizer/jinja_ast.h"
+#include "jinja/ast.h"
 
 namespace specula::jinja {
 
@@ -27,7 +27,7 @@ struct RenderLimits {
 
 // Renders `tpl` with the variables of `context` (a dict). Throws JinjaError.
 // `untrusted` (optional) receives the byte ranges of the output that came from untrusted
-// strings of the context (jinja_value.h Spans).
+// strings of the context (jinja/value.h Spans).
 std::string render(const Template& tpl, const Value& context, const RenderLimits& limits,
                    Spans* untrusted = nullptr);
 

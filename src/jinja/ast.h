@@ -1,4 +1,4 @@
-// tokenizer/jinja_ast.h — syntax tree of a parsed chat template, and the parser entry.
+// jinja/ast.h — syntax tree of a parsed chat template, and the parser entry.
 //
 // Owns: the Expr and Node trees and parse_template(), which lexes and parses a Jinja2
 // source the way Jinja2 3.x does with trim_blocks=True and lstrip_blocks=True
@@ -6,7 +6,7 @@
 // `{%-`/`-%}` stripping, `+` opt-outs, `{% raw %}`), then builds the tree
 // (jinja2/parser.py precedence: condexpr < or < and < not < compare < +,- < ~ <
 // *,/,//,% < ** < unary < filters/tests < postfix).
-// Does not evaluate (jinja_eval.cpp). Unsupported statements (extends, block, include,
+// Does not evaluate (jinja/eval.cpp). Unsupported statements (extends, block, include,
 // import, call, filter, with) are parse errors naming the tag.
 #pragma once
 
@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "tokenizer/jinja_value.h"
+#include "jinja/value.h"
 
 namespace specula::jinja {
 

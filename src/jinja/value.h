@@ -1,4 +1,4 @@
-// tokenizer/jinja_value.h — the value type of the chat-template interpreter, with
+// jinja/value.h — the value type of the chat-template interpreter, with
 // Python's semantics for what chat templates observe.
 //
 // Owns: Value (undefined, none, bool, int, float, string, list, dict, callable), its
@@ -7,7 +7,7 @@
 // and the UTF-8 / Python-whitespace helpers string methods need.
 // Semantics follow CPython 3 and Jinja2 3.x (jinja2/runtime.py Undefined: renders "",
 // is falsy, iterates empty, equals only another Undefined).
-// Does not parse or evaluate templates (jinja_parser.cpp, jinja_eval.cpp). Dict keys
+// Does not parse or evaluate templates (jinja/parser.cpp, jinja/eval.cpp). Dict keys
 // are strings only; tuples are immutable lists flagged to print as tuples.
 #pragma once
 

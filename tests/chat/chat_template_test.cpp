@@ -1,10 +1,10 @@
-// tests/tokenizer/chat_template_test.cpp — ChatTemplate against Python Jinja2 (the
+// tests/chat/chat_template_test.cpp — ChatTemplate against Python Jinja2 (the
 // transformers setup) byte for byte: five chat templates over a set of conversations
 // and ~65 single-feature snippets (tests/fixtures/chat_templates/expected.json, made by
 // tools/make_chat_template_fixtures.py); malformed templates give positioned parse
 // errors; raise_exception surfaces its message; hostile templates fail fast; GGUF
 // template lookup on the real model files (skipped when absent).
-#include "tokenizer/chat_template.h"
+#include "chat/chat_template.h"
 
 #include <gtest/gtest.h>
 
@@ -23,6 +23,10 @@
 
 namespace specula::tokenizer {
 namespace {
+using chat::ChatTemplate;
+using chat::ChatTemplateLimits;
+using chat::RenderedPrompt;
+using chat::chat_template_from_gguf;
 
 using nlohmann::ordered_json;
 
