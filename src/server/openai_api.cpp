@@ -441,8 +441,9 @@ std::variant<CompletionParams, ApiError> parse_completion_request(const std::str
   }
   if (c.sampling.repeat_penalty <= 0.0f)
     return ApiError{400, "'repeat_penalty' must be > 0", "invalid_request_error", "repeat_penalty", ""};
-  if (n && *n != 1)
-    return ApiError{400, "'n' must be 1: several choices per request are not supported yet", "invalid_request_error", "n", ""};
+  if (n && *n > 16)
+    return ApiError{400, "'n' must be in [1, 16], got " + std::to_string(*n), "invalid_request_error", "n", ""};
+  if (n) c.n = static_cast<int32_t>(*n);
   const std::optional<int64_t>& mt = max_completion ? max_completion : max_tokens;
   if (mt) {
     if (*mt <= 0)

@@ -148,6 +148,7 @@ struct CompletionParams {
   // messages are always text (only the template makes control tokens).
   bool parse_special = true;
   bool speculative = true;            // specula extension: false opts this request out of speculation
+  int32_t n = 1;                      // choices (1..16); choice i samples with seed + i
   // Structured output (response_format json_object / json_schema, grammar, json_schema,
   // regex, choice, or vLLM's guided_* names), and the request field it came from.
   std::optional<ConstraintSpec> constraint;

@@ -117,6 +117,11 @@ struct Server::Impl {
   void handle_messages(const http::Request& req, http::Exchange& ex, bool count_tokens);
   // Prompt, submission, and the answer in `fmt`'s shape, streamed or whole.
   void run_generation(CompletionParams c, http::Exchange& ex, AnswerFormat& fmt);
+  // n > 1 (OpenAI routes): choice 0 prefills; the others start once its first token is out,
+  // from the prompt cache's copy of the prompt's state; choice i samples with seed + i.
+  void run_choices(CompletionParams& c, EngineRequest er, int64_t n_prompt, http::Exchange& ex, AnswerFormat& fmt);
+  // The answer to a refused submission.
+  static ApiError submit_error(const Submission& sub);
   void handle_cache_flush(const http::Request& req, http::Exchange& ex);
   void handle_models(http::Exchange& ex);
   void handle_tokenize(const http::Request& req, http::Exchange& ex);
@@ -874,6 +879,182 @@ std::optional<ApiError> Server::Impl::compile_constraint(const CompletionParams&
   return std::nullopt;
 }
 
+ApiError Server::Impl::submit_error(const Submission& sub) {
+  ApiError e;
+  e.message = sub.message;
+  e.param = sub.param;
+  if (sub.error == SubmitError::kBusy) {
+    e.status = 429;
+    e.type = "rate_limit_error";
+    e.code = "queue_full";
+  } else if (sub.error == SubmitError::kStopped) {
+    e.status = 503;
+    e.type = "server_error";
+  } else if (e.message.find("exceeds the context") != std::string::npos) {
+    e.code = "context_length_exceeded";
+  }
+  return e;
+}
+
+namespace {
+// One streamed choice's SSE events as choice `index` of an n > 1 stream: its chunks get
+// that index, its [DONE] and usage chunk are left out (the stream ends with one of each).
+std::string as_choice(const std::string& events, int index) {
+  std::string out;
+  size_t pos = 0;
+  while (pos < events.size()) {
+    size_t end = events.find("\n\n", pos);
+    if (end == std::string::npos) end = events.size();
+    const std::string ev = events.substr(pos, end - pos);
+    pos = end + 2;
+    if (ev.rfind("data: ", 0) != 0) {
+      if (!ev.empty()) out += ev + "\n\n";
+      continue;
+    }
+    if (ev == "data: [DONE]") continue;
+    json j = json::parse(ev.substr(6), nullptr, false);
+    if (j.is_discarded()) continue;
+    if (j.contains("choices") && j["choices"].is_array()) {
+      if (j["choices"].empty()) continue;  // the usage chunk
+      for (auto& ch : j["choices"]) ch["index"] = index;
+    }
+    out += sse(j);
+  }
+  return out;
+}
+}  // namespace
+
+void Server::Impl::run_choices(CompletionParams& c, EngineRequest er, int64_t n_prompt, http::Exchange& ex,
+                               AnswerFormat& fmt) {
+  const int n = c.n;
+  const uint64_t seed = er.sampling.seed;
+  struct Choice {
+    std::shared_ptr<CompletionStream> stream;
+    std::shared_ptr<RequestHandle> handle;
+    std::unique_ptr<OpenAiFormat> fmt;
+    std::string text;
+    std::vector<TokenLogprob> lps;
+    CompletionStream::Update last;
+    bool done = false;
+  };
+  std::vector<Choice> ch(static_cast<size_t>(n));
+  struct CancelAll {
+    std::vector<Choice>& ch;
+    ~CancelAll() {
+      for (Choice& x : ch)
+        if (x.handle && !x.done) x.handle->cancel();
+    }
+  } guard{ch};
+  std::string id;
+  const int64_t created = unix_now();
+  auto submit = [&](int i) -> std::optional<ApiError> {
+    EngineRequest r = er;
+    r.sampling.seed = seed + static_cast<uint64_t>(i);
+    if (er.constraint && i > 0) {
+      auto cl = er.constraint->clone();
+      if (!cl) return ApiError{500, cl.status().message(), "server_error", "", ""};
+      r.constraint = std::move(cl).value();
+    }
+    Choice& x = ch[static_cast<size_t>(i)];
+    x.stream = std::make_shared<CompletionStream>(*tok, c.stop, c.logprobs >= 0);
+    Submission sub = engine->submit(std::move(r), x.stream);
+    if (sub.error != SubmitError::kNone) return submit_error(sub);
+    x.handle = sub.handle;
+    if (id.empty()) id = fmt.id_prefix() + std::to_string(sub.handle->id());
+    x.fmt = std::make_unique<OpenAiFormat>(c.endpoint);
+    x.fmt->begin(Generation{id, opt.model_id, created, n_prompt, seed + static_cast<uint64_t>(i), &c},
+                 c.tools.is_null() ? ToolFormat::kNone : tool_format);
+    return std::nullopt;
+  };
+  if (auto e = submit(0)) return fmt.error(ex, *e);
+  std::string pending;  // choice 0's stream events before the others start
+  const bool streaming = c.stream;
+  if (streaming &&
+      !ex.begin_stream(200, "text/event-stream", {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}}, ":\n\n"))
+    return;
+  auto take = [&](int i, const CompletionStream::Update& u) -> std::string {
+    Choice& x = ch[static_cast<size_t>(i)];
+    std::string out;
+    x.text += u.text;
+    for (const auto& l : u.logprobs) x.lps.push_back(l);
+    if (streaming) out += as_choice(x.fmt->stream_piece(u), i);
+    if (u.finished) {
+      x.done = true;
+      x.last = u;
+      if (streaming) out += as_choice(x.fmt->stream_end(u), i);
+    }
+    return out;
+  };
+  // Choice 0 until its first token (its prompt's state is then in the prompt cache).
+  while (!ch[0].done && ch[0].text.empty()) {
+    if (stop_requested.load()) ch[0].handle->cancel();
+    CompletionStream::Update u = ch[0].stream->wait(std::chrono::milliseconds(50));
+    pending += take(0, u);
+    if (!u.text.empty() || !u.logprobs.empty()) break;
+    if (ex.client_gone()) return;
+  }
+  for (int i = 1; i < n; ++i) {
+    if (auto e = submit(i)) {
+      if (!streaming) return fmt.error(ex, *e);
+      ex.write(sse(error_body(*e)) + "data: [DONE]\n\n");
+      ex.end_stream();
+      return;
+    }
+  }
+  if (streaming && !pending.empty() && !ex.write(pending)) return;
+  for (;;) {
+    bool all = true;
+    std::string out;
+    for (int i = 0; i < n; ++i) {
+      Choice& x = ch[static_cast<size_t>(i)];
+      if (x.done) continue;
+      all = false;
+      if (stop_requested.load()) x.handle->cancel();
+      out += take(i, x.stream->wait(std::chrono::milliseconds(i == 0 ? 20 : 1)));
+    }
+    if (all) break;
+    if (streaming) {
+      if (out.empty() ? ex.client_gone() : !ex.write(out)) return;
+    } else if (ex.client_gone()) {
+      return;
+    }
+  }
+  Usage total;
+  total.prompt_tokens = n_prompt;
+  total.cached_tokens = ch[0].last.summary.cached_tokens;
+  for (const Choice& x : ch) {
+    total.completion_tokens += x.last.summary.n_generated;
+    total.spec_rounds += x.last.summary.spec_rounds;
+    total.drafted += x.last.summary.drafted;
+    total.accepted += x.last.summary.accepted;
+  }
+  if (streaming) {
+    std::string out;
+    if (c.include_usage) out += sse(usage_chunk(id, created, opt.model_id, c.endpoint, total));
+    ex.write(out + "data: [DONE]\n\n");
+    ex.end_stream();
+    return;
+  }
+  for (const Choice& x : ch) {
+    const Outcome oc = x.last.summary.outcome;
+    if (oc == Outcome::kFailed || oc == Outcome::kCancelled) {
+      ApiError e = cut_error(x.last, &c);
+      if (e.status >= 500)
+        e.message = "generation " + x.last.finish_reason + (x.last.summary.error.empty() ? "" : ": " + x.last.summary.error);
+      return fmt.error(ex, e);
+    }
+  }
+  json body = ch[0].fmt->whole(ch[0].text, ch[0].lps, ch[0].last);
+  for (int i = 1; i < n; ++i) {
+    Choice& x = ch[static_cast<size_t>(i)];
+    json b = x.fmt->whole(x.text, x.lps, x.last);
+    b["choices"][0]["index"] = i;
+    body["choices"].push_back(b["choices"][0]);
+  }
+  body["usage"] = usage_json(total);
+  ex.respond(200, "application/json", dump_json(body));
+}
+
 void Server::Impl::run_generation(CompletionParams c, http::Exchange& ex, AnswerFormat& fmt) {
   const Endpoint endpoint = c.endpoint;
   if (!c.model.empty() && c.model != opt.model_id)
@@ -907,25 +1088,11 @@ void Server::Impl::run_generation(CompletionParams c, http::Exchange& ex, Answer
     er.resume_key = endpoint == Endpoint::kChat ? "chat" : "completion";
     for (const std::string& st : c.stop) er.resume_key += "\x1f" + st;
   }
+  if (c.n > 1) return run_choices(c, std::move(er), n_prompt, ex, fmt);
   const uint64_t seed = er.sampling.seed;
   auto stream = std::make_shared<CompletionStream>(*tok, c.stop, c.logprobs >= 0);
   Submission sub = engine->submit(std::move(er), stream);
-  if (sub.error != SubmitError::kNone) {
-    ApiError e;
-    e.message = sub.message;
-    e.param = sub.param;
-    if (sub.error == SubmitError::kBusy) {
-      e.status = 429;
-      e.type = "rate_limit_error";
-      e.code = "queue_full";
-    } else if (sub.error == SubmitError::kStopped) {
-      e.status = 503;
-      e.type = "server_error";
-    } else if (e.message.find("exceeds the context") != std::string::npos) {
-      e.code = "context_length_exceeded";
-    }
-    return fmt.error(ex, e);
-  }
+  if (sub.error != SubmitError::kNone) return fmt.error(ex, submit_error(sub));
   fmt.begin(Generation{fmt.id_prefix() + std::to_string(sub.handle->id()), opt.model_id, unix_now(), n_prompt, seed, &c},
             c.tools.is_null() ? ToolFormat::kNone : tool_format);
   RequestHandle& handle = *sub.handle;
