@@ -133,6 +133,9 @@ Submission Engine::submit(EngineRequest request, std::shared_ptr<RequestSink> si
     return refuse("max_tokens must be a positive integer, got " + std::to_string(request.max_tokens), "max_tokens");
   if (request.top_logprobs > 20 || request.top_logprobs < -1)
     return refuse("top_logprobs must be in [0, 20], got " + std::to_string(request.top_logprobs), "top_logprobs");
+  if (request.prompt_logprobs > 20 || request.prompt_logprobs < -1)
+    return refuse("prompt_logprobs must be in [0, 20], got " + std::to_string(request.prompt_logprobs),
+                  "prompt_logprobs");
   const int64_t need = static_cast<int64_t>(request.prompt.size()) + request.max_tokens;
   if (need > options_.n_ctx)
     return refuse("prompt (" + std::to_string(request.prompt.size()) + " tokens) + max_tokens (" +
@@ -320,7 +323,7 @@ void Engine::admit(std::vector<Pending>& admitted) {
       resumed = resume_generation(*resuming, *row);
       if (!resumed) p = std::move(resuming->p);
     }
-    if (!resumed && st.is_ok() && options_.prompt_cache && prompt.size() > 1) {
+    if (!resumed && st.is_ok() && options_.prompt_cache && prompt.size() > 1 && p.request.prompt_logprobs < 0) {
       // The longest cached prefix, leaving at least the last prompt token to compute.
       auto hit = options_.prompt_cache->lookup(prompt, static_cast<int64_t>(prompt.size()) - 1, state_);
       if (hit) {

@@ -54,6 +54,10 @@ struct EngineRequest {
   int32_t max_tokens = 0;       // > 0; prompt + max_tokens must fit the context (n_ctx)
   SamplingParams sampling;
   int32_t top_logprobs = -1;    // -1: no logprobs; 0..20: the sampled token's logprob plus k alternatives
+  // -1: none; 0..20: the logprob of every prompt token after the first (given the ones
+  // before it) plus k alternatives, delivered to RequestSink::on_prompt_logprobs as the
+  // prompt is prefilled. Such a request computes its whole prompt (no prompt-cache start).
+  int32_t prompt_logprobs = -1;
   bool ignore_eos = false;      // keep going past end-of-generation tokens
   bool speculative = true;      // use the engine's draft source (if any) for this request
   // Structured output (grammar/constraint.h): every sampled token is masked to the
@@ -109,6 +113,9 @@ class RequestSink {
   // the request now with outcome kStop (e.g. a stop string matched). An exception ends
   // this request with kFailed.
   virtual bool on_tokens(std::span<const TokenEvent> events) = 0;
+  // Prompt logprobs (EngineRequest::prompt_logprobs): entries for prompt tokens 1, 2, ..
+  // in order, a chunk at a time, all before the first on_tokens.
+  virtual void on_prompt_logprobs(std::span<const TokenEvent> events) { (void)events; }
   // Exactly once, after the request's state row is released.
   virtual void on_finish(const RequestSummary& summary) = 0;
 };

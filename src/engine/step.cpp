@@ -71,6 +71,8 @@ void Engine::plan_step(std::vector<RoundRow>& rows, std::vector<size_t>& members
     row.top_logprobs = a.p.request.top_logprobs;
     row.speculative = a.plan.speculative;
     row.constraint = a.p.request.constraint.get();
+    row.prompt_logprobs = a.p.request.prompt_logprobs;
+    row.next_prompt_token = a.prefilled + n < n_prompt ? a.p.request.prompt[static_cast<size_t>(a.prefilled + n)] : -1;
     rows.push_back(row);
     members.push_back(i);
   }
@@ -144,6 +146,17 @@ bool Engine::step() {
   for (size_t k = 0; k < rows.size(); ++k) {
     Active& a = running_[members[k]];
     const RoundResult& res = results[k];
+    if (!res.prompt.empty()) {
+      std::vector<TokenEvent> evs;
+      for (const WalkToken& t : res.prompt) evs.push_back(TokenEvent{t.id, t.logprob, t.top});
+      try {
+        a.p.sink->on_prompt_logprobs(evs);
+      } catch (...) {
+        a.error = "[engine] the request's consumer failed on prompt logprobs";
+        ended.push_back({members[k], Outcome::kFailed});
+        continue;
+      }
+    }
     if (rows[k].chunk > 0) {
       const int64_t due = next_checkpoint(a);
       a.prefilled += rows[k].chunk;

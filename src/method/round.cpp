@@ -160,6 +160,33 @@ Status Round::prepare(std::span<const RoundRow> rows) {
     logits_.resize(static_cast<size_t>(n_out) * n_vocab);
     model_->project_logits(logit_hidden_.data(), n_out, logits_.data());
   }
+  // Prompt logprobs: the chunk's positions projected a block at a time (a 512-token chunk
+  // of a 150k vocabulary would need 300 MB at once).
+  for (size_t i = 0; i < rows_.size(); ++i) {
+    const RoundRow& r = rows_[i];
+    if (r.chunk <= 0 || r.prompt_logprobs < 0) continue;
+    const int64_t s = static_cast<int64_t>(r.context.size()) - r.chunk;  // first position of the chunk
+    const int64_t first = offset_[i];                                     // its first packed position
+    constexpr int64_t kBlock = 16;
+    std::vector<float> block;
+    for (int64_t j0 = 0; j0 < r.chunk; j0 += kBlock) {
+      const int64_t nb = std::min(kBlock, r.chunk - j0);
+      block.resize(static_cast<size_t>(nb * n_vocab));
+      model_->project_logits(hidden_.data() + (first + j0) * E, nb, block.data());
+      for (int64_t j = 0; j < nb; ++j) {
+        const int64_t p = s + j0 + j;  // this position predicts token p + 1
+        const int32_t next = p + 1 < static_cast<int64_t>(r.context.size()) ? r.context[static_cast<size_t>(p + 1)]
+                                                                              : r.next_prompt_token;
+        if (next < 0) continue;  // the prompt's last position: it samples
+        const float* lg = block.data() + j * n_vocab;
+        WalkToken t;
+        t.id = next;
+        t.logprob = token_logprob(lg, n_vocab, next);
+        if (r.prompt_logprobs > 0) t.top = top_logprobs(lg, n_vocab, r.prompt_logprobs);
+        results_[i].prompt.push_back(std::move(t));
+      }
+    }
+  }
   // The draft source follows the prompt chunk by chunk. A failure only costs speed.
   if (draft_ != nullptr) {
     std::vector<DraftRow> prompt_rows;

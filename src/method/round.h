@@ -65,6 +65,11 @@ struct RoundRow {
   bool speculative = false;
   // Structured output: the row's grammar (consumed up to the pending token), or null.
   TokenConstraint* constraint = nullptr;
+  // Prefilling with prompt logprobs (-1: none; k: k alternatives): the chunk's positions
+  // give the logprobs of the prompt tokens after them; next_prompt_token is the prompt
+  // token after this chunk (-1 when the chunk ends the prompt).
+  int32_t prompt_logprobs = -1;
+  int32_t next_prompt_token = -1;
 };
 
 struct RoundResult {
@@ -72,6 +77,7 @@ struct RoundResult {
   WalkResult walk;              // the row's new tokens (none for a chunk that does not sample)
   bool sampled = false;         // the row sampled this step
   std::string error;            // the row's grammar failed (the row must end; others are fine)
+  std::vector<WalkToken> prompt;  // prompt logprobs of the tokens after this chunk's positions
 };
 
 // Adaptive draft depth of one request (speed only, never the tokens): all drafts accepted

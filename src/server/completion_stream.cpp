@@ -98,9 +98,25 @@ void CompletionStream::on_finish(const RequestSummary& summary) {
   cv_.notify_all();
 }
 
+void CompletionStream::on_prompt_logprobs(std::span<const TokenEvent> events) {
+  std::vector<TokenLogprob> got;
+  for (const TokenEvent& ev : events) {
+    TokenLogprob e;
+    e.token = tokenizer_->token_to_piece(ev.id, false);
+    e.logprob = ev.logprob;
+    for (const auto& [id, lp] : ev.top) e.top.push_back({tokenizer_->token_to_piece(id, false), lp});
+    got.push_back(std::move(e));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& e : got) out_.prompt_logprobs.push_back(std::move(e));
+  cv_.notify_all();
+}
+
 CompletionStream::Update CompletionStream::wait(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait_for(lock, timeout, [&] { return out_.finished || !out_.text.empty() || !out_.logprobs.empty(); });
+  cv_.wait_for(lock, timeout, [&] {
+    return out_.finished || !out_.text.empty() || !out_.logprobs.empty() || !out_.prompt_logprobs.empty();
+  });
   Update u = std::move(out_);
   out_ = Update{};
   if (u.finished) {

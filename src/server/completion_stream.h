@@ -32,11 +32,13 @@ class CompletionStream : public RequestSink {
   CompletionStream(const tokenizer::Tokenizer& tokenizer, std::vector<std::string> stop, bool want_logprobs);
 
   bool on_tokens(std::span<const TokenEvent> events) override;
+  void on_prompt_logprobs(std::span<const TokenEvent> events) override;
   void on_finish(const RequestSummary& summary) override;
 
   struct Update {
     std::string text;                     // newly released text (valid UTF-8)
     std::vector<TokenLogprob> logprobs;   // newly released entries
+    std::vector<TokenLogprob> prompt_logprobs;  // prompt tokens' entries (EngineRequest::prompt_logprobs)
     bool finished = false;
     RequestSummary summary;               // when finished
     std::string finish_reason;            // "stop" | "length" | "cancelled" | "failed" when finished

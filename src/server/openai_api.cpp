@@ -54,7 +54,7 @@ const char* const kReadCommon[] = {"model", "max_tokens", "max_completion_tokens
                                    "temperature", "top_p", "min_p", "presence_penalty", "frequency_penalty",
                                    "repeat_penalty", "stream", "stream_options", "ignore_eos", "speculative", "stop",
                                    "logit_bias", "logprobs", "top_logprobs", "n_predict", "repeat_last_n"};
-const char* const kReadCompletions[] = {"prompt", "parse_special"};
+const char* const kReadCompletions[] = {"prompt", "parse_special", "echo"};
 // Structured outputs (parse_constraint_fields), on both routes.
 const char* const kStructured[] = {"response_format", "grammar",      "json_schema",   "regex",         "choice",
                                    "guided_json",     "guided_regex", "guided_choice", "guided_grammar"};
@@ -78,7 +78,7 @@ std::optional<ApiError> check_fields(const json& body, Endpoint endpoint) {
       {"parallel_tool_calls", [](const json& v) { return v.is_boolean(); }, "must be a boolean"},
       {"functions", [](const json& v) { return v.is_array() && v.empty(); }, "function calling is not implemented yet"},
       {"function_call", [](const json& v) { return v == "none" || v == "auto"; }, "function calling is not implemented yet"},
-      {"echo", [](const json& v) { return v == false; }, "echo is not implemented yet"},
+      {"echo", [](const json& v) { return v == false; }, "echo applies to /v1/completions"},
       {"suffix", [](const json& v) { return v == "" ; }, "suffix (fill-in-the-middle) is not implemented yet"},
       {"best_of", [](const json& v) { return v == 1; }, "best_of is not implemented"},
       {"modalities", [](const json& v) { return v == json::array({"text"}); }, "only text output is supported"},
@@ -433,6 +433,7 @@ std::variant<CompletionParams, ApiError> parse_completion_request(const std::str
   p.boolean("stream", &c.stream);
   p.boolean("ignore_eos", &c.ignore_eos);
   p.boolean("parse_special", &c.parse_special);
+  if (endpoint == Endpoint::kCompletions) p.boolean("echo", &c.echo);
   p.boolean("speculative", &c.speculative);
   if (p.error) return *p.error;
   if (c.sampling.top_p <= 0.0f) {  // OpenAI: top_p 0 keeps only the most likely token (greedy)
@@ -444,6 +445,8 @@ std::variant<CompletionParams, ApiError> parse_completion_request(const std::str
   if (n && *n > 16)
     return ApiError{400, "'n' must be in [1, 16], got " + std::to_string(*n), "invalid_request_error", "n", ""};
   if (n) c.n = static_cast<int32_t>(*n);
+  if (c.echo && c.n > 1)
+    return ApiError{400, "'echo' with 'n' > 1 is not supported", "invalid_request_error", "echo", ""};
   const std::optional<int64_t>& mt = max_completion ? max_completion : max_tokens;
   if (mt) {
     if (*mt <= 0)

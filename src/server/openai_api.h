@@ -149,6 +149,7 @@ struct CompletionParams {
   bool parse_special = true;
   bool speculative = true;            // specula extension: false opts this request out of speculation
   int32_t n = 1;                      // choices (1..16); choice i samples with seed + i
+  bool echo = false;                  // completions: the answer starts with the prompt (with logprobs: its logprobs too)
   // Structured output (response_format json_object / json_schema, grammar, json_schema,
   // regex, choice, or vLLM's guided_* names), and the request field it came from.
   std::optional<ConstraintSpec> constraint;

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <random>
@@ -1065,6 +1066,25 @@ void Server::Impl::run_generation(CompletionParams c, http::Exchange& ex, Answer
   if (auto e = build_prompt(c, &ids)) return fmt.error(ex, *e);
   EngineRequest er;
   if (auto e = compile_constraint(c, &er.constraint)) return fmt.error(ex, *e);
+  // echo: the answer starts with the prompt (as sent; token ids as their text), and with
+  // logprobs the prompt's tokens lead the entries (the first has no logprob: null).
+  std::string echo_text;
+  std::vector<TokenLogprob> echo_lps;
+  if (c.echo) {
+    if (c.prompt_is_ids) {
+      auto t = tok->decode(ids, /*remove_special=*/true, /*render_special=*/false);
+      if (t) echo_text = std::move(t).value();
+    } else {
+      echo_text = c.prompt_text;
+    }
+    if (c.logprobs >= 0) {
+      er.prompt_logprobs = c.logprobs;
+      TokenLogprob first;
+      first.token = tok->token_to_piece(ids[0], false);
+      first.logprob = std::numeric_limits<float>::quiet_NaN();  // JSON null
+      echo_lps.push_back(std::move(first));
+    }
+  }
   er.prompt = std::move(ids);
   const int64_t n_prompt = static_cast<int64_t>(er.prompt.size());
   if (c.max_tokens) {
@@ -1117,6 +1137,7 @@ void Server::Impl::run_generation(CompletionParams c, http::Exchange& ex, Answer
     for (;;) {
       if (stop_requested.load()) handle.cancel();  // shutting down: don't hold it up
       u = stream->wait(std::chrono::milliseconds(100));
+      for (auto& l : u.prompt_logprobs) echo_lps.push_back(std::move(l));
       text += u.text;
       for (auto& l : u.logprobs) lps.push_back(std::move(l));
       if (u.finished) break;
@@ -1133,6 +1154,13 @@ void Server::Impl::run_generation(CompletionParams c, http::Exchange& ex, Answer
         e.message = "generation " + u.finish_reason + (u.summary.error.empty() ? "" : ": " + u.summary.error);
       return fmt.error(ex, e);
     }
+    if (c.echo) {
+      text = echo_text + text;
+      if (c.logprobs >= 0) {
+        for (auto& l : lps) echo_lps.push_back(std::move(l));
+        lps = std::move(echo_lps);
+      }
+    }
     ex.respond(200, "application/json", dump_json(fmt.whole(text, lps, u)));
     return;
   }
@@ -1141,9 +1169,19 @@ void Server::Impl::run_generation(CompletionParams c, http::Exchange& ex, Answer
   if (!ex.begin_stream(200, "text/event-stream", {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}}, ":\n\n"))
     return;
   std::string out = fmt.stream_start();
+  bool echoed = !c.echo;
   while (!finished) {
     if (stop_requested.load()) handle.cancel();  // shutting down: end the stream now
     CompletionStream::Update u = stream->wait(std::chrono::milliseconds(250));
+    for (auto& l : u.prompt_logprobs) echo_lps.push_back(std::move(l));
+    if (!echoed && (u.finished || !u.text.empty() || !u.logprobs.empty())) {
+      // The prompt goes first, once its logprobs are all in (they precede any token).
+      CompletionStream::Update e;
+      e.text = echo_text;
+      if (c.logprobs >= 0) e.logprobs = std::move(echo_lps);
+      out += fmt.stream_piece(e);
+      echoed = true;
+    }
     out += fmt.stream_piece(u);
     if (u.finished) {
       out += fmt.stream_end(u);

@@ -352,6 +352,57 @@ def test_choices(client, stats):
     stats["choices"] = f"n=3 == seeds +0/+1/+2 alone, {int(hits)} prompt tokens from the cache"
 
 
+def test_echo(client, stats):
+    """echo: the answer starts with the prompt; with logprobs, the prompt's tokens lead the
+    entries (the first: null) and each prompt token's logprob is the model's for it given
+    the tokens before — checked against generation: the logprobs greedy decoding gave its
+    tokens equal the prompt logprobs of the same tokens sent back as a prompt."""
+    mid = stats["model_id"]
+    prompt = "The capital of France is"
+    g = client.completions.create(model=mid, prompt=prompt, max_tokens=6, temperature=0, logprobs=2)
+    gen = g.choices[0]
+    e = client.completions.create(model=mid, prompt=prompt, max_tokens=6, temperature=0, echo=True)
+    check(e.choices[0].text == prompt + gen.text, f"echo text {e.choices[0].text!r}")
+    # The prompt + the generated tokens as ids, echoed with logprobs.
+    import urllib.request
+    base = str(client.base_url).rstrip("/")[:-len("/v1")]
+
+    def tokenize(text, add_special):
+        req = urllib.request.Request(base + "/tokenize", json.dumps({"content": text, "add_special": add_special}).encode(),
+                                     {"Content-Type": "application/json"})
+        return json.loads(urllib.request.urlopen(req, timeout=30).read())["tokens"]
+    p_ids, g_ids = tokenize(prompt, True), tokenize(gen.text, False)
+    check(len(g_ids) == len(gen.logprobs.tokens), f"retokenized {g_ids} vs {gen.logprobs.tokens}")
+    r = client.completions.create(model=mid, prompt=p_ids + g_ids, max_tokens=1, temperature=0, logprobs=2, echo=True)
+    lp = r.choices[0].logprobs
+    n = len(p_ids) + len(g_ids)
+    check(len(lp.tokens) == n + 1 and lp.token_logprobs[0] is None, f"echo entries {lp.tokens} {lp.token_logprobs}")
+    check(all(isinstance(v, float) for v in lp.token_logprobs[1:]), f"prompt logprobs {lp.token_logprobs}")
+    for k, want in enumerate(gen.logprobs.token_logprobs):
+        got = lp.token_logprobs[len(p_ids) + k]
+        check(abs(got - want) <= 1e-4, f"prompt logprob of generated token {k}: {got} vs {want}")
+    check(all(len(t) == 2 for t in lp.top_logprobs[1:]), f"top_logprobs {lp.top_logprobs[:3]}")
+    check(r.choices[0].text.startswith(prompt + gen.text), f"echo ids text {r.choices[0].text!r}")
+    # Streamed: the same text and entries.
+    text, toks, vals = "", [], []
+    for ch in client.completions.create(model=mid, prompt=p_ids + g_ids, max_tokens=1, temperature=0, logprobs=2,
+                                        echo=True, stream=True):
+        for c in ch.choices:
+            text += c.text
+            if c.logprobs:
+                toks += c.logprobs.tokens
+                vals += c.logprobs.token_logprobs
+    check(text == r.choices[0].text and toks == lp.tokens and vals == lp.token_logprobs,
+          f"streamed echo {text!r} {toks} vs {r.choices[0].text!r} {lp.tokens}")
+    try:
+        client.chat.completions.create(model=mid, messages=[{"role": "user", "content": "hi"}], max_tokens=2,
+                                       extra_body={"echo": True})
+        raise ss.TestFailure("chat echo accepted")
+    except openai.BadRequestError as ex:
+        check("echo" in str(ex), f"chat echo: {ex}")
+    stats["requests"] += 5
+
+
 def test_refusals(client, stats):
     mid = stats["model_id"]
     try:
@@ -369,7 +420,7 @@ def main():
     with ss.Server("--parallel", "4", "--ctx", "2048", "--chat-template-file", ss.gemma_template()) as srv:
         client = openai.OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0, timeout=120)
         for t in (test_models, test_completions, test_completion_logprobs, test_chat, test_stop_strings, test_seeds,
-                  test_choices, test_refusals):
+                  test_choices, test_echo, test_refusals):
             t0 = time.time()
             t(client, stats)
             stats["timings"].append(f"{t.__name__[5:]} {time.time() - t0:.1f}s")
