@@ -853,6 +853,9 @@ class Interpreter {
         return Value::number(std::pow(a.as_double(), b.as_double()));
       }
     }
+    // CPython's messages: str and list concatenation name the other operand's type.
+    if (op == "+" && a.is_string()) fail("can only concatenate str (not \"" + b.type_name() + "\") to str");
+    if (op == "+" && a.is_list()) fail("can only concatenate list (not \"" + b.type_name() + "\") to list");
     fail("unsupported operand type(s) for " + op + ": '" + a.type_name() + "' and '" + b.type_name() + "'");
   }
 
@@ -1085,6 +1088,7 @@ class Interpreter {
 
   // select/reject/selectattr/rejectattr.
   Value select(const Value& seq, List& args, KwArgs& kw, bool by_attr, bool keep_if) {
+    if (!truthy(seq)) return Value::make_list(List{});  // jinja2: `if value:` before anything
     size_t next = 0;
     std::string attr;
     if (by_attr) {
@@ -1190,6 +1194,8 @@ class Interpreter {
     if (name == "map") {
       const Value* attr = arg(args, kw, 99, "attribute");
       List out;
+      // jinja2's do_map maps nothing over a false value (`if value:`): none | map(...) is empty.
+      if (!truthy(v)) return Value::make_list(std::move(out));
       if (attr != nullptr) {
         const Value* dflt = arg(args, kw, 99, "default");
         for (const Value& x : iterate(v)) {
