@@ -84,6 +84,21 @@ std::string Engine::generation_key(const EngineRequest& r) const {
     h.pod(id);
     h.pod(bias);
   }
+  if (s.xtc_probability > 0.0f) {  // (off: the key stays as before XTC and DRY existed)
+    h.pod(s.xtc_probability);
+    h.pod(s.xtc_threshold);
+  }
+  if (s.dry_multiplier > 0.0f) {
+    h.pod(s.dry_multiplier);
+    h.pod(s.dry_base);
+    h.pod(s.dry_allowed_length);
+    h.pod(s.dry_penalty_last_n);
+    for (const auto& seq : s.dry_breaker_ids) {
+      const int32_t n = static_cast<int32_t>(seq.size());
+      h.pod(n);
+      h.bytes(seq.data(), seq.size() * sizeof(int32_t));
+    }
+  }
   return "gen1-" + h.hex();
 }
 

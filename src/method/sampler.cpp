@@ -5,7 +5,9 @@
 // uses one scan with a k-sized heap; min_p alone is a threshold filter; top_p
 // without top_k bins the tokens by logit, finds the bin where the cumulative
 // mass crosses top_p and sorts only that bin. exp is a branch-free
-// polynomial (below) that the compiler vectorises; sums are in double.
+// polynomial (below) that the compiler vectorises; sums are in double. XTC
+// adds one pass over the candidates (and a second weights pass when it acts);
+// DRY is linear in its window (a Z-function, not the pairwise scan).
 // Does not: use ISA-specific intrinsics (the loops are plain C++).
 #include "method/sampler.h"
 
@@ -15,6 +17,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <set>
 #include <string>
 
 namespace specula {
@@ -237,6 +240,28 @@ Status SamplingParams::validate(int32_t n_vocab) const {
       return Status::error(p + "logit_bias for token " + std::to_string(id) +
                            " must be finite or -inf, got " + fmt_float(bias));
   }
+  if (!(xtc_probability >= 0.0f && xtc_probability <= 1.0f))
+    return Status::error(p + "xtc_probability must be in [0, 1], got " + fmt_float(xtc_probability));
+  if (!(xtc_threshold >= 0.0f && xtc_threshold <= 1.0f))
+    return Status::error(p + "xtc_threshold must be in [0, 1] (> 0.5 = off), got " + fmt_float(xtc_threshold));
+  if (!std::isfinite(dry_multiplier) || dry_multiplier < 0.0f)
+    return Status::error(p + "dry_multiplier must be finite and >= 0, got " + fmt_float(dry_multiplier));
+  if (!std::isfinite(dry_base))
+    return Status::error(p + "dry_base must be finite (< 1 = off), got " + fmt_float(dry_base));
+  if (dry_allowed_length < 0)
+    return Status::error(p + "dry_allowed_length must be >= 0, got " + std::to_string(dry_allowed_length));
+  if (dry_penalty_last_n < -1)
+    return Status::error(p + "dry_penalty_last_n must be >= -1 (-1 = all tokens), got " +
+                         std::to_string(dry_penalty_last_n));
+  for (size_t i = 0; i < dry_breaker_ids.size(); ++i) {
+    if (dry_breaker_ids[i].empty())
+      return Status::error(p + "dry_breaker_ids[" + std::to_string(i) + "] is empty");
+    for (int32_t id : dry_breaker_ids[i]) {
+      if (id < 0 || id >= n_vocab)
+        return Status::error(p + "dry_breaker_ids[" + std::to_string(i) + "] token " + std::to_string(id) +
+                             " out of range [0, " + std::to_string(n_vocab) + ")");
+    }
+  }
   return Status::ok();
 }
 
@@ -265,7 +290,14 @@ float SamplerRng::next_float() {
 
 // ---------------------------------------------------------------- Sampler
 
-Sampler::Sampler(SamplingParams params) : params_(std::move(params)), rng_(params_.seed) {}
+Sampler::Sampler(SamplingParams params) : params_(std::move(params)), rng_(params_.seed) {
+  if (dry_on()) {
+    for (const std::vector<int32_t>& seq : params_.dry_breaker_ids) {
+      if (seq.empty()) continue;
+      dry_breakers_[seq.front()].emplace_back(seq.begin() + 1, seq.end());
+    }
+  }
+}
 
 Result<Sampler> Sampler::create(SamplingParams params, int32_t n_vocab) {
   SPECULA_RETURN_IF_ERROR(params.validate(n_vocab));
@@ -280,6 +312,11 @@ void Sampler::accept(int32_t token) {
 
 void Sampler::accept_prompt(int32_t token) {
   SPECULA_CHECK(token >= 0);
+  if (dry_on()) {
+    dry_history_.push_back(token);
+    if (params_.dry_penalty_last_n > 0 && dry_history_.size() > static_cast<size_t>(params_.dry_penalty_last_n))
+      dry_history_.pop_front();
+  }
   if (params_.repeat_last_n == 0 || params_.repeat_penalty == 1.0f) return;
   history_.push_back(token);
   ++counts_[token];
@@ -295,12 +332,91 @@ void Sampler::reset_history() {
   history_.clear();
   counts_.clear();
   generated_.clear();
+  dry_history_.clear();
+}
+
+// llama.cpp's llama_sampler_dry_apply, steps 1-4 (see sampler.h, chain step 3),
+// on the window r = dry_rev_ (most recent token first).
+void Sampler::compute_dry() {
+  dry_penalty_.clear();
+  if (!dry_on()) return;
+  const int32_t n = static_cast<int32_t>(dry_history_.size());  // already cut to the window
+  const int32_t allowed = params_.dry_allowed_length;
+  if (n <= allowed) return;
+  dry_rev_.assign(dry_history_.rbegin(), dry_history_.rend());
+  const int32_t* r = dry_rev_.data();
+
+  // 1. The most recent breaker limits the repeat length to the tokens after it. A
+  //    breaker is a head token r[i] whose tail (in generation order) follows it:
+  //    tail[j] == r[i - 1 - j]; of several matching tails the longest counts.
+  int32_t limit = n;
+  if (!dry_breakers_.empty()) {
+    for (int32_t i = 0; i < n; ++i) {
+      const auto it = dry_breakers_.find(r[i]);
+      if (it == dry_breakers_.end()) continue;
+      int32_t longest = -1;
+      for (const std::vector<int32_t>& tail : it->second) {
+        const int32_t len = static_cast<int32_t>(tail.size());
+        if (len <= longest || len > i) continue;
+        bool match = true;
+        for (int32_t j = 0; j < len && match; ++j) match = tail[j] == r[i - 1 - j];
+        if (match) longest = len;
+      }
+      if (longest >= 0) {
+        limit = i - longest;
+        break;
+      }
+    }
+  }
+  if (limit < allowed) return;
+
+  // 2. z[k] = length of the longest common prefix of r and r[k..] (the Z-function
+  //    of r): the window's last z[k] tokens recur ending k tokens earlier.
+  //    [lo, hi) is the rightmost segment found so far with r[lo..hi) == r[0..hi-lo).
+  dry_z_.assign(static_cast<size_t>(n), 0);
+  int32_t* z = dry_z_.data();
+  for (int32_t k = 1, lo = 0, hi = 0; k < n; ++k) {
+    int32_t m = k < hi ? std::min(hi - k, z[k - lo]) : 0;
+    while (k + m < n && r[m] == r[k + m]) ++m;
+    z[k] = m;
+    if (k + m > hi) {
+      lo = k;
+      hi = k + m;
+    }
+  }
+
+  // 3. The token that followed each recurrence, r[k - 1], would extend a repeat
+  //    of min(z[k], limit) tokens: keep each token's longest.
+  dry_max_repeat_.clear();
+  for (int32_t k = 1; k < n; ++k) {
+    const int32_t len = std::min(z[k], limit);
+    if (len < allowed) continue;
+    auto [it, fresh] = dry_max_repeat_.try_emplace(r[k - 1], len);
+    if (!fresh && it->second < len) it->second = len;
+  }
+
+  // 4. Penalties, single-token breakers exempt; the exponent capped so that
+  //    base^exponent stays below FLT_MAX (llama.cpp's 88.7228391 ~ ln FLT_MAX).
+  int32_t max_exponent = 0;
+  if (params_.dry_base > 1.000001f) max_exponent = static_cast<int32_t>(88.7228391f / std::log(params_.dry_base));
+  for (const auto& [token, len] : dry_max_repeat_) {
+    const auto it = dry_breakers_.find(token);
+    if (it != dry_breakers_.end() &&
+        std::any_of(it->second.begin(), it->second.end(), [](const std::vector<int32_t>& t) { return t.empty(); }))
+      continue;
+    int32_t e = len - allowed;
+    if (max_exponent > 0 && e > max_exponent) e = max_exponent;
+    const double penalty = static_cast<double>(params_.dry_multiplier) * std::pow(static_cast<double>(params_.dry_base), e);
+    dry_penalty_.emplace_back(token, static_cast<float>(penalty));
+  }
 }
 
 const float* Sampler::apply_bias_and_penalties(const float* logits, int32_t n_vocab) {
   const bool repeat = !counts_.empty();        // filled only when repeat_penalty is on
   const bool openai = !generated_.empty();     // filled only when presence/frequency are on
-  if (params_.logit_bias.empty() && !repeat && !openai) return logits;
+  compute_dry();
+  const bool dry = !dry_penalty_.empty();
+  if (params_.logit_bias.empty() && !repeat && !openai && !dry) return logits;
   work_.resize(n_vocab);
   std::memcpy(work_.data(), logits, sizeof(float) * static_cast<size_t>(n_vocab));
   for (const auto& [id, bias] : params_.logit_bias) {
@@ -320,12 +436,17 @@ const float* Sampler::apply_bias_and_penalties(const float* logits, int32_t n_vo
     if (id >= n_vocab) continue;
     work_[id] -= static_cast<float>(count) * params_.frequency_penalty + params_.presence_penalty;
   }
+  for (const auto& [id, penalty] : dry_penalty_) {
+    if (id >= n_vocab) continue;
+    work_[id] -= penalty;
+  }
   return work_.data();
 }
 
 double Sampler::build_distribution(const float* l, int32_t n) {
   std::vector<Candidate>& kept = kept_;
   dense_ = false;
+  xtc_removed_.clear();
   const bool use_top_k = params_.top_k > 0 && params_.top_k < n;
   const bool use_top_p = params_.top_p < 1.0f;
   const bool use_min_p = params_.min_p > 0.0f;
@@ -377,15 +498,68 @@ double Sampler::build_distribution(const float* l, int32_t n) {
   } else {
     // No truncation: dense weights by id.
     dense_ = true;
+    if (xtc_on()) find_xtc_removed(l, n, max);
     weights_.resize(n);
     exp_shifted(l, n, max, inv_t, weights_.data());
     return sum_f64(weights_.data(), n);
   }
 
+  if (xtc_on()) find_xtc_removed(l, n, max);
   // Temperature, then softmax weights with max subtraction (max is kept).
   weights_.resize(kept.size());
   for (size_t i = 0; i < kept.size(); ++i) weights_[i] = exp_f32((kept[i].logit - max) * inv_t);
   return sum_f64(weights_.data(), static_cast<int32_t>(kept.size()));
+}
+
+void Sampler::find_xtc_removed(const float* l, int32_t n, float max) {
+  xtc_removed_.clear();
+  // p_i at temperature 1, renormalised over the candidates left (every id when dense_).
+  const int32_t m = dense_ ? n : static_cast<int32_t>(kept_.size());
+  mass_.resize(m);
+  if (dense_) {
+    exp_shifted(l, n, max, 1.0f, mass_.data());
+  } else {
+    for (int32_t i = 0; i < m; ++i) mass_[i] = exp_f32(kept_[i].logit - max);
+  }
+  const double z = sum_f64(mass_.data(), m);
+  const double threshold = static_cast<double>(params_.xtc_threshold);
+  // Every candidate with p_i >= threshold (banned -inf tokens are not candidates),
+  // and the least likely of them (lowest logit, then highest id: last in Better's order).
+  int32_t worst = -1;
+  float worst_logit = 0.0f;
+  int32_t worst_id = 0;
+  for (int32_t i = 0; i < m; ++i) {
+    const float logit = dense_ ? l[i] : kept_[i].logit;
+    const int32_t id = dense_ ? i : kept_[i].id;
+    if (logit == kNegInf || !(static_cast<double>(mass_[i]) / z >= threshold)) continue;
+    xtc_removed_.push_back(i);
+    if (worst < 0 || logit < worst_logit || (logit == worst_logit && id > worst_id)) {
+      worst = i;
+      worst_logit = logit;
+      worst_id = id;
+    }
+  }
+  if (xtc_removed_.size() < 2) {
+    xtc_removed_.clear();
+    return;
+  }
+  xtc_removed_.erase(std::find(xtc_removed_.begin(), xtc_removed_.end(), worst));
+  xtc_max_ = worst_logit;
+}
+
+double Sampler::xtc_weights(const float* l, int32_t n, std::vector<float>& w) const {
+  const float inv_t = 1.0f / params_.temperature;
+  // Every remaining candidate's logit is <= xtc_max_; the removed ones (above it,
+  // where exp_f32 is not meant to be used) are overwritten with 0.
+  if (dense_) {
+    w.resize(n);
+    exp_shifted(l, n, xtc_max_, inv_t, w.data());
+  } else {
+    w.resize(kept_.size());
+    for (size_t i = 0; i < kept_.size(); ++i) w[i] = exp_f32(std::min(0.0f, (kept_[i].logit - xtc_max_) * inv_t));
+  }
+  for (int32_t i : xtc_removed_) w[i] = 0.0f;
+  return sum_f64(w.data(), static_cast<int32_t>(w.size()));
 }
 
 void Sampler::top_p_full_vocab(const float* l, int32_t n, float max, float min_p_floor) {
@@ -454,7 +628,12 @@ int32_t Sampler::sample(const float* logits, int32_t n_vocab) {
   SPECULA_CHECK(logits != nullptr && n_vocab > 0);
   const float* l = apply_bias_and_penalties(logits, n_vocab);
   if (params_.temperature <= 0.0f) return argmax(l, n_vocab);
-  const double total = build_distribution(l, n_vocab);
+  double total = build_distribution(l, n_vocab);
+  if (xtc_on()) {
+    // XTC's coin: the first draw (llama.cpp's XTC acts when its draw <= probability).
+    const float c = rng_.next_float();
+    if (!xtc_removed_.empty() && c <= params_.xtc_probability) total = xtc_weights(l, n_vocab, weights_);
+  }
   const float u = rng_.next_float();
   if (dense_) return draw_dense(weights_.data(), n_vocab, u);
   const double target = static_cast<double>(u) * total;
@@ -475,6 +654,27 @@ std::vector<std::pair<int32_t, float>> Sampler::probabilities(const float* logit
   if (params_.temperature <= 0.0f) return {{argmax(l, n_vocab), 1.0f}};
   const double total = build_distribution(l, n_vocab);
   std::vector<std::pair<int32_t, float>> out;
+  if (!xtc_removed_.empty()) {
+    // XTC on and able to act: the mixture over its coin.
+    const double px = static_cast<double>(params_.xtc_probability);
+    const double total_x = xtc_weights(l, n_vocab, xtc_w_);
+    auto mix = [&](size_t i) {
+      return static_cast<float>((1.0 - px) * (static_cast<double>(weights_[i]) / total) +
+                                px * (static_cast<double>(xtc_w_[i]) / total_x));
+    };
+    if (dense_) {
+      out.resize(n_vocab);
+      for (int32_t i = 0; i < n_vocab; ++i) out[i] = {i, mix(i)};
+      return out;
+    }
+    std::vector<bool> removed(kept_.size(), false);
+    for (int32_t i : xtc_removed_) removed[i] = true;
+    for (size_t i = 0; i < kept_.size(); ++i) {
+      if (removed[i] && px >= 1.0) continue;  // XTC always acts: not a candidate
+      out.emplace_back(kept_[i].id, mix(i));
+    }
+    return out;
+  }
   if (dense_) {
     out.resize(n_vocab);
     for (int32_t i = 0; i < n_vocab; ++i) out[i] = {i, static_cast<float>(static_cast<double>(weights_[i]) / total)};
@@ -508,6 +708,43 @@ float token_logprob(const float* logits, int32_t n_vocab, int32_t id) {
   for (int32_t i = 1; i < n_vocab; ++i) max = std::max(max, logits[i]);
   const float log_z = max + static_cast<float>(std::log(sum_exp(logits, n_vocab, max)));
   return logits[id] - log_z;
+}
+
+// ---------------------------------------------------------------- DRY breakers
+
+std::vector<std::vector<int32_t>> dry_breaker_ids_from_strings(
+    const std::vector<std::string>& breakers, int32_t n_vocab,
+    const std::function<std::string(int32_t)>& token_text,
+    const std::function<std::vector<int32_t>(std::string_view)>& tokenize) {
+  constexpr size_t kMaxChars = 40;  // llama.cpp's MAX_CHAR_LEN
+  constexpr size_t kMaxTail = 20;   // llama.cpp's MAX_SEQ_LEN
+  std::vector<std::string> strs;
+  for (const std::string& b : breakers) {
+    if (!b.empty()) strs.push_back(b.substr(0, kMaxChars));
+  }
+  std::set<std::vector<int32_t>> out;
+  if (strs.empty()) return {};
+  for (int32_t id = 0; id < n_vocab; ++id) {
+    const std::string word = token_text(id);
+    for (const std::string& str : strs) {
+      if (word.find(str) != std::string::npos) {
+        out.insert({id});
+        continue;
+      }
+      // The word does not contain str, so a match from an occurrence of str[0]
+      // runs off the word's end: word[pos..] is a proper prefix of str, and the
+      // rest of str is expected to follow as the tail.
+      for (size_t pos = word.find(str[0]); pos != std::string::npos; pos = word.find(str[0], pos + 1)) {
+        const size_t len = word.size() - pos;
+        if (len >= str.size() || word.compare(pos, len, str, 0, len) != 0) continue;
+        std::vector<int32_t> seq = {id};
+        const std::vector<int32_t> tail = tokenize(std::string_view(str).substr(len));
+        seq.insert(seq.end(), tail.begin(), tail.begin() + static_cast<std::ptrdiff_t>(std::min(tail.size(), kMaxTail)));
+        out.insert(std::move(seq));
+      }
+    }
+  }
+  return {out.begin(), out.end()};
 }
 
 }  // namespace specula

@@ -1,14 +1,16 @@
 // method/sampler.h — the per-request token sampler: SamplingParams, its own
 // seeded RNG stream, penalty history, and the sampling chain over one logits row.
 //
-// Owns: parameter validation, the chain (logit bias -> penalties -> greedy, or
-// top-k -> top-p -> min-p -> temperature -> draw), the RNG (xoshiro256** seeded
-// by splitmix64, identical on every machine/compiler), and top_logprobs for
-// OpenAI-style logprobs.
+// Owns: parameter validation, the chain (logit bias -> penalties -> DRY -> greedy,
+// or top-k -> top-p -> min-p -> XTC -> temperature -> draw), the RNG
+// (xoshiro256** seeded by splitmix64, identical on every machine/compiler),
+// top_logprobs for OpenAI-style logprobs, and llama.cpp's preprocessing of DRY
+// sequence-breaker strings into token ids (dry_breaker_ids_from_strings).
 // Deliberately does not: batch rows (one row per call), grammars/constrained
-// decoding, DRY/XTC/typical/mirostat samplers, speculative rejection sampling
-// (it exposes `probabilities` and `uniform` so method/speculative builds that on
-// top), or read the environment.
+// decoding, typical/mirostat/top-n-sigma/dynamic-temperature samplers,
+// speculative rejection sampling (it exposes `probabilities` and `uniform` so
+// method/speculative builds that on top), tokenize (DRY's breakers come in as
+// token ids computed by the caller), or read the environment.
 //
 // Chain order follows llama.cpp's default (common/common.h,
 // `common_params_sampling::samplers` = penalties, dry, top_n_sigma, top_k,
@@ -21,15 +23,39 @@
 //      then OpenAI's presence/frequency penalties over the generated tokens only
 //      (OpenAI's and vLLM's definition; a token generated c > 0 times:
 //      logit -= c * frequency_penalty + presence_penalty).
-//   3. temperature <= 0: argmax (lowest id on ties); no RNG draw.
+//   3. DRY (llama.cpp's llama_sampler_dry, from koboldcpp), over the window of
+//      the last `dry_penalty_last_n` tokens, prompt included (nothing when the
+//      window has <= dry_allowed_length tokens). Let m = the number of tokens
+//      after the most recent sequence breaker in the window (the window's length
+//      if none; nothing when m < dry_allowed_length). For every earlier position
+//      where the window's last n tokens recur (n the longest such match there,
+//      capped at m), the token that followed that occurrence would extend an
+//      n-token repeat; with N = the largest such n for a token and
+//      N >= dry_allowed_length, logit -= dry_multiplier *
+//      dry_base^min(N - dry_allowed_length, floor(88.7228391 / ln dry_base)) (the cap
+//      only when dry_base > 1.000001). Single-token breakers are never penalised.
+//      Applies to greedy decoding too.
+//   4. temperature <= 0: argmax (lowest id on ties); no RNG draw (XTC is not
+//      applied: see 8).
 //   Otherwise, with p_i = softmax(logits) at temperature 1 over the candidates:
-//   4. top_k (k > 0): keep the k largest logits.
-//   5. top_p (< 1): sort by logit descending, keep the shortest prefix whose
+//   5. top_k (k > 0): keep the k largest logits.
+//   6. top_p (< 1): sort by logit descending, keep the shortest prefix whose
 //      cumulative probability reaches top_p (at least one token).
-//   6. min_p (> 0): keep tokens with p_i >= min_p * p_max, evaluated in logit
+//   7. min_p (> 0): keep tokens with p_i >= min_p * p_max, evaluated in logit
 //      space as logit_i >= logit_max + log(min_p).
-//   7. temperature: logit /= temperature (after truncation, as llama.cpp).
-//   8. draw: softmax in float with max subtraction (sums in double), one
+//   8. XTC (llama.cpp's llama_sampler_xtc; on when xtc_probability > 0 and
+//      xtc_threshold <= 0.5): the first RNG draw c; when c <= xtc_probability and
+//      at least two candidates have p_i >= xtc_threshold (p_i renormalised over the
+//      candidates left by 5-7, temperature 1; banned -inf tokens never count),
+//      all of those but the least likely (lowest logit; on a tie the higher id,
+//      the last in the chain's order) are removed; the rest are renormalised.
+//      c is drawn on every sample() with temperature > 0 while XTC is on, whether
+//      or not XTC can remove anything, so turning XTC on changes the draw
+//      sequence (two draws per token instead of one). (llama.cpp draws c from a
+//      separate generator, skips it when one candidate is left, and runs XTC
+//      before greedy's argmax too.)
+//   9. temperature: logit /= temperature (after truncation, as llama.cpp).
+//  10. draw: softmax in float with max subtraction (sums in double), one
 //      uniform u in [0,1) from the top 24 bits of the RNG, first candidate
 //      whose cumulative weight exceeds u * total.
 // Ties between equal logits are always broken by lower token id, so results
@@ -38,8 +64,11 @@
 
 #include <array>
 #include <cstdint>
-#include <optional>
 #include <deque>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -65,6 +94,32 @@ struct SamplingParams {
   float frequency_penalty = 0.0f;  // OpenAI alpha_frequency, over generated tokens; 0 => off
   std::vector<std::pair<int32_t, float>> logit_bias;  // (token id, additive bias); bias may be -inf
   uint64_t seed = 0;             // RNG stream seed
+
+  // XTC, "exclude top choices" (chain step 8). Off unless xtc_probability > 0 and
+  // xtc_threshold <= 0.5 (llama.cpp: a threshold above 0.5 can never hold for two
+  // tokens at once, so it disables the sampler).
+  float xtc_probability = 0.0f;  // chance that XTC acts on a token; in [0, 1]; 0 => off
+  float xtc_threshold = 0.1f;    // in [0, 1]; > 0.5 => off
+
+  // DRY, "don't repeat yourself" (chain step 3). Off unless dry_multiplier > 0,
+  // dry_base >= 1 and dry_penalty_last_n != 0 (llama.cpp's condition; its server
+  // replaces a dry_base < 1 by the default instead — a request layer's choice).
+  float dry_multiplier = 0.0f;      // finite, >= 0; 0 => off
+  float dry_base = 1.75f;           // finite; < 1 => off
+  int32_t dry_allowed_length = 2;   // >= 0; extending a repeat of n >= this many tokens is penalised
+  int32_t dry_penalty_last_n = 64;  // window over prompt + generated tokens; 0 => off, -1 => all tokens
+  // Breaker strings, llama.cpp's name and default. The Sampler has no tokenizer and
+  // does not read these: the caller turns them into dry_breaker_ids with
+  // dry_breaker_ids_from_strings (below) and its tokenizer.
+  std::vector<std::string> dry_sequence_breakers = {"\n", ":", "\"", "*"};
+  // The breakers as token sequences, as llama.cpp's llama_sampler_init_dry derives
+  // them from the strings: {head} for a single-token breaker (a token whose text
+  // contains a breaker string: it resets the repeat and is never penalised), or
+  // {head, tail...} for a token whose text ends with the start of a breaker string
+  // followed by the tokenization of the rest (a multi-token breaker: it resets the
+  // repeat only when the tail follows the head). Empty => no breakers. Ids must be
+  // in [0, n_vocab).
+  std::vector<std::vector<int32_t>> dry_breaker_ids;
 
   // Checks every field against n_vocab; messages look like
   // "[sampler] top_p must be in (0, 1], got 1.5".
@@ -116,13 +171,18 @@ class Sampler {
 
   // Runs the chain on logits [n_vocab] (f32, finite or -inf; not modified) and
   // returns the chosen token id. Draws exactly one RNG number when
-  // temperature > 0, none when greedy. Does not record the token: call accept().
+  // temperature > 0 and XTC is off, two when XTC is on (XTC's coin first, then
+  // the token's), none when greedy. Does not record the token: call accept().
   int32_t sample(const float* logits, int32_t n_vocab);
 
   // The final distribution the next sample() would draw from (same chain, no
   // RNG draw): (token id, probability) for every kept candidate, probabilities
   // summing to 1, in an unspecified but deterministic order (without any
   // truncation that is every token, by id). Greedy returns {(argmax, 1)}.
+  // With XTC on this is sample()'s exact marginal over XTC's coin:
+  // (1 - xtc_probability) * the chain without XTC + xtc_probability * the chain
+  // with XTC's removal (at xtc_probability 1, removed tokens are left out, or
+  // have probability 0 when every token is listed by id).
   std::vector<std::pair<int32_t, float>> probabilities(const float* logits, int32_t n_vocab);
 
   // One uniform draw in [0, 1) from this sampler's RNG stream (for speculative
@@ -130,13 +190,14 @@ class Sampler {
   float uniform() { return rng_.next_float(); }
   // Records a generated token in the penalty histories (ids must be >= 0).
   void accept(int32_t token);
-  // Records a prompt token: it counts for the repetition penalty only.
+  // Records a prompt token: it counts for the repetition penalty and DRY only
+  // (not for presence/frequency).
   void accept_prompt(int32_t token);
   // The RNG stream's position (SamplerRng::state): with the same accepted tokens, a sampler
   // restored to it continues exactly as the one it was saved from.
   std::array<uint64_t, 4> rng_state() const { return rng_.state(); }
   void set_rng_state(const std::array<uint64_t, 4>& s) { rng_.set_state(s); }
-  // Forgets the penalty history (the RNG stream continues).
+  // Forgets the penalty and DRY history (the RNG stream continues).
   void reset_history();
 
   const SamplingParams& params() const { return params_; }
@@ -147,14 +208,29 @@ class Sampler {
     float logit;
   };
 
-  // Applies logit bias and penalties; returns `logits` itself when nothing
+  // Applies logit bias, penalties and DRY; returns `logits` itself when nothing
   // changes, else a pointer into work_ [n_vocab].
   const float* apply_bias_and_penalties(const float* logits, int32_t n_vocab);
-  // Steps 4-7 on l [n_vocab]: fills kept_ with the kept candidates and weights_
+  // DRY's step: fills dry_penalty_ (token -> the amount to subtract from its
+  // logit); empty when DRY is off or penalises nothing.
+  void compute_dry();
+  bool dry_on() const {
+    return params_.dry_multiplier != 0.0f && params_.dry_base >= 1.0f && params_.dry_penalty_last_n != 0;
+  }
+  bool xtc_on() const { return params_.xtc_probability > 0.0f && params_.xtc_threshold <= 0.5f; }
+  // Steps 5-9 on l [n_vocab]: fills kept_ with the kept candidates and weights_
   // with their unnormalised final weights exp((logit - max) / temperature), or,
   // without truncation, sets dense_ and fills weights_ [n_vocab] by token id.
-  // Returns the sum of the weights.
+  // With XTC on, also fills xtc_removed_ (indices into weights_ that XTC removes
+  // when it acts; empty when it would not act). Returns the sum of the weights.
   double build_distribution(const float* l, int32_t n_vocab);
+  // XTC's removal set over the candidates build_distribution left: fills
+  // xtc_removed_ and xtc_max_ (the logit of the candidate XTC keeps).
+  void find_xtc_removed(const float* l, int32_t n_vocab, float max);
+  // The final weights after XTC's removal, relative to the kept candidate's logit
+  // (as llama.cpp's softmax after XTC), indexed like weights_, removed ones 0;
+  // returns their sum.
+  double xtc_weights(const float* l, int32_t n_vocab, std::vector<float>& w) const;
   // top_p (and min_p) without top_k over the whole vocabulary, by logit bins
   // instead of a full sort; fills kept_.
   void top_p_full_vocab(const float* l, int32_t n_vocab, float max, float min_p_floor);
@@ -171,6 +247,16 @@ class Sampler {
   std::vector<float> mass_;                    // scratch: [n_vocab] exp(logit - max)
   std::vector<uint16_t> bin_;                  // scratch: [n_vocab] logit bin of each token
   std::vector<Candidate> boundary_;            // scratch: candidates in top_p's boundary bin
+  std::vector<int32_t> xtc_removed_;           // scratch: indices into weights_ XTC would remove
+  float xtc_max_ = 0.0f;                       // scratch: logit of the candidate XTC keeps
+  std::vector<float> xtc_w_;                   // scratch: weights after XTC (probabilities())
+  std::deque<int32_t> dry_history_;            // last dry_penalty_last_n accepted tokens (DRY on only)
+  // DRY breakers by head token: the tails ({} for a single-token breaker).
+  std::unordered_map<int32_t, std::vector<std::vector<int32_t>>> dry_breakers_;
+  std::vector<int32_t> dry_rev_;               // scratch: DRY window, most recent first
+  std::vector<int32_t> dry_z_;                 // scratch: Z-function of dry_rev_
+  std::unordered_map<int32_t, int32_t> dry_max_repeat_;  // scratch: token -> longest repeat it extends
+  std::vector<std::pair<int32_t, float>> dry_penalty_;   // scratch: (token, logit penalty)
 };
 
 // Log-softmax of the raw logits [n_vocab] (temperature 1, no bias or penalties),
@@ -180,5 +266,21 @@ std::vector<std::pair<int32_t, float>> top_logprobs(const float* logits, int32_t
 
 // Log-softmax of the raw logits [n_vocab] at one id (same arithmetic as top_logprobs).
 float token_logprob(const float* logits, int32_t n_vocab, int32_t id);
+
+// SamplingParams::dry_breaker_ids from dry_sequence_breakers, as llama.cpp's
+// llama_sampler_init_dry derives them (get_overlapping_token_sequences): each
+// breaker string is cut to 40 bytes (empty ones are skipped); every token whose
+// text contains it is a single-token breaker {id}; every token whose text ends
+// with a proper prefix of it (starting at any occurrence of its first byte) gets
+// {id, tokenize(rest of the string)...}, the tail cut to 20 tokens. `token_text`
+// must give a token's text as llama.cpp's `vocab.detokenize({id}, true)` does
+// (special tokens as their text), `tokenize` a string's ids as
+// `vocab.tokenize(text, false, false)` (no BOS, specials not parsed). The result
+// is sorted and free of duplicates. Costs one token_text call per token: cache it
+// per model and breaker list.
+std::vector<std::vector<int32_t>> dry_breaker_ids_from_strings(
+    const std::vector<std::string>& breakers, int32_t n_vocab,
+    const std::function<std::string(int32_t)>& token_text,
+    const std::function<std::vector<int32_t>(std::string_view)>& tokenize);
 
 }  // namespace specula

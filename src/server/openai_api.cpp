@@ -53,7 +53,9 @@ int nesting_depth(const std::string& body, int limit) {
 const char* const kReadCommon[] = {"model", "max_tokens", "max_completion_tokens", "n", "seed", "top_k",
                                    "temperature", "top_p", "min_p", "presence_penalty", "frequency_penalty",
                                    "repeat_penalty", "stream", "stream_options", "ignore_eos", "speculative", "stop",
-                                   "logit_bias", "logprobs", "top_logprobs", "n_predict", "repeat_last_n"};
+                                   "logit_bias", "logprobs", "top_logprobs", "n_predict", "repeat_last_n",
+                                   "xtc_probability", "xtc_threshold", "dry_multiplier", "dry_base",
+                                   "dry_allowed_length", "dry_penalty_last_n", "dry_sequence_breakers"};
 const char* const kReadCompletions[] = {"prompt", "parse_special", "echo"};
 // Structured outputs (parse_constraint_fields), on both routes.
 const char* const kStructured[] = {"response_format", "grammar",      "json_schema",   "regex",         "choice",
@@ -85,8 +87,6 @@ std::optional<ApiError> check_fields(const json& body, Endpoint endpoint) {
       {"typical_p", [](const json& v) { return v == 1 || v == 1.0; }, "the typical-p sampler is not implemented"},
       {"tfs_z", [](const json& v) { return v == 1 || v == 1.0; }, "tail-free sampling is not implemented"},
       {"mirostat", [](const json& v) { return v == 0; }, "mirostat is not implemented"},
-      {"xtc_probability", [](const json& v) { return v == 0 || v == 0.0; }, "the XTC sampler is not implemented yet"},
-      {"dry_multiplier", [](const json& v) { return v == 0 || v == 0.0; }, "the DRY sampler is not implemented yet"},
       {"n_probs", [](const json& v) { return v == 0; }, "use 'logprobs' / 'top_logprobs'"},
   };
   for (auto it = body.begin(); it != body.end(); ++it) {
@@ -430,6 +430,32 @@ std::variant<CompletionParams, ApiError> parse_completion_request(const std::str
   p.number("presence_penalty", -2.0, 2.0, &c.sampling.presence_penalty);
   p.number("frequency_penalty", -2.0, 2.0, &c.sampling.frequency_penalty);
   p.number("repeat_penalty", 0.0, 10.0, &c.sampling.repeat_penalty);
+  // XTC and DRY, llama-server's fields and ranges (sampler.h has their semantics).
+  p.number("xtc_probability", 0.0, 1.0, &c.sampling.xtc_probability);
+  p.number("xtc_threshold", 0.0, 1.0, &c.sampling.xtc_threshold);
+  p.number("dry_multiplier", 0.0, 1000.0, &c.sampling.dry_multiplier);
+  p.number("dry_base", 0.0, 1000.0, &c.sampling.dry_base);
+  std::optional<int64_t> dry_allowed, dry_last_n;
+  p.integer("dry_allowed_length", 0, 1 << 20, &dry_allowed);
+  p.integer("dry_penalty_last_n", -1, std::numeric_limits<int32_t>::max(), &dry_last_n);
+  if (dry_allowed) c.sampling.dry_allowed_length = static_cast<int32_t>(*dry_allowed);
+  if (dry_last_n) c.sampling.dry_penalty_last_n = static_cast<int32_t>(*dry_last_n);
+  if (c.sampling.dry_base < 1.0f) c.sampling.dry_base = 1.75f;  // llama-server: a base below 1 means the default
+  if (const json* b = p.get("dry_sequence_breakers"); b != nullptr && !b->is_null()) {
+    bool ok = b->is_array() && !b->empty() && b->size() <= 64;
+    std::vector<std::string> breakers;
+    for (const json& x : ok ? *b : json::array()) {
+      if (!x.is_string() || x.get<std::string>().empty()) {
+        ok = false;
+        break;
+      }
+      breakers.push_back(x.get<std::string>());
+    }
+    if (!ok)
+      return ApiError{400, "'dry_sequence_breakers' must be a non-empty array (at most 64) of non-empty strings",
+                      "invalid_request_error", "dry_sequence_breakers", ""};
+    c.sampling.dry_sequence_breakers = std::move(breakers);
+  }
   p.boolean("stream", &c.stream);
   p.boolean("ignore_eos", &c.ignore_eos);
   p.boolean("parse_special", &c.parse_special);

@@ -84,6 +84,21 @@ struct Server::Impl {
   // Structured outputs: the vocabulary as llguidance sees it, built at the first use.
   std::mutex grammar_mu;
   std::shared_ptr<const GrammarVocab> grammar_vocab;
+  // DRY's sequence breakers as token ids, per breaker list (one pass over the vocabulary each).
+  std::mutex dry_mu;
+  std::map<std::vector<std::string>, std::vector<std::vector<int32_t>>> dry_breakers;
+  const std::vector<std::vector<int32_t>>& dry_breaker_ids(const std::vector<std::string>& breakers) {
+    std::lock_guard<std::mutex> lock(dry_mu);
+    auto it = dry_breakers.find(breakers);
+    if (it == dry_breakers.end()) {
+      if (dry_breakers.size() >= 64) dry_breakers.clear();  // bounded: clients choose the lists
+      auto ids = dry_breaker_ids_from_strings(
+          breakers, tok->vocab().size(), [&](int32_t id) { return tok->token_to_piece(id, true); },
+          [&](std::string_view s) { return tok->encode(s, false, false); });
+      it = dry_breakers.emplace(breakers, std::move(ids)).first;
+    }
+    return it->second;
+  }
   // HTTP outcome counters for /metrics.
   std::mutex counters_mu;
   std::map<int, uint64_t> responses_by_status;
@@ -1099,6 +1114,7 @@ void Server::Impl::run_generation(CompletionParams c, http::Exchange& ex, Answer
     er.max_tokens = static_cast<int32_t>(room);
   }
   er.sampling = c.sampling;
+  if (er.sampling.dry_multiplier > 0.0f) er.sampling.dry_breaker_ids = dry_breaker_ids(er.sampling.dry_sequence_breakers);
   if (!c.seed_given) er.sampling.seed = random_seed();
   er.top_logprobs = c.logprobs;
   er.ignore_eos = c.ignore_eos;

@@ -403,6 +403,36 @@ def test_echo(client, stats):
     stats["requests"] += 5
 
 
+def test_xtc_dry(client, stats):
+    """llama-server's XTC and DRY fields: DRY (greedy) stops a repeated sequence from going
+    on, a breaker inside it lets it go on again; XTC changes a seeded sample and stays
+    reproducible; out-of-range values are refused naming the field."""
+    mid = stats["model_id"]
+    p = "one two three one two three one two three one two three one two three"
+    kw = dict(model=mid, prompt=p, max_tokens=8, temperature=0)
+    plain = client.completions.create(**kw).choices[0].text
+    dry = client.completions.create(extra_body={"dry_multiplier": 2.0}, **kw).choices[0].text
+    broken = client.completions.create(extra_body={"dry_multiplier": 2.0, "dry_sequence_breakers": [" two"]},
+                                       **kw).choices[0].text
+    check(plain.startswith(" one two three"), f"plain {plain!r}")
+    check(not dry.startswith(" one two three one"), f"DRY let the repeat go on: {dry!r}")
+    check(broken == plain, f"a breaker in every repeat: {broken!r} != {plain!r}")
+    kw = dict(model=mid, prompt="Once upon a time", max_tokens=12, temperature=1.0, seed=3)
+    a = [client.completions.create(extra_body={"xtc_probability": 1.0, "xtc_threshold": 0.05}, **kw).choices[0].text
+         for _ in range(2)]
+    b = client.completions.create(**kw).choices[0].text
+    check(a[0] == a[1] and a[0] != b, f"XTC: {a} vs off {b!r}")
+    for field, value in (("xtc_probability", 2), ("xtc_threshold", -1), ("dry_multiplier", -1),
+                         ("dry_allowed_length", -1), ("dry_penalty_last_n", -2), ("dry_sequence_breakers", []),
+                         ("dry_sequence_breakers", [""])):
+        try:
+            client.completions.create(model=mid, prompt="x", max_tokens=1, extra_body={field: value})
+            raise ss.TestFailure(f"{field}={value} accepted")
+        except openai.BadRequestError as e:
+            check(field in str(e), f"{field}: {e}")
+    stats["requests"] += 13
+
+
 def test_refusals(client, stats):
     mid = stats["model_id"]
     try:
@@ -420,7 +450,7 @@ def main():
     with ss.Server("--parallel", "4", "--ctx", "2048", "--chat-template-file", ss.gemma_template()) as srv:
         client = openai.OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0, timeout=120)
         for t in (test_models, test_completions, test_completion_logprobs, test_chat, test_stop_strings, test_seeds,
-                  test_choices, test_echo, test_refusals):
+                  test_choices, test_echo, test_xtc_dry, test_refusals):
             t0 = time.time()
             t(client, stats)
             stats["timings"].append(f"{t.__name__[5:]} {time.time() - t0:.1f}s")

@@ -1,6 +1,8 @@
 // Tests for method/sampler: validation, RNG stream, greedy, the truncation chain
-// against a float64 reference written here, penalties, distribution of draws
-// (chi-square), top_logprobs, and speed on a 262144-token vocabulary.
+// against a float64 reference written here, penalties, XTC and DRY (hand-worked
+// cases, a naive DRY reference, where XTC's draw happens, the breaker-string
+// preprocessing), distribution of draws (chi-square), top_logprobs, and speed on
+// a 262144-token vocabulary.
 // Does not test model integration (that belongs to the method/engine tests).
 #include "method/sampler.h"
 
@@ -14,6 +16,7 @@
 #include <limits>
 #include <map>
 #include <numeric>
+#include <string>
 #include <vector>
 
 namespace specula {
@@ -137,6 +140,15 @@ TEST(SamplerParams, DefaultsAreLlamaCppCliDefaults) {
   EXPECT_FLOAT_EQ(p.min_p, 0.05f);
   EXPECT_FLOAT_EQ(p.repeat_penalty, 1.0f);
   EXPECT_EQ(p.repeat_last_n, 64);
+  // XTC and DRY: off, with llama.cpp's values for the rest (common/common.h).
+  EXPECT_EQ(p.xtc_probability, 0.0f);
+  EXPECT_FLOAT_EQ(p.xtc_threshold, 0.1f);
+  EXPECT_EQ(p.dry_multiplier, 0.0f);
+  EXPECT_FLOAT_EQ(p.dry_base, 1.75f);
+  EXPECT_EQ(p.dry_allowed_length, 2);
+  EXPECT_EQ(p.dry_penalty_last_n, 64);
+  EXPECT_EQ(p.dry_sequence_breakers, (std::vector<std::string>{"\n", ":", "\"", "*"}));
+  EXPECT_TRUE(p.dry_breaker_ids.empty());
   EXPECT_TRUE(p.validate(262144).is_ok()) << p.validate(262144).message();
 }
 
@@ -171,6 +183,30 @@ TEST(SamplerParams, ValidateRejectsBadParams) {
   EXPECT_EQ(err([](SamplingParams& p) { p.logit_bias = {{3, kInf}}; }),
             "[sampler] logit_bias for token 3 must be finite or -inf, got inf");
   EXPECT_EQ(SamplingParams{}.validate(0).message(), "[sampler] n_vocab must be positive, got 0");
+  EXPECT_EQ(err([](SamplingParams& p) { p.xtc_probability = 2.0f; }),
+            "[sampler] xtc_probability must be in [0, 1], got 2");
+  EXPECT_EQ(err([](SamplingParams& p) { p.xtc_probability = -0.25f; }),
+            "[sampler] xtc_probability must be in [0, 1], got -0.25");
+  EXPECT_EQ(err([](SamplingParams& p) { p.xtc_threshold = 1.5f; }),
+            "[sampler] xtc_threshold must be in [0, 1] (> 0.5 = off), got 1.5");
+  EXPECT_EQ(err([](SamplingParams& p) { p.xtc_threshold = std::nanf(""); }).rfind(
+                "[sampler] xtc_threshold must be in [0, 1]", 0),
+            0u);
+  EXPECT_EQ(err([](SamplingParams& p) { p.dry_multiplier = -1.0f; }),
+            "[sampler] dry_multiplier must be finite and >= 0, got -1");
+  EXPECT_EQ(err([](SamplingParams& p) { p.dry_multiplier = kInf; }),
+            "[sampler] dry_multiplier must be finite and >= 0, got inf");
+  EXPECT_EQ(err([](SamplingParams& p) { p.dry_base = kInf; }),
+            "[sampler] dry_base must be finite (< 1 = off), got inf");
+  EXPECT_EQ(err([](SamplingParams& p) { p.dry_allowed_length = -1; }),
+            "[sampler] dry_allowed_length must be >= 0, got -1");
+  EXPECT_EQ(err([](SamplingParams& p) { p.dry_penalty_last_n = -2; }),
+            "[sampler] dry_penalty_last_n must be >= -1 (-1 = all tokens), got -2");
+  EXPECT_EQ(err([](SamplingParams& p) { p.dry_breaker_ids = {{3}, {}}; }), "[sampler] dry_breaker_ids[1] is empty");
+  EXPECT_EQ(err([](SamplingParams& p) { p.dry_breaker_ids = {{3, 100}}; }),
+            "[sampler] dry_breaker_ids[0] token 100 out of range [0, 100)");
+  EXPECT_EQ(err([](SamplingParams& p) { p.dry_breaker_ids = {{-1}}; }),
+            "[sampler] dry_breaker_ids[0] token -1 out of range [0, 100)");
 
   // Accepted edge values.
   SamplingParams ok;
@@ -180,6 +216,16 @@ TEST(SamplerParams, ValidateRejectsBadParams) {
   ok.top_k = -1;
   ok.repeat_last_n = -1;
   ok.logit_bias = {{0, -kInf}, {99, 3.0f}};
+  ok.xtc_probability = 1.0f;
+  ok.xtc_threshold = 0.0f;
+  ok.dry_multiplier = 0.8f;
+  ok.dry_base = 0.5f;  // < 1: DRY off, as llama.cpp's sampler
+  ok.dry_allowed_length = 0;
+  ok.dry_penalty_last_n = -1;
+  ok.dry_breaker_ids = {{0}, {99, 1, 2}};
+  EXPECT_TRUE(ok.validate(100).is_ok()) << ok.validate(100).message();
+  ok.xtc_threshold = 1.0f;
+  ok.dry_penalty_last_n = 0;
   EXPECT_TRUE(ok.validate(100).is_ok()) << ok.validate(100).message();
 
   SamplingParams bad;
@@ -541,6 +587,465 @@ TEST(Sampler, LogitBiasIsAddedBeforePenalties) {
   for (int i = 0; i < 2000; ++i) ASSERT_NE(sb.sample(l.data(), 4), 1);
 }
 
+// ------------------------------------------------------------------ XTC
+
+// p = {0.05, 0.4, 0.1, 0.3, 0.15} (ids 0..4), probability 1 so XTC always acts.
+// Hand-computed (float64):
+//   threshold 0.12: at or above it 0.4, 0.3, 0.15 (ids 1, 3, 4); all but the least
+//     likely (4) go: {0: 0.05, 2: 0.1, 4: 0.15} / 0.3 = {1/6, 1/3, 1/2}.
+//   threshold 0.155 over the whole vocabulary: only 0.4 and 0.3 -> {0, 2, 3, 4} / 0.6
+//     = {1/12, 1/6, 1/2, 1/4}.
+//   threshold 0.155 after top_k = 4 / min_p = 0.2 / top_p = 0.9 (each keeps ids
+//     1, 3, 4, 2: 0.05 goes), renormalised over 0.95: 4 has 0.15 / 0.95 = 0.1579 >= 0.155,
+//     so 1 and 3 go: {2: 0.1, 4: 0.15} / 0.25 = {0.4, 0.6}.
+const std::vector<double> kXtcProbs = {0.05, 0.4, 0.1, 0.3, 0.15};
+
+std::map<int32_t, double> prob_map(Sampler& s, const std::vector<float>& l) {
+  std::map<int32_t, double> m;
+  for (const auto& [id, pr] : s.probabilities(l.data(), static_cast<int32_t>(l.size()))) {
+    EXPECT_TRUE(m.emplace(id, pr).second) << "duplicate id " << id;
+  }
+  return m;
+}
+
+void expect_probs(const std::map<int32_t, double>& got, const std::map<int32_t, double>& want, const char* what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (const auto& [id, pr] : want) {
+    auto it = got.find(id);
+    ASSERT_NE(it, got.end()) << what << ": missing id " << id;
+    EXPECT_NEAR(it->second, pr, 2e-6) << what << ": id " << id;
+  }
+}
+
+TEST(SamplerXtc, RemovesTopChoicesAboveThresholdExceptLeastLikely) {
+  const auto l = logits_from_probs(kXtcProbs);
+  SamplingParams p = no_truncation(1.0f);
+  p.xtc_probability = 1.0f;
+  p.xtc_threshold = 0.12f;
+  {
+    Sampler s(p);  // no truncation: every id listed, removed ones at 0
+    expect_probs(prob_map(s, l), {{0, 1.0 / 6}, {1, 0.0}, {2, 1.0 / 3}, {3, 0.0}, {4, 0.5}}, "dense 0.12");
+    for (int i = 0; i < 2000; ++i) {
+      const int32_t t = s.sample(l.data(), 5);
+      ASSERT_TRUE(t == 0 || t == 2 || t == 4) << t;
+    }
+  }
+  p.xtc_threshold = 0.155f;
+  {
+    Sampler s(p);
+    expect_probs(prob_map(s, l), {{0, 1.0 / 12}, {1, 0.0}, {2, 1.0 / 6}, {3, 0.5}, {4, 0.25}}, "dense 0.155");
+  }
+  // After truncation XTC sees probabilities renormalised over what is left: 4 is
+  // now above 0.155 too (each truncation path: top_k, min_p alone, top_p alone).
+  for (int path = 0; path < 3; ++path) {
+    SamplingParams q = p;
+    if (path == 0) q.top_k = 4;
+    if (path == 1) q.min_p = 0.2f;
+    if (path == 2) q.top_p = 0.9f;
+    Sampler s(q);
+    expect_probs(prob_map(s, l), {{2, 0.4}, {4, 0.6}}, "truncated 0.155");
+    for (int i = 0; i < 500; ++i) {
+      const int32_t t = s.sample(l.data(), 5);
+      ASSERT_TRUE(t == 2 || t == 4) << t;
+    }
+  }
+  // Only one candidate at or above the threshold: nothing removed.
+  const auto one = logits_from_probs({0.7, 0.1, 0.1, 0.1});
+  SamplingParams o = no_truncation(1.0f);
+  o.xtc_probability = 1.0f;
+  o.xtc_threshold = 0.2f;
+  Sampler so(o);
+  expect_probs(prob_map(so, one), {{0, 0.7}, {1, 0.1}, {2, 0.1}, {3, 0.1}}, "one above");
+  // Equal probabilities at or above the threshold: the one kept is the last in the
+  // chain's order (lower id first), so the higher id. {0.3, 0.3, 0.4}, threshold 0.1:
+  // ids 2 and 0 go, 1 stays with probability 1.
+  const auto tie = logits_from_probs({0.3, 0.3, 0.4});
+  SamplingParams ot = o;
+  ot.xtc_threshold = 0.1f;
+  Sampler stt(ot);
+  expect_probs(prob_map(stt, tie), {{0, 0.0}, {1, 1.0}, {2, 0.0}}, "tie");
+}
+
+TEST(SamplerXtc, ComesBeforeTemperature) {
+  // Temperature 2 after XTC (threshold 0.12 decided at temperature 1, as above):
+  // weights sqrt(p) over {0, 2, 4}: sqrt(.05), sqrt(.1), sqrt(.15) normalised =
+  // {0.241180955, 0.341081377, 0.417737668}. (Were XTC after temperature, the
+  // probabilities at T = 2 would be {.106, .300, .150, .260, .184} and 2 would be
+  // the one kept.)
+  const auto l = logits_from_probs(kXtcProbs);
+  SamplingParams p = no_truncation(2.0f);
+  p.xtc_probability = 1.0f;
+  p.xtc_threshold = 0.12f;
+  Sampler s(p);
+  expect_probs(prob_map(s, l), {{0, 0.241180955}, {1, 0.0}, {2, 0.341081377}, {3, 0.0}, {4, 0.417737668}}, "T=2");
+  // Very low temperature: the weights after XTC are relative to the token XTC
+  // keeps, so they do not all underflow (T = 0.01: the kept token dominates).
+  p.temperature = 0.01f;
+  Sampler cold(p);
+  const auto pc = prob_map(cold, l);
+  EXPECT_NEAR(pc.at(4), 1.0, 1e-6);
+  for (int i = 0; i < 100; ++i) ASSERT_EQ(cold.sample(l.data(), 5), 4);
+}
+
+TEST(SamplerXtc, OffWhenThresholdAboveHalfOrProbabilityZeroOrGreedy) {
+  const auto l = logits_from_probs(kXtcProbs);
+  SamplingParams off = no_truncation(1.0f);
+  off.seed = 77;
+  for (int variant = 0; variant < 2; ++variant) {
+    SamplingParams p = off;
+    p.xtc_probability = variant == 0 ? 1.0f : 0.0f;
+    p.xtc_threshold = variant == 0 ? 0.51f : 0.12f;
+    Sampler a(off), b(p);
+    expect_probs(prob_map(b, l), {{0, 0.05}, {1, 0.4}, {2, 0.1}, {3, 0.3}, {4, 0.15}}, "off");
+    for (int i = 0; i < 200; ++i) ASSERT_EQ(a.sample(l.data(), 5), b.sample(l.data(), 5));
+    EXPECT_EQ(a.rng_state(), b.rng_state());  // the same single draw per token
+  }
+  // Greedy: XTC is not applied and nothing is drawn.
+  SamplingParams g;
+  g.temperature = 0.0f;
+  g.xtc_probability = 1.0f;
+  g.xtc_threshold = 0.12f;
+  g.seed = 3;
+  Sampler sg(g);
+  EXPECT_EQ(sg.sample(l.data(), 5), 1);
+  EXPECT_EQ(sg.rng_state(), SamplerRng(3).state());
+}
+
+// Where the draws happen: with XTC on, sample() draws XTC's coin c first and the
+// token's u second; XTC acts when c <= xtc_probability (llama.cpp: skipped when
+// its draw > probability). Then u picks by inverse CDF in id order (no truncation).
+TEST(SamplerXtc, CoinIsTheFirstDrawThenTheToken) {
+  const auto l = logits_from_probs(kXtcProbs);
+  const std::vector<double> full = kXtcProbs;
+  const std::vector<double> xtc = {1.0 / 6, 0.0, 1.0 / 3, 0.0, 0.5};
+  auto inverse_cdf = [](const std::vector<double>& pr, double u) {
+    double cum = 0;
+    for (size_t i = 0; i < pr.size(); ++i) {
+      cum += pr[i];
+      if (cum > u && pr[i] > 0) return static_cast<int32_t>(i);
+    }
+    return static_cast<int32_t>(pr.size() - 1);
+  };
+  int acted = 0;
+  for (uint64_t seed = 1; seed <= 300; ++seed) {
+    SamplingParams p = no_truncation(1.0f);
+    p.xtc_probability = 0.5f;
+    p.xtc_threshold = 0.12f;
+    p.seed = seed;
+    Sampler s(p);
+    SamplerRng r(seed);
+    const float c = r.next_float();
+    const float u = r.next_float();
+    const bool acts = c <= 0.5f;
+    acted += acts;
+    ASSERT_EQ(s.sample(l.data(), 5), inverse_cdf(acts ? xtc : full, u)) << "seed " << seed;
+    ASSERT_EQ(s.rng_state(), r.state()) << "exactly two draws";
+  }
+  EXPECT_GT(acted, 100);
+  EXPECT_LT(acted, 200);
+}
+
+TEST(SamplerXtc, ProbabilitiesAreTheMixtureOverTheCoin) {
+  // probability 0.5: 0.5 * {.05, .4, .1, .3, .15} + 0.5 * {1/6, 0, 1/3, 0, 1/2}
+  // = {0.108333, 0.2, 0.216667, 0.15, 0.325}; draws follow it (chi-square, df 4).
+  const auto l = logits_from_probs(kXtcProbs);
+  SamplingParams p = no_truncation(1.0f);
+  p.xtc_probability = 0.5f;
+  p.xtc_threshold = 0.12f;
+  p.seed = 2024;
+  Sampler s(p);
+  const std::vector<double> want = {0.108333333, 0.2, 0.216666667, 0.15, 0.325};
+  expect_probs(prob_map(s, l), {{0, want[0]}, {1, want[1]}, {2, want[2]}, {3, want[3]}, {4, want[4]}}, "mixture");
+  // The truncated path lists the removed tokens too while probability < 1.
+  SamplingParams k = p;
+  k.top_k = 4;
+  k.xtc_threshold = 0.155f;
+  Sampler sk(k);  // 0.5 * {1: .4, 3: .3, 4: .15, 2: .1} / .95 + 0.5 * {2: .4, 4: .6}
+  expect_probs(prob_map(sk, l),
+               {{1, 0.5 * 0.4 / 0.95}, {3, 0.5 * 0.3 / 0.95}, {4, 0.5 * 0.15 / 0.95 + 0.3}, {2, 0.5 * 0.1 / 0.95 + 0.2}},
+               "mixture top_k");
+  const int kDraws = 20000;
+  std::map<int32_t, int> counts;
+  for (int i = 0; i < kDraws; ++i) ++counts[s.sample(l.data(), 5)];
+  double chi2 = 0;
+  for (int32_t id = 0; id < 5; ++id) {
+    const double e = want[id] * kDraws;
+    chi2 += (counts[id] - e) * (counts[id] - e) / e;
+  }
+  std::printf("[sampler] XTC mixture chi-square %.3f (df 4, critical 18.467 at p = 0.001)\n", chi2);
+  EXPECT_LT(chi2, 18.467);
+}
+
+// ------------------------------------------------------------------ DRY
+
+// Penalties are read back as logit deltas against a token DRY leaves alone, with
+// every raw logit 0 and no other sampler on. multiplier 0.8, base 1.75:
+// n - allowed = 0 -> 0.8, 1 -> 1.4, 2 -> 2.45, 3 -> 4.2875, 5 -> 13.13046875.
+SamplingParams dry_params(int32_t allowed, std::vector<std::vector<int32_t>> breakers, int32_t last_n = -1) {
+  SamplingParams p = no_truncation(1.0f);
+  p.dry_multiplier = 0.8f;
+  p.dry_base = 1.75f;
+  p.dry_allowed_length = allowed;
+  p.dry_penalty_last_n = last_n;
+  p.dry_breaker_ids = std::move(breakers);
+  return p;
+}
+
+// -penalty for each token of a 12-token vocabulary after the given context.
+std::vector<double> dry_deltas(const SamplingParams& p, const std::vector<int32_t>& prompt,
+                               const std::vector<int32_t>& generated = {}) {
+  Sampler s(p);
+  for (int32_t t : prompt) s.accept_prompt(t);
+  for (int32_t t : generated) s.accept(t);
+  const std::vector<float> zeros(12, 0.0f);
+  auto pr = s.probabilities(zeros.data(), 12);
+  std::sort(pr.begin(), pr.end());
+  // The largest probability belongs to an unpenalised token (logit 0).
+  double top = 0;
+  for (const auto& [id, x] : pr) top = std::max(top, static_cast<double>(x));
+  std::vector<double> out;
+  for (const auto& [id, x] : pr) out.push_back(std::log(static_cast<double>(x)) - std::log(top));
+  return out;
+}
+
+void expect_dry(const std::vector<double>& got, const std::map<int32_t, double>& penalties, const char* what) {
+  ASSERT_EQ(got.size(), 12u);
+  for (int32_t id = 0; id < 12; ++id) {
+    const double want = penalties.count(id) ? -penalties.at(id) : 0.0;
+    EXPECT_NEAR(got[id], want, 2e-5) << what << ": token " << id;
+  }
+}
+
+TEST(SamplerDry, HandWorkedPenalties) {
+  // 1 2 3 4 5 1 2 3: the last three tokens recur at the start, followed by 4, so 4
+  // would make a 4-token repeat: n = 3, penalty 0.8 * 1.75^(3 - 2) = 1.4. No other
+  // suffix recurs (reversed 3 2 1 5 4 3 2 1 has one match, at distance 5).
+  expect_dry(dry_deltas(dry_params(2, {}), {1, 2, 3, 4, 5}, {1, 2, 3}), {{4, 1.4}}, "1 2 3 4 5 1 2 3");
+  // Prompt and generated tokens both count; a breaker before the repeat does not matter.
+  expect_dry(dry_deltas(dry_params(2, {{9}}), {1, 2, 3, 4, 5, 1, 2, 3}), {{4, 1.4}}, "breaker before");
+  // n == allowed_length: 1 2 5 6 1 2 -> 5 extends a 2-token repeat: 0.8 * 1.75^0.
+  expect_dry(dry_deltas(dry_params(2, {}), {1, 2, 5, 6, 1, 2}), {{5, 0.8}}, "n == allowed");
+  // Below the allowed length: nothing.
+  expect_dry(dry_deltas(dry_params(3, {}), {1, 2, 5, 6, 1, 2}), {}, "n < allowed");
+  expect_dry(dry_deltas(dry_params(2, {}), {1, 5, 6, 1}), {}, "n = 1");
+  // Window of 5: 4 5 1 2 3 has no repeat; of 8: the whole context, as above.
+  expect_dry(dry_deltas(dry_params(2, {}, 5), {1, 2, 3, 4, 5, 1, 2, 3}), {}, "last_n 5");
+  expect_dry(dry_deltas(dry_params(2, {}, 8), {1, 2, 3, 4, 5, 1, 2, 3}), {{4, 1.4}}, "last_n 8");
+  // A token extending several repeats gets the longest: 4 2 3 6 1 2 3 6 0 1 2 3 ->
+  // 6 follows "2 3" (n = 2, preceded by 4, not 1) and "1 2 3" (n = 3): 1.4, not 0.8.
+  expect_dry(dry_deltas(dry_params(2, {}), {4, 2, 3, 6, 1, 2, 3, 6, 0, 1, 2, 3}), {{6, 1.4}}, "longest");
+  // Overlapping repeats: 5 5 5 5 -> 5 follows the suffix "5 5 5" (distance 1): 1.4.
+  expect_dry(dry_deltas(dry_params(2, {}), {5, 5, 5, 5}), {{5, 1.4}}, "self overlap");
+}
+
+TEST(SamplerDry, SequenceBreakers) {
+  // 1 9 2 3 6 1 9 2 3: 6 would extend "1 9 2 3" (n = 4: 0.8 * 1.75^2 = 2.45); with 9 a
+  // breaker only the 2 tokens after it count: n = 2, 0.8.
+  expect_dry(dry_deltas(dry_params(2, {}), {1, 9, 2, 3, 6, 1, 9, 2, 3}), {{6, 2.45}}, "no breaker");
+  expect_dry(dry_deltas(dry_params(2, {{9}}), {1, 9, 2, 3, 6, 1, 9, 2, 3}), {{6, 0.8}}, "breaker 9");
+  // 1 2 9 3 4 5 1 2 9 3: without breakers 4 extends "1 2 9 3" (2.45); with 9 a breaker
+  // one token follows it, below allowed_length: nothing.
+  expect_dry(dry_deltas(dry_params(2, {}), {1, 2, 9, 3, 4, 5, 1, 2, 9, 3}), {{4, 2.45}}, "no breaker 2");
+  expect_dry(dry_deltas(dry_params(2, {{9}}), {1, 2, 9, 3, 4, 5, 1, 2, 9, 3}), {}, "across breaker");
+  // A single-token breaker is never penalised: 1 2 3 9 1 2 3 9 1 2 3 -> 9 extends
+  // "1 2 3 9 1 2 3" (n = 7: 0.8 * 1.75^5 = 13.13046875) without breakers; with 9 a
+  // breaker, n is cut to 3 and 9 is exempt.
+  expect_dry(dry_deltas(dry_params(2, {}), {1, 2, 3, 9, 1, 2, 3, 9, 1, 2, 3}), {{9, 13.13046875}}, "9 plain");
+  expect_dry(dry_deltas(dry_params(2, {{9}}), {1, 2, 3, 9, 1, 2, 3, 9, 1, 2, 3}), {}, "9 exempt");
+  // A multi-token breaker {7, 8} resets only when 8 follows 7: 1 7 8 2 3 6 1 7 8 2 3 ->
+  // n = 5 (4.2875) without it, 2 (0.8) with it; 1 7 2 3 6 1 7 2 3 -> no reset (n = 4:
+  // 2.45). Its head 7 is not exempt from the penalty: 1 2 7 3 1 2 -> 7 extends "1 2"
+  // (0.8) under {7, 8}, but is exempt (and cuts the repeat) as the breaker {7}.
+  expect_dry(dry_deltas(dry_params(2, {}), {1, 7, 8, 2, 3, 6, 1, 7, 8, 2, 3}), {{6, 4.2875}}, "multi none");
+  expect_dry(dry_deltas(dry_params(2, {{7, 8}}), {1, 7, 8, 2, 3, 6, 1, 7, 8, 2, 3}), {{6, 0.8}}, "multi");
+  expect_dry(dry_deltas(dry_params(2, {{7, 8}}), {1, 7, 2, 3, 6, 1, 7, 2, 3}), {{6, 2.45}}, "multi no tail");
+  expect_dry(dry_deltas(dry_params(2, {{7, 8}}), {1, 2, 7, 3, 1, 2}), {{7, 0.8}}, "multi head penalised");
+  expect_dry(dry_deltas(dry_params(2, {{7}}), {1, 2, 7, 3, 1, 2}), {}, "single head exempt");
+}
+
+TEST(SamplerDry, OffLeavesEverythingUnchanged) {
+  // multiplier 0, base < 1 or last_n 0: DRY off, samples and draws as without it.
+  const std::vector<int32_t> ctx = {1, 2, 3, 4, 5, 1, 2, 3};
+  for (int variant = 0; variant < 3; ++variant) {
+    SamplingParams p = dry_params(2, {{9}});
+    if (variant == 0) p.dry_multiplier = 0.0f;
+    if (variant == 1) p.dry_base = 0.99f;
+    if (variant == 2) p.dry_penalty_last_n = 0;
+    expect_dry(dry_deltas(p, ctx), {}, "off");
+  }
+  // Bitwise: the default chain with DRY fields set but DRY off gives the same tokens.
+  SamplingParams a;
+  a.seed = 11;
+  a.repeat_penalty = 1.1f;
+  SamplingParams b = a;
+  b.dry_multiplier = 0.0f;
+  b.dry_allowed_length = 0;
+  b.dry_breaker_ids = {{1}, {2, 3}};
+  Sampler sa(a), sb(b);
+  for (int step = 0; step < 50; ++step) {
+    const auto l = normal_logits(300, 2.0f, 4000 + step);
+    const int32_t ta = sa.sample(l.data(), 300);
+    ASSERT_EQ(ta, sb.sample(l.data(), 300));
+    sa.accept(ta);
+    sb.accept(ta);
+  }
+}
+
+// Naive float64 DRY from its definition (no Z-function): for every earlier end
+// position e, the match length of the window's suffix ending there, capped at the
+// tokens after the most recent breaker; the token at e + 1 keeps its longest.
+std::map<int32_t, double> naive_dry(const std::vector<int32_t>& ctx, const SamplingParams& p) {
+  std::vector<int32_t> w = ctx;
+  if (p.dry_penalty_last_n > 0 && static_cast<int32_t>(w.size()) > p.dry_penalty_last_n)
+    w.erase(w.begin(), w.end() - p.dry_penalty_last_n);
+  const int32_t n = static_cast<int32_t>(w.size());
+  std::map<int32_t, double> out;
+  if (n <= p.dry_allowed_length) return out;
+  int32_t limit = n;
+  bool found = false;
+  for (int32_t head = n - 1; head >= 0 && !found; --head) {  // most recent head first
+    int32_t longest = -1;
+    for (const auto& b : p.dry_breaker_ids) {
+      const int32_t len = static_cast<int32_t>(b.size()) - 1;
+      if (b[0] != w[head] || head + len > n - 1) continue;
+      if (std::equal(b.begin() + 1, b.end(), w.begin() + head + 1)) longest = std::max(longest, len);
+    }
+    if (longest >= 0) {
+      limit = n - 1 - head - longest;
+      found = true;
+    }
+  }
+  if (limit < p.dry_allowed_length) return out;
+  std::map<int32_t, int32_t> rep;
+  for (int32_t e = 0; e + 1 < n; ++e) {
+    int32_t m = 0;
+    while (m <= e && w[e - m] == w[n - 1 - m]) ++m;
+    m = std::min(m, limit);
+    if (m < p.dry_allowed_length) continue;
+    auto it = rep.find(w[e + 1]);
+    if (it == rep.end() || it->second < m) rep[w[e + 1]] = m;
+  }
+  for (const auto& [t, m] : rep) {
+    bool single = false;
+    for (const auto& b : p.dry_breaker_ids) single |= b.size() == 1 && b[0] == t;
+    if (!single) out[t] = p.dry_multiplier * std::pow(static_cast<double>(p.dry_base), m - p.dry_allowed_length);
+  }
+  return out;
+}
+
+TEST(SamplerDry, RandomContextsMatchNaiveReference) {
+  SamplerRng cfg(31337);
+  int penalised = 0, broken = 0;  // trials with a penalty; trials where breakers change the result
+  for (int trial = 0; trial < 400; ++trial) {
+    const int32_t alphabet = 2 + static_cast<int32_t>(cfg.next_u64() % 4);  // small: many repeats
+    const int32_t len = static_cast<int32_t>(cfg.next_u64() % 33);
+    std::vector<int32_t> ctx(len);
+    for (int32_t& t : ctx) t = static_cast<int32_t>(cfg.next_u64() % alphabet);
+    if (trial % 3 == 0 && len > 4) std::copy(ctx.begin(), ctx.begin() + len / 3, ctx.end() - len / 3);  // a long repeat
+    SamplingParams p = dry_params(static_cast<int32_t>(cfg.next_u64() % 4), {});
+    p.dry_multiplier = 0.05f;
+    p.dry_base = (trial % 3 == 0) ? 1.0f : (trial % 3 == 1 ? 1.1f : 1.2f);
+    const uint64_t r = cfg.next_u64();
+    p.dry_penalty_last_n = (r & 1) ? -1 : 1 + static_cast<int32_t>((r >> 4) % 32);
+    if (r & 2) p.dry_breaker_ids.push_back({static_cast<int32_t>((r >> 12) % 6)});
+    if (r & 4) p.dry_breaker_ids.push_back({static_cast<int32_t>((r >> 16) % 6), static_cast<int32_t>((r >> 20) % 6)});
+    if (r & 8) p.dry_breaker_ids.push_back({static_cast<int32_t>((r >> 24) % 6), static_cast<int32_t>((r >> 28) % 6),
+                                            static_cast<int32_t>((r >> 32) % 6)});
+    const auto want = naive_dry(ctx, p);
+    penalised += !want.empty();
+    SamplingParams nb = p;
+    nb.dry_breaker_ids.clear();
+    broken += want != naive_dry(ctx, nb);
+    expect_dry(dry_deltas(p, ctx), want, "random");
+    if (HasFailure()) {
+      std::string s;
+      for (int32_t t : ctx) s += std::to_string(t) + " ";
+      FAIL() << "trial " << trial << " context " << s << " allowed " << p.dry_allowed_length << " last_n "
+             << p.dry_penalty_last_n << " breakers " << p.dry_breaker_ids.size();
+    }
+  }
+  std::printf("[sampler] DRY random: %d of 400 contexts penalised, %d changed by breakers\n", penalised, broken);
+  EXPECT_GT(penalised, 200);
+  EXPECT_GT(broken, 50);
+}
+
+TEST(SamplerDry, AppliesToGreedyAndResetsWithHistory) {
+  // Token 4 leads by 1.0 but DRY takes 1.4 from it (1 2 3 4 5 1 2 3): greedy picks 0.
+  std::vector<float> l(12, 0.0f);
+  l[4] = 1.0f;
+  l[0] = 0.5f;
+  SamplingParams p = dry_params(2, {});
+  p.temperature = 0.0f;
+  Sampler s(p);
+  for (int32_t t : {1, 2, 3, 4, 5, 1, 2, 3}) s.accept_prompt(t);
+  EXPECT_EQ(s.sample(l.data(), 12), 0);
+  s.reset_history();
+  EXPECT_EQ(s.sample(l.data(), 12), 4);
+}
+
+TEST(SamplerXtcDry, DeterministicForASeed) {
+  auto run = [](uint64_t seed) {
+    SamplingParams p;
+    p.temperature = 1.0f;
+    p.top_k = 0;
+    p.min_p = 0.02f;
+    p.xtc_probability = 0.5f;
+    p.xtc_threshold = 0.05f;
+    p.dry_multiplier = 0.8f;
+    p.dry_penalty_last_n = -1;
+    p.dry_breaker_ids = {{0}, {1, 2}};
+    p.seed = seed;
+    Sampler s(p);
+    for (int32_t t : {3, 4, 5, 3, 4}) s.accept_prompt(t);
+    std::vector<int32_t> out;
+    for (int step = 0; step < 80; ++step) {
+      auto l = normal_logits(64, 1.5f, 7000 + step % 5);  // few rows: repeats happen
+      const int32_t t = s.sample(l.data(), 64);
+      s.accept(t);
+      out.push_back(t);
+    }
+    return out;
+  };
+  const auto a = run(5), b = run(5), c = run(6);
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+}
+
+// ------------------------------------------------------------------ DRY breaker strings
+
+TEST(SamplerDry, BreakerIdsFromStringsAsLlamaCpp) {
+  // A toy vocabulary; tokenize = greedy longest match over it.
+  const std::vector<std::string> vocab = {"a", "b", "\n", "x:", "ab", "ca", "abc", "<|im_end|>", " *", "c",
+                                          "z", std::string(45, 'z')};
+  const int32_t n = static_cast<int32_t>(vocab.size());
+  auto text = [&](int32_t id) { return vocab[id]; };
+  auto tokenize = [&](std::string_view s) {
+    std::vector<int32_t> ids;
+    while (!s.empty()) {
+      int32_t best = -1;
+      for (int32_t i = 0; i < n; ++i)
+        if (s.substr(0, vocab[i].size()) == vocab[i] && (best < 0 || vocab[i].size() > vocab[best].size())) best = i;
+      if (best < 0) break;
+      ids.push_back(best);
+      s.remove_prefix(vocab[best].size());
+    }
+    return ids;
+  };
+  // "\n": token 2 contains it. ":": token 3. "abc": token 6 contains it; "a" (0), "ab"
+  // (4) and "ca" (5) end with a proper prefix of it, followed by tokenize("bc") =
+  // {b, c} = {1, 9} or tokenize("c") = {9}. "*": token 8. "" is skipped.
+  auto got = dry_breaker_ids_from_strings({"\n", ":", "abc", "*", ""}, n, text, tokenize);
+  std::vector<std::vector<int32_t>> want = {{0, 1, 9}, {2}, {3}, {4, 9}, {5, 1, 9}, {6}, {8}};
+  EXPECT_EQ(got, want);
+  // A breaker is cut to 40 bytes (so the 45-z token contains it), and a tail to 20
+  // tokens ("z" + tokenize(39 z's) = 39 "z" tokens, cut to 20).
+  got = dry_breaker_ids_from_strings({std::string(50, 'z')}, n, text, tokenize);
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0], std::vector<int32_t>(21, 10));
+  EXPECT_EQ(got[1], std::vector<int32_t>{11});
+  EXPECT_TRUE(dry_breaker_ids_from_strings({}, n, text, tokenize).empty());
+}
+
 // ------------------------------------------------------------------ distribution
 
 // Chi-square critical values at p = 0.001 for df = 1..7.
@@ -655,12 +1160,21 @@ TEST(Sampler, FastOnGemmaSizedVocabulary) {
   penalised.logit_bias = {{7, 1.0f}};
   SamplingParams greedy;
   greedy.temperature = 0.0f;
+  SamplingParams xtc_dry = defaults;
+  xtc_dry.xtc_probability = 0.5f;
+  xtc_dry.dry_multiplier = 0.8f;
+  xtc_dry.dry_penalty_last_n = -1;
+  SamplingParams xtc_full = no_truncation();
+  xtc_full.xtc_probability = 1.0f;
+  xtc_full.xtc_threshold = 0.001f;
   const std::vector<Case> cases = {{"default chain", defaults},
                                    {"top_k off", no_k},
                                    {"top_k+min_p off", no_k_no_min},
                                    {"full softmax", no_truncation()},
                                    {"penalties+bias", penalised},
-                                   {"greedy", greedy}};
+                                   {"greedy", greedy},
+                                   {"xtc+dry", xtc_dry},
+                                   {"xtc full softmax", xtc_full}};
   for (const auto& c : cases) {
     Sampler s(c.p);
     for (int i = 0; i < 64; ++i) s.accept(i * 1000);
