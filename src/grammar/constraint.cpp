@@ -143,6 +143,12 @@ Result<std::unique_ptr<TokenConstraint>> TokenConstraint::create(std::shared_ptr
   llg_constraint_init_set_defaults(&init, vocab->llg());
   init.log_stderr_level = 0;
   init.log_buffer_level = 0;
+  if (spec.kind == ConstraintKind::kGbnf) {
+    // Character-level lexemes (gbnf.h) make many more Earley items per mask than a
+    // lexer-level grammar: 20x llguidance's default budget (~50 ms at its 20k items/ms,
+    // on the mask worker, beside the forward).
+    init.limits.step_max_items = 1'000'000;
+  }
   LlgMatcher* m = llg_new_matcher(&init, type.c_str(), data.c_str());
   if (const char* e = llg_matcher_get_error(m); e != nullptr) {
     std::string msg = what + e;

@@ -559,7 +559,7 @@ std::variant<json, ApiError> Server::Impl::chat_context(const CompletionParams& 
     if (tool_format == ToolFormat::kNone)
       return ApiError{400,
                       "this model's chat template has no tool-call format specula can read (supported: Hermes "
-                      "<tool_call>, as Qwen2.5 writes)",
+                      "<tool_call> as Qwen2.5 writes, Llama 3.x JSON, Mistral [TOOL_CALLS])",
                       "invalid_request_error", "tools", ""};
     if (c.logprobs >= 0)
       return ApiError{400, "logprobs together with tools are not supported yet", "invalid_request_error", "logprobs", ""};
@@ -880,7 +880,10 @@ std::optional<ApiError> Server::Impl::compile_constraint(const CompletionParams&
     spec = *c.constraint;
   } else if (!c.forced_tool.empty()) {
     field = "tool_choice";
-    auto lark = forced_tool_grammar(tool_format, c.tools, c.forced_tool, c.parallel_tool_calls);
+    std::string marker = "\"[TOOL_CALLS]\"";
+    if (const int32_t id = tok->vocab().find("[TOOL_CALLS]"); id >= 0 && tok->vocab().is_control(id))
+      marker = "<[" + std::to_string(id) + "]>";  // llguidance's Lark names a special token by id
+    auto lark = forced_tool_grammar(tool_format, c.tools, c.forced_tool, c.parallel_tool_calls, marker);
     if (!lark) return ApiError{400, "'tool_choice': " + lark.status().message(), "invalid_request_error", field, ""};
     spec.kind = ConstraintKind::kLark;
     spec.text = std::move(lark).value();

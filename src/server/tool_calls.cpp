@@ -15,6 +15,9 @@ using json = nlohmann::ordered_json;
 constexpr const char* kOpen = "<tool_call>";
 constexpr const char* kClose = "</tool_call>";
 constexpr const char* kFence = "```";
+constexpr const char* kMistral = "[TOOL_CALLS]";
+constexpr const char* kMistralArgs = "[ARGS]";
+constexpr const char* kPythonTag = "<|python_tag|>";
 
 std::string trim(const std::string& s) {
   const size_t a = s.find_first_not_of(" \t\r\n");
@@ -23,10 +26,11 @@ std::string trim(const std::string& s) {
 }
 
 // The arguments object of a call ({} when absent; a JSON string holding an object is read
-// as that object); null when they are not an object.
+// as that object); null when they are not an object. Llama 3 names them "parameters".
 json args_object(const json& j) {
-  if (!j.contains("arguments")) return json::object();
-  const json& a = j["arguments"];
+  const char* key = j.contains("arguments") ? "arguments" : j.contains("parameters") ? "parameters" : nullptr;
+  if (key == nullptr) return json::object();
+  const json& a = j[key];
   if (a.is_object()) return a;
   if (a.is_string()) {
     json parsed = json::parse(a.get<std::string>(), nullptr, false);
@@ -42,7 +46,8 @@ std::string args_text(const json& j) { return args_object(j).dump(-1, ' ', false
 bool call_object(const json& j, bool strict, const std::vector<std::string>& tools) {
   if (!j.is_object() || !j.contains("name") || !j["name"].is_string() || args_object(j).is_null()) return false;
   if (!strict) return true;
-  return j.contains("arguments") && std::find(tools.begin(), tools.end(), j["name"].get<std::string>()) != tools.end();
+  return (j.contains("arguments") || j.contains("parameters")) &&
+         std::find(tools.begin(), tools.end(), j["name"].get<std::string>()) != tools.end();
 }
 
 // The top-level JSON values of a text holding one or more of them separated by
@@ -145,31 +150,144 @@ ParsedAnswer fenced_or_bare(const std::string& text, const std::vector<std::stri
   out.content = trim(content);
   return out;
 }
+// Llama 3: the whole answer is calls ({"name", "parameters"} objects, after an optional
+// <|python_tag|>, separated by whitespace or ";"), each naming a tool; else it is text.
+ParsedAnswer llama3_calls(const std::string& text, const std::vector<std::string>& tools) {
+  std::string s = trim(text);
+  if (s.rfind(kPythonTag, 0) == 0) s = trim(s.substr(std::string(kPythonTag).size()));
+  std::string joined;
+  JsonBrackets brackets;
+  int depth = 0;
+  for (char ch : s) {  // ";" between top-level objects is a separator
+    const int before = depth;
+    depth += brackets.step(ch);
+    joined += (ch == ';' && before == 0 && depth == 0) ? ' ' : ch;
+  }
+  std::vector<ToolCall> calls;
+  if (read_calls(joined, true, tools, &calls)) return ParsedAnswer{"", std::move(calls)};
+  return ParsedAnswer{text, {}};
+}
+
+// Mistral: content, then [TOOL_CALLS] and either a JSON array of calls or name[ARGS]{...}
+// repeated (each [TOOL_CALLS]-prefixed or not).
+ParsedAnswer mistral_calls(const std::string& text, const std::vector<std::string>& tools) {
+  const size_t at = text.find(kMistral);
+  if (at == std::string::npos) {
+    // [TOOL_CALLS] is a control token in Mistral's vocabularies: its text is not in the
+    // answer. A bare array of calls naming the request's tools is calls.
+    std::vector<ToolCall> calls;
+    const std::string t = trim(text);
+    if (!t.empty() && t[0] == '[' && read_calls(t, true, tools, &calls)) return ParsedAnswer{"", std::move(calls)};
+    return ParsedAnswer{text, {}};
+  }
+  ParsedAnswer out;
+  out.content = trim(text.substr(0, at));
+  std::string rest = text.substr(at);
+  // Drop every marker; what is left is "[...]" / "{...}" JSON, or name[ARGS]{...} runs.
+  std::string body;
+  for (size_t pos = 0;;) {
+    const size_t m = rest.find(kMistral, pos);
+    body += rest.substr(pos, m == std::string::npos ? std::string::npos : m - pos);
+    if (m == std::string::npos) break;
+    body += ' ';
+    pos = m + std::string(kMistral).size();
+  }
+  if (body.find(kMistralArgs) == std::string::npos) {
+    if (!read_calls(body, false, {}, &out.calls)) return ParsedAnswer{text, {}};
+    return out;
+  }
+  size_t pos = 0;
+  for (;;) {
+    const size_t first = body.find_first_not_of(" \t\r\n", pos);
+    if (first == std::string::npos) break;
+    const size_t a = body.find(kMistralArgs, first);
+    if (a == std::string::npos) return ParsedAnswer{text, {}};
+    const std::string name = trim(body.substr(first, a - first));
+    size_t j = a + std::string(kMistralArgs).size();
+    if (name.empty() || j >= body.size() || body[j] != '{') return ParsedAnswer{text, {}};
+    JsonBrackets brackets;
+    int depth = 0;
+    size_t end = j;
+    for (; end < body.size(); ++end) {
+      depth += brackets.step(body[end]);
+      if (depth == 0) break;
+    }
+    if (end >= body.size()) return ParsedAnswer{text, {}};
+    json args = json::parse(body.substr(j, end + 1 - j), nullptr, false);
+    if (!args.is_object()) return ParsedAnswer{text, {}};
+    out.calls.push_back({name, args.dump(-1, ' ', false, json::error_handler_t::replace)});
+    pos = end + 1;
+  }
+  if (out.calls.empty()) return ParsedAnswer{text, {}};
+  return out;
+}
+
+// Tags that may start a call, per format.
+std::vector<std::string> call_tags(ToolFormat format) {
+  switch (format) {
+    case ToolFormat::kHermes: return {kOpen, kFence};
+    case ToolFormat::kLlama3Json: return {kPythonTag};
+    case ToolFormat::kMistral: return {kMistral};
+    case ToolFormat::kNone: break;
+  }
+  return {};
+}
 }  // namespace
 
 ToolFormat tool_format_of(const std::string& template_source) {
-  return template_source.find(kOpen) != std::string::npos ? ToolFormat::kHermes : ToolFormat::kNone;
+  if (template_source.find(kOpen) != std::string::npos) return ToolFormat::kHermes;
+  if (template_source.find(kMistral) != std::string::npos) return ToolFormat::kMistral;
+  if (template_source.find("<|start_header_id|>") != std::string::npos &&
+      template_source.find("\"parameters\"") != std::string::npos && template_source.find("tools") != std::string::npos)
+    return ToolFormat::kLlama3Json;
+  return ToolFormat::kNone;
 }
 
 ParsedAnswer parse_tool_calls(ToolFormat format, const std::string& text, const std::vector<std::string>& tools) {
-  if (format != ToolFormat::kHermes) return ParsedAnswer{text, {}};
-  if (text.find(kOpen) != std::string::npos) return tagged(text);
-  return fenced_or_bare(text, tools);
+  switch (format) {
+    case ToolFormat::kHermes:
+      if (text.find(kOpen) != std::string::npos) return tagged(text);
+      return fenced_or_bare(text, tools);
+    case ToolFormat::kLlama3Json: return llama3_calls(text, tools);
+    case ToolFormat::kMistral: return mistral_calls(text, tools);
+    case ToolFormat::kNone: break;
+  }
+  return ParsedAnswer{text, {}};
 }
 
 Release releasable_content(ToolFormat format, const std::string& pending, bool at_start) {
-  if (format != ToolFormat::kHermes) return {pending.size(), false};
+  if (format == ToolFormat::kNone) return {pending.size(), false};
+  if (format == ToolFormat::kLlama3Json) {
+    // A Llama 3 answer is either all calls or all text: hold it while it could be a call.
+    if (at_start) {
+      const size_t first = pending.find_first_not_of(" \t\r\n");
+      if (first == std::string::npos) return {0, false};
+      if (pending[first] == '{' || pending.compare(first, std::string(kPythonTag).size(), kPythonTag) == 0 ||
+          std::string(kPythonTag).compare(0, pending.size() - first, pending, first) == 0)
+        return {0, true};
+    }
+    return {pending.size(), false};
+  }
   if (at_start) {
     const size_t first = pending.find_first_not_of(" \t\r\n");
     if (first == std::string::npos) return {0, false};  // only whitespace so far: wait
     if (pending[first] == '{' || pending[first] == '[') return {0, true};
   }
+  if (format == ToolFormat::kMistral && at_start) {
+    const size_t first = pending.find_first_not_of(" \t\r\n");
+    if (first == std::string::npos) return {0, false};
+    if (pending[first] == '[' && pending.compare(first, std::string(kMistral).size(), kMistral) != 0 &&
+        std::string(kMistral).compare(0, std::min(pending.size() - first, std::string(kMistral).size()), pending, first,
+                                      std::string::npos) != 0)
+      return {0, true};  // a bare call array (the marker was a control token)
+  }
+  const std::vector<std::string> tags = call_tags(format);
   size_t at = std::string::npos;
-  for (const std::string& tag : {std::string(kOpen), std::string(kFence)}) at = std::min(at, pending.find(tag));
+  for (const std::string& tag : tags) at = std::min(at, pending.find(tag));
   if (at != std::string::npos) return {at, true};
   // Hold back a suffix that is a proper prefix of a tag.
   size_t keep = 0;
-  for (const std::string& tag : {std::string(kOpen), std::string(kFence)}) {
+  for (const std::string& tag : tags) {
     for (size_t k = std::min(pending.size(), tag.size() - 1); k > keep; --k)
       if (pending.compare(pending.size() - k, k, tag, 0, k) == 0) {
         keep = k;
@@ -210,8 +328,8 @@ ParsedAnswer ToolCallStream::parse_whole(const std::string& text, bool cut_by_le
 
 
 Result<std::string> forced_tool_grammar(ToolFormat format, const nlohmann::ordered_json& tools, const std::string& name,
-                                        bool parallel) {
-  if (format != ToolFormat::kHermes)
+                                        bool parallel, const std::string& mistral_marker) {
+  if (format == ToolFormat::kNone)
     return Status::error("the model's chat template has no tool-call format, so a call cannot be forced");
   auto lit = [](const std::string& s) { return nlohmann::json(s).dump(); };
   std::string rules, alts;
@@ -223,13 +341,28 @@ Result<std::string> forced_tool_grammar(ToolFormat format, const nlohmann::order
     const nlohmann::ordered_json params =
         fn.contains("parameters") && fn["parameters"].is_object() ? fn["parameters"] : nlohmann::ordered_json::object();
     const std::string rule = "call_" + std::to_string(n++);
-    rules += rule + ": " + lit("<tool_call>\n{\"name\": " + nlohmann::json(fname).dump() + ", \"arguments\": ") +
-             " %json " + params.dump() + " " + lit("}\n</tool_call>") + "\n";
+    const std::string fname_json = nlohmann::json(fname).dump();
+    if (format == ToolFormat::kHermes) {
+      rules += rule + ": " + lit("<tool_call>\n{\"name\": " + fname_json + ", \"arguments\": ") + " %json " +
+               params.dump() + " " + lit("}\n</tool_call>") + "\n";
+    } else {
+      const char* key = format == ToolFormat::kLlama3Json ? "parameters" : "arguments";
+      rules += rule + ": " + lit("{\"name\": " + fname_json + ", \"" + key + "\": ") + " %json " + params.dump() + " " +
+               lit("}") + "\n";
+    }
     alts += (alts.empty() ? "" : " | ") + rule;
   }
   if (n == 0) return Status::error("no tool named '" + name + "'");
-  // A newline may follow the last call (Qwen's models write one before ending).
-  std::string start = parallel ? "start: call (\"\\n\" call)* \"\\n\"?\n" : "start: call \"\\n\"?\n";
+  std::string start;
+  if (format == ToolFormat::kHermes) {
+    // A newline may follow the last call (Qwen's models write one before ending).
+    start = parallel ? "start: call (\"\\n\" call)* \"\\n\"?\n" : "start: call \"\\n\"?\n";
+  } else if (format == ToolFormat::kLlama3Json) {
+    start = parallel ? "start: call (\"; \" call)*\n" : "start: call\n";
+  } else {
+    // [TOOL_CALLS] [{...}, {...}] (Mistral v3's tool-call text, with its space).
+    start = "start: " + mistral_marker + (parallel ? " \" [\" call (\", \" call)* \"]\"\n" : " \" [\" call \"]\"\n");
+  }
   return start + "call: " + alts + "\n" + rules;
 }
 

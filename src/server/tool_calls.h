@@ -12,7 +12,8 @@
 // never dropped.
 // tool_choice "required" or a named function is enforced with a grammar of the format's
 // calls (forced_tool_grammar, run by grammar/constraint.h).
-// Does not: the Llama 3 JSON / Mistral [TOOL_CALLS] formats.
+// Does not: Gemma (its templates have no tool-call format), Llama's built-in tools
+// (brave_search / wolfram_alpha / code_interpreter calls in <|python_tag|> Python).
 #pragma once
 
 #include <cstddef>
@@ -25,9 +26,18 @@
 
 namespace specula::server {
 
-enum class ToolFormat { kNone, kHermes };
+// Llama 3.x JSON (Meta's llama3.1+ templates, "Respond in the format {"name": function
+// name, "parameters": dictionary of argument name and its value}"): the answer is one call
+// object {"name", "parameters"} (or "arguments"), optionally after <|python_tag|>, several
+// separated by ";" or newlines; read as calls only when each name is one of the tools.
+// Mistral (templates that write [TOOL_CALLS]): "[TOOL_CALLS]" then a JSON array of
+// {"name", "arguments", "id"?} objects (v3 tokenizers), or name[ARGS]{json} repeated
+// (v11+); text before [TOOL_CALLS] is content.
+enum class ToolFormat { kNone, kHermes, kLlama3Json, kMistral };
 
-// The tool-call format a chat template writes and expects back; kNone when it has none.
+// The tool-call format a chat template writes and expects back; kNone when it has none:
+// "<tool_call>" -> Hermes, "[TOOL_CALLS]" -> Mistral, a Llama 3 header template that
+// mentions "parameters" and tools -> Llama 3 JSON.
 ToolFormat tool_format_of(const std::string& template_source);
 
 struct ToolCall {
@@ -43,10 +53,14 @@ struct ParsedAnswer {
 // A grammar (llguidance's Lark dialect) whose sentences are `format` calls of the tool
 // named `name` ("*": any of `tools`, OpenAI's [{"type": "function", "function": {"name",
 // "parameters"}}]) with arguments valid for its parameters schema; `parallel`: one or
-// more calls, else exactly one. Hermes: <tool_call>\n{"name": "f", "arguments": {...}}\n</tool_call>.
+// more calls, else exactly one. Hermes: <tool_call>\n{"name": "f", "arguments": {...}}\n</tool_call>;
+// Llama 3: {"name": "f", "parameters": {...}} (";" between calls); Mistral: [TOOL_CALLS]
+// [{"name": "f", "arguments": {...}}, ...] — `mistral_marker` is how the grammar names the
+// [TOOL_CALLS] token (its text, or llguidance's <[id]> for a control token).
 // Errors: the format has no calls (a template without tool calls).
 Result<std::string> forced_tool_grammar(ToolFormat format, const nlohmann::ordered_json& tools,
-                                        const std::string& name, bool parallel);
+                                        const std::string& name, bool parallel,
+                                        const std::string& mistral_marker = "\"[TOOL_CALLS]\"");
 
 // Splits a whole answer into text and calls; `tools`: the request's tool names.
 ParsedAnswer parse_tool_calls(ToolFormat format, const std::string& text, const std::vector<std::string>& tools);

@@ -10,6 +10,7 @@
 
 #include "../test_util.h"
 #include "formats/gguf.h"
+#include "server/tool_calls.h"
 #include "tokenizer/tokenizer.h"
 
 namespace specula {
@@ -262,6 +263,43 @@ TEST_F(ConstraintTest, CompileErrorsNameTheKind) {
   ConstraintSpec choice;
   choice.kind = ConstraintKind::kChoice;
   EXPECT_FALSE(TokenConstraint::create(*vocab_, choice).is_ok());
+}
+
+// The forced-call grammars of every tool format compile and take a call in that format
+// (and nothing else).
+TEST_F(ConstraintTest, ForcedToolCallGrammarsAcceptTheirFormat) {
+  const nlohmann::ordered_json tools = nlohmann::ordered_json::parse(R"([
+    {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+      "properties": {"city": {"type": "string"}}, "required": ["city"], "additionalProperties": false}}}])");
+  struct Case {
+    server::ToolFormat format;
+    const char* good;
+    const char* bad;
+  };
+  const Case cases[] = {
+      {server::ToolFormat::kHermes, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
+       "<tool_call>\n{\"name\": \"get_time\""},
+      {server::ToolFormat::kLlama3Json, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}",
+       "{\"name\": \"get_weather\", \"arguments\""},
+      {server::ToolFormat::kMistral, "[TOOL_CALLS] [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}]",
+       "[TOOL_CALLS] [{\"name\": \"get_weather\", \"arguments\": {\"town\""},
+  };
+  for (const Case& k : cases) {
+    auto g = server::forced_tool_grammar(k.format, tools, "get_weather", false);
+    ASSERT_TRUE(g.is_ok()) << g.message();
+    ConstraintSpec spec;
+    spec.kind = ConstraintKind::kLark;
+    spec.text = *g;
+    auto c = make(spec);
+    ASSERT_NE(c, nullptr) << *g;
+    const auto good = tok_->encode(k.good, false, false);
+    EXPECT_EQ(c->valid_prefix(good), static_cast<int32_t>(good.size())) << k.good;
+    ASSERT_TRUE(c->consume(good).is_ok());
+    EXPECT_TRUE(c->accepting()) << k.good;
+    auto c2 = make(spec);
+    const auto bad = tok_->encode(k.bad, false, false);
+    EXPECT_LT(c2->valid_prefix(bad), static_cast<int32_t>(bad.size())) << k.bad;
+  }
 }
 
 TEST(TokenMask, AppliesBitsExactly) {
