@@ -11,7 +11,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "formats/gguf.h"
 #include "model/model.h"
+#include "tokenizer/tokenizer.h"
 
 namespace specula::testing {
 
@@ -22,6 +24,21 @@ inline std::string default_model_path() {
 }
 
 inline bool default_model_present() { return std::filesystem::exists(default_model_path()); }
+
+// The default model's tokenizer (from its GGUF vocabulary); null when the model is absent.
+// A load error fails the calling test.
+inline std::unique_ptr<tokenizer::Tokenizer> default_tokenizer() {
+  if (!default_model_present()) return nullptr;
+  auto f = gguf::GgufFile::open(default_model_path());
+  EXPECT_TRUE(f.is_ok()) << f.message();
+  if (!f.is_ok()) return nullptr;
+  auto v = tokenizer::Vocab::from_gguf(*f);
+  EXPECT_TRUE(v.is_ok()) << v.message();
+  if (!v.is_ok()) return nullptr;
+  auto t = tokenizer::make_tokenizer(*v);
+  EXPECT_TRUE(t.is_ok()) << t.message();
+  return t.is_ok() ? std::move(t).value() : nullptr;
+}
 
 inline std::string models_dir() {
   const char* env = std::getenv("SPECULA_MODELS");

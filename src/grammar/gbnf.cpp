@@ -23,24 +23,6 @@ std::string rule_name(std::string_view n) {
   return out;
 }
 
-void append_utf8(std::string& s, uint32_t cp) {
-  if (cp < 0x80) {
-    s += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    s += static_cast<char>(0xC0 | (cp >> 6));
-    s += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    s += static_cast<char>(0xE0 | (cp >> 12));
-    s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    s += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    s += static_cast<char>(0xF0 | (cp >> 18));
-    s += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    s += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
-
 // A regex for one code point, safe inside and outside a class and inside /.../.
 std::string rx_char(uint32_t cp) {
   if ((cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z') || (cp >= '0' && cp <= '9')) return std::string(1, static_cast<char>(cp));
@@ -179,8 +161,6 @@ class Converter {
         while (pos_ < s_.size() && s_[pos_] != '"') {
           uint32_t cp;
           if (auto st = literal_char(cp); !st.is_ok()) return st;
-          std::string u;
-          append_utf8(u, cp);
           chars.push_back("/" + rx_char(cp) + "/");
         }
         if (pos_ >= s_.size()) return err("unterminated string");

@@ -67,14 +67,8 @@ TEST(Gbnf, RefusalsNameTheProblem) {
 class ConstraintTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    if (!testing::default_model_present()) return;
-    auto f = gguf::GgufFile::open(testing::default_model_path());
-    ASSERT_TRUE(f.is_ok()) << f.message();
-    auto v = tokenizer::Vocab::from_gguf(*f);
-    ASSERT_TRUE(v.is_ok()) << v.message();
-    auto t = tokenizer::make_tokenizer(*v);
-    ASSERT_TRUE(t.is_ok()) << t.message();
-    tok_ = std::move(t).value().release();
+    tok_ = testing::default_tokenizer().release();
+    if (tok_ == nullptr) return;
     eog_ = {1, 106};  // <eos>, <end_of_turn>
     auto g = GrammarVocab::create(*tok_, tok_->vocab().size(), eog_);
     ASSERT_TRUE(g.is_ok()) << g.message();

@@ -40,14 +40,7 @@ bool valid_utf8(const std::string& s) {
 class CompletionStreamTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    if (!testing::default_model_present()) return;
-    auto f = gguf::GgufFile::open(testing::default_model_path());
-    ASSERT_TRUE(f.is_ok()) << f.message();
-    auto v = tokenizer::Vocab::from_gguf(*f);
-    ASSERT_TRUE(v.is_ok()) << v.message();
-    auto t = tokenizer::make_tokenizer(*v);
-    ASSERT_TRUE(t.is_ok()) << t.message();
-    tok_ = std::move(t).value().release();
+    tok_ = testing::default_tokenizer().release();
   }
   static void TearDownTestSuite() {
     delete tok_;
