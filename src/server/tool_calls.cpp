@@ -50,6 +50,18 @@ bool call_object(const json& j, bool strict, const std::vector<std::string>& too
          std::find(tools.begin(), tools.end(), j["name"].get<std::string>()) != tools.end();
 }
 
+// The position of the bracket closing the JSON object/array that opens at s[pos]
+// (strings skipped), or npos when it does not close.
+size_t json_close(const std::string& s, size_t pos) {
+  JsonBrackets brackets;
+  int depth = 0;
+  for (size_t end = pos; end < s.size(); ++end) {
+    depth += brackets.step(s[end]);
+    if (depth == 0) return end;
+  }
+  return std::string::npos;
+}
+
 // The top-level JSON values of a text holding one or more of them separated by
 // whitespace (models list several calls as consecutive objects); empty when it is not
 // such a text.
@@ -58,14 +70,8 @@ std::vector<json> json_values(const std::string& s) {
   size_t pos = s.find_first_not_of(" \t\r\n");
   while (pos != std::string::npos) {
     if (s[pos] != '{' && s[pos] != '[') return {};
-    JsonBrackets brackets;
-    int depth = 0;
-    size_t end = pos;
-    for (; end < s.size(); ++end) {
-      depth += brackets.step(s[end]);
-      if (depth == 0) break;
-    }
-    if (end >= s.size()) return {};
+    const size_t end = json_close(s, pos);
+    if (end == std::string::npos) return {};
     json j = json::parse(s.substr(pos, end + 1 - pos), nullptr, false);
     if (j.is_discarded()) return {};
     out.push_back(std::move(j));
@@ -205,14 +211,8 @@ ParsedAnswer mistral_calls(const std::string& text, const std::vector<std::strin
     const std::string name = trim(body.substr(first, a - first));
     size_t j = a + std::string(kMistralArgs).size();
     if (name.empty() || j >= body.size() || body[j] != '{') return ParsedAnswer{text, {}};
-    JsonBrackets brackets;
-    int depth = 0;
-    size_t end = j;
-    for (; end < body.size(); ++end) {
-      depth += brackets.step(body[end]);
-      if (depth == 0) break;
-    }
-    if (end >= body.size()) return ParsedAnswer{text, {}};
+    const size_t end = json_close(body, j);
+    if (end == std::string::npos) return ParsedAnswer{text, {}};
     json args = json::parse(body.substr(j, end + 1 - j), nullptr, false);
     if (!args.is_object()) return ParsedAnswer{text, {}};
     out.calls.push_back({name, args.dump(-1, ' ', false, json::error_handler_t::replace)});
