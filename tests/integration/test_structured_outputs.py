@@ -6,7 +6,8 @@ with the official `openai` client, judged by `jsonschema` (PyPI):
   and sampled;
 - greedy answers with speculative decoding (n-gram drafts, the grammar's forced tokens as
   free drafts) equal the plain ones token for token;
-- a batch of 8 (4 constrained, 4 unconstrained) gives each request the text it gets alone;
+- a batch of 8 (4 constrained, greedy or seeded-sampled, beside 4 unconstrained) gives each
+  request the text it gets alone;
 - regex, choice, GBNF grammar, json_object, vLLM's guided_* names, /v1/completions;
 - refusals: a 400 naming the field for a bad schema / regex / grammar, two constraints.
 Model: Qwen2.5-Coder 0.5B (scripts/test fetches it). Gemma 3 270M is too small for this:
@@ -112,6 +113,14 @@ def run():
         for k in range(4):
             check(got[k] == plain[k], f"batch: constrained {cases[k]['name']} {got[k]!r} != alone {plain[k]!r}")
         check(got[4:] == alone, f"batch: unconstrained rows changed: {got[4:]} != {alone}")
+        # Sampled (seeded) constrained rows beside unconstrained ones: the same answers as in
+        # the sampled pass above, and valid.
+        jobs = [pool.submit(ask, client, cases[k], 0.8, 100 + k) for k in range(4, 8)]
+        jobs += [pool.submit(free, p) for p in free_prompts]
+        got = [j.result() for j in jobs]
+        for i, k in enumerate(range(4, 8)):
+            check(got[i] == sampled[k], f"batch: sampled {cases[k]['name']} {got[i]!r} != {sampled[k]!r}")
+        check(got[4:] == alone, f"batch: unconstrained rows changed beside sampled ones: {got[4:]}")
 
         # Other constraint kinds, both routes.
         def comp(body):
