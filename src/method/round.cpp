@@ -125,7 +125,14 @@ Status Round::prepare(std::span<const RoundRow> rows) {
   bool any_constraint = false;
   for (size_t i = 0; i < rows_.size(); ++i) any_constraint |= rows_[i].constraint != nullptr && out_count[i] > 0;
   std::thread mask_worker;
-  if (any_constraint) mask_worker = std::thread([this, &out_count] { compute_masks(out_count); });
+  if (any_constraint)
+    mask_worker = std::thread([this, &out_count] {
+      try {
+        compute_masks(out_count);
+      } catch (const std::exception& e) {  // (out of memory): those rows fail, not the process
+        mask_errors_.assign(rows_.size(), std::string("[grammar] mask worker: ") + e.what());
+      }
+    });
   state_->begin(tx_rows_);
   open_ = true;
   Batch batch;
