@@ -129,7 +129,8 @@ class Converter {
         const char h = s_[pos_];
         cp = cp * 16 + static_cast<uint32_t>(h <= '9' ? h - '0' : (h | 0x20) - 'a' + 10);
       }
-      if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF) || cp == 0) return err("escape is not a Unicode scalar value");
+      // (\x00 is fine: llama.cpp's JSON grammar excludes [\x00-\x1F] from strings.)
+      if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return err("escape is not a Unicode scalar value");
       return Status::ok();
     }
     // A UTF-8 sequence.

@@ -51,7 +51,7 @@ TEST(Gbnf, RefusalsNameTheProblem) {
       {"root ::= (\"a\"", "expected ')'"},
       {"root ::= \"a\"{3,1}", "n < m"},
       {"root ::= \"a\" $", "unexpected character"},
-      {"root ::= \"\\x00\"", "Unicode scalar"},
+      {"root ::= \"\\uD800\"", "Unicode scalar"},
       {"root ::= []", "empty character class"},
   };
   for (const Case& c : cases) {
@@ -203,6 +203,33 @@ TEST_F(ConstraintTest, GbnfKeepsCharacterLevelMeaning) {
   const auto ids = tok_->encode("ing", false, false);
   ASSERT_TRUE(c->consume(ids).is_ok());
   EXPECT_FALSE(c->accepting());  // [a-z]+ needs a letter before "ing"
+}
+
+// A JSON grammar in GBNF as llama.cpp users write it (control characters excluded from
+// strings with \x00-\x1F, bounded repetition): JSON text is accepted, broken JSON is not.
+TEST_F(ConstraintTest, GbnfJsonGrammar) {
+  ConstraintSpec spec;
+  spec.kind = ConstraintKind::kGbnf;
+  spec.text = R"(root ::= object
+value ::= object | array | string | number | ("true" | "false" | "null")
+object ::= "{" ws ( string ":" ws value ("," ws string ":" ws value)* )? ws "}"
+array ::= "[" ws ( value ("," ws value)* )? ws "]"
+string ::= "\"" ( [^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4}) )* "\""
+number ::= "-"? ([0-9] | [1-9] [0-9]{0,15}) ("." [0-9]+)? ([eE] [-+]? [0-9]+)?
+ws ::= | " " | "\n" [ \t]{0,20}
+)";
+  const std::string good = "{\"name\": \"Al\\u00e9 \\\"x\\\"\",\n  \"age\": -30.5e2, \"tags\": [true, null, {}]}";
+  auto c = make(spec);
+  ASSERT_NE(c, nullptr);
+  const auto ids = tok_->encode(good, false, false);
+  EXPECT_EQ(c->valid_prefix(ids), static_cast<int32_t>(ids.size())) << good;
+  ASSERT_TRUE(c->consume(ids).is_ok());
+  EXPECT_TRUE(c->accepting());
+  for (const char* bad : {"{\"a\": 01}", "{\"a\":\t1}", "{'a': 1}", "[1]"}) {
+    auto b = make(spec);
+    const auto bids = tok_->encode(bad, false, false);
+    EXPECT_LT(b->valid_prefix(bids), static_cast<int32_t>(bids.size())) << bad;
+  }
 }
 
 TEST_F(ConstraintTest, JsonSchemaKeepsPropertyOrderAndCompactSeparators) {
