@@ -21,6 +21,9 @@ fi
 cache="${SPECULA_CACHE:-$HOME/.cache/specula}"
 export CARGO_TARGET_DIR="$cache/cargo/llguidance-target"
 mkdir -p "$CARGO_TARGET_DIR" "$out/lib" "$out/include"
+if [ ! -f "$CARGO_TARGET_DIR/release/libspecula_llguidance.a" ]; then
+  echo "[build_llguidance] building the llguidance crate with cargo (first time: 1-2.5 minutes on 2 cores)" >&2
+fi
 cargo build --quiet --release --locked --manifest-path "$manifest" >&2
 # The header ships in the crate's own source folder; cargo metadata says where.
 crate_dir="$(cargo metadata --format-version 1 --locked --manifest-path "$manifest" |

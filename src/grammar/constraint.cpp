@@ -15,6 +15,15 @@
 
 namespace specula {
 
+namespace {
+// llguidance's message without the parser-state dump it appends after the first line.
+std::string first_line(const char* e) {
+  std::string s = e != nullptr ? e : "failed";
+  const size_t nl = s.find('\n');
+  return nl == std::string::npos ? s : s.substr(0, nl);
+}
+}  // namespace
+
 // llguidance calls this (from any thread) for the grammar's forced text: the model's own
 // tokenization, no BOS, special-token parsing off.
 size_t grammar_tokenize_callback(const void* user, const uint8_t* bytes, size_t n, uint32_t* out, size_t cap) {
@@ -151,7 +160,7 @@ Result<std::unique_ptr<TokenConstraint>> TokenConstraint::create(std::shared_ptr
   }
   LlgMatcher* m = llg_new_matcher(&init, type.c_str(), data.c_str());
   if (const char* e = llg_matcher_get_error(m); e != nullptr) {
-    std::string msg = what + e;
+    std::string msg = what + first_line(e);
     llg_free_matcher(m);
     return Status::error(msg);
   }
@@ -172,8 +181,7 @@ TokenConstraint::~TokenConstraint() { llg_free_matcher(m_); }
 
 namespace {
 Status matcher_error(LlgMatcher* m, const char* op) {
-  const char* e = llg_matcher_get_error(m);
-  return Status::error(std::string("[grammar] ") + op + ": " + (e != nullptr ? e : "failed"));
+  return Status::error(std::string("[grammar] ") + op + ": " + first_line(llg_matcher_get_error(m)));
 }
 }  // namespace
 

@@ -421,7 +421,7 @@ std::variant<CompletionParams, ApiError> parse_completion_request(const std::str
   }
   p.integer("max_completion_tokens", std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max(),
             &max_completion);
-  p.integer("n", 1, std::numeric_limits<int32_t>::max(), &n);
+  p.integer("n", 1, 16, &n);
   p.integer("seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(), &seed);
   p.integer("top_k", -1, std::numeric_limits<int32_t>::max(), &top_k);
   p.number("temperature", 0.0, 2.0, &c.sampling.temperature);
@@ -596,7 +596,7 @@ json logprobs_completion(const std::vector<TokenLogprob>& lps, int64_t text_offs
     json top = json::object();
     for (const auto& [tok, lp] : t.top)
       if (!top.contains(tok)) top[tok] = lp;
-    tops.push_back(top);
+    tops.push_back(std::isnan(t.logprob) ? json(nullptr) : top);  // echo's first token: null, as OpenAI
     offsets.push_back(off);
     off += static_cast<int64_t>(t.token.size());
   }

@@ -966,14 +966,22 @@ void Server::Impl::run_choices(CompletionParams& c, EngineRequest er, int64_t n_
   } guard{ch};
   std::string id;
   const int64_t created = unix_now();
+  // Every choice's grammar from the untouched one, before any of them runs (a clone made
+  // after choice 0 started would start where choice 0 is).
+  std::vector<std::shared_ptr<TokenConstraint>> grammars(static_cast<size_t>(n));
+  for (int i = 0; i < n && er.constraint; ++i) {
+    if (i == 0) {
+      grammars[0] = er.constraint;
+      continue;
+    }
+    auto cl = er.constraint->clone();
+    if (!cl) return fmt.error(ex, ApiError{500, cl.status().message(), "server_error", "", ""});
+    grammars[static_cast<size_t>(i)] = std::move(cl).value();
+  }
   auto submit = [&](int i) -> std::optional<ApiError> {
     EngineRequest r = er;
     r.sampling.seed = seed + static_cast<uint64_t>(i);
-    if (er.constraint && i > 0) {
-      auto cl = er.constraint->clone();
-      if (!cl) return ApiError{500, cl.status().message(), "server_error", "", ""};
-      r.constraint = std::move(cl).value();
-    }
+    r.constraint = grammars[static_cast<size_t>(i)];
     Choice& x = ch[static_cast<size_t>(i)];
     x.stream = std::make_shared<CompletionStream>(*tok, c.stop, c.logprobs >= 0);
     Submission sub = engine->submit(std::move(r), x.stream);

@@ -122,6 +122,21 @@ def run():
             check(got[i] == sampled[k], f"batch: sampled {cases[k]['name']} {got[i]!r} != {sampled[k]!r}")
         check(got[4:] == alone, f"batch: unconstrained rows changed beside sampled ones: {got[4:]}")
 
+        # n > 1: every choice is held to the schema from its first token, and choice i is
+        # what n = 1 gives with seed + i.
+        c3 = cases[2]
+        r = client.chat.completions.create(
+            model=MODEL_ID, messages=[{"role": "user", "content": c3["prompt"]}], max_tokens=MAX_TOKENS,
+            temperature=0.8, seed=500, n=3,
+            response_format={"type": "json_schema", "json_schema": {"name": c3["name"], "schema": c3["schema"]}})
+        for i, ch in enumerate(r.choices):
+            validate(c3, ch.message.content, ch.finish_reason, 0, f"n=3 choice {i}")
+            alone = ask(client, c3, 0.8, seed=500 + i)
+            check(ch.message.content == alone[0], f"n=3 choice {i} {ch.message.content!r} != seed+{i} alone {alone[0]!r}")
+        status, j = raw_post(srv, "/v1/completions", {"prompt": "def add(a, b):", "n": 2, "max_tokens": 20,
+                                                      "temperature": 0, "regex": "\n    return a \\+ b"})
+        check(status == 200 and [c["text"] for c in j["choices"]] == ["\n    return a + b"] * 2, f"n=2 regex: {j}")
+
         # Other constraint kinds, both routes.
         def comp(body):
             status, j = raw_post(srv, "/v1/completions", {"max_tokens": 40, "temperature": 0, **body})
