@@ -10,7 +10,13 @@ For each schema of tests/fixtures/structured/schemas.json, one stream at a time:
 Reports decode tokens/s of each (the server's own timings), and from /metrics the grammar
 worker's time per mask and how long steps waited for it after their forward. Then the same
 with 8 concurrent streams (4 constrained, 4 free) for the batched case.
+With --llama-server PATH (tools/build_llama_server.sh), the same one-stream loop runs
+against llama-server in the same run: its chat route with the same response_format
+json_schema (llama.cpp turns it into a GBNF grammar sampler) and unconstrained with as many
+tokens — decode tok/s from its own timings. The texts differ (each engine's JSON whitespace
+and order rules), so the comparison is of speed and of each engine's constrained/free ratio.
 Usage: bench/grammar_bench.py [--model GGUF] [--threads N] [--cli build/release/specula]
+                              [--llama-server PATH]
 """
 import argparse
 import concurrent.futures as cf
@@ -41,6 +47,7 @@ def main():
     ap.add_argument("--model", default=os.path.expanduser("~/.cache/specula/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"))
     ap.add_argument("--threads", default=str(os.cpu_count() or 2))
     ap.add_argument("--cli", default=None)
+    ap.add_argument("--llama-server", default=None)
     a = ap.parse_args()
     if a.cli:
         os.environ["SPECULA_CLI"] = a.cli
@@ -106,6 +113,58 @@ def main():
         print(f"8 streams (half constrained): {n} tokens in {dt:.1f} s = {n / dt:.1f} tok/s; "
               f"{1e6 * d('specula_grammar_mask_seconds_total', m3, m4) / max(masks, 1):.0f} us per mask, "
               f"steps waited {1e3 * d('specula_grammar_wait_seconds_total', m3, m4):.1f} ms in all")
+    if a.llama_server:
+        llama_server_loop(a, cases)
+
+
+def llama_server_loop(a, cases):
+    import http.client
+    import socket
+    import subprocess
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([a.llama_server, "-m", a.model, "--port", str(port), "-np", "1", "-c", "8192", "-t",
+                             a.threads, "-tb", a.threads, "--no-webui", "--jinja"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(600):
+            try:
+                c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+                c.request("GET", "/health")
+                if c.getresponse().status == 200:
+                    break
+            except OSError:
+                pass
+            time.sleep(0.3)
+
+        def post(body):
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+            c.request("POST", "/v1/chat/completions", json.dumps(body), {"Content-Type": "application/json"})
+            r = c.getresponse()
+            data = r.read()
+            if r.status != 200:
+                raise SystemExit(f"llama-server {r.status}: {data[:300]}")
+            return json.loads(data)
+        post({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4})
+        tot = {"constrained": [0, 0.0], "free": [0, 0.0]}
+        for c in cases:
+            msgs = [{"role": "user", "content": c["prompt"]}]
+            r = post({"messages": msgs, "max_tokens": 200, "temperature": 0,
+                      "response_format": {"type": "json_schema",
+                                          "json_schema": {"name": c["name"], "schema": c["schema"]}}})
+            n = r["timings"]["predicted_n"]
+            tot["constrained"][0] += n
+            tot["constrained"][1] += r["timings"]["predicted_ms"]
+            r = post({"messages": msgs, "max_tokens": max(n, 1), "temperature": 0, "ignore_eos": True})
+            tot["free"][0] += r["timings"]["predicted_n"]
+            tot["free"][1] += r["timings"]["predicted_ms"]
+        print(f"llama-server ({a.llama_server}), same model, {a.threads} threads, one stream:")
+        for k, (n, ms) in tot.items():
+            print(f"  {k:18s} {n:6d} tokens  {1000 * n / ms:7.1f} tok/s")
+    finally:
+        proc.terminate()
+        proc.wait()
 
 
 if __name__ == "__main__":
