@@ -426,6 +426,7 @@ void Engine::retire(std::vector<std::pair<size_t, Outcome>> ended, const std::st
     sum.plan = a.plan;
     if (outcomes[k] == Outcome::kFailed)
       sum.error = !a.error.empty() ? a.error : error.empty() ? "[engine] the request's consumer failed" : error;
+    sum.request_fault = outcomes[k] == Outcome::kFailed && a.request_fault;
     sum.n_prompt = static_cast<int64_t>(a.p.request.prompt.size());
     sum.cached_tokens = a.cached;
     sum.n_generated = a.n_generated;

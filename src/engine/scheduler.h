@@ -93,6 +93,9 @@ struct RequestSummary {
   Outcome outcome = Outcome::kStop;
   ExecutionPlan plan;
   std::string error;          // kFailed: why
+  // kFailed because of the request itself (its grammar could not continue: llguidance's
+  // limits, a dead end), not the engine: the API answers it as the client's error.
+  bool request_fault = false;
   int64_t n_prompt = 0;       // prompt tokens
   int64_t cached_tokens = 0;  // prompt tokens served from the prompt cache (not prefilled)
   int64_t n_generated = 0;    // sampled tokens, including an end-of-generation token
@@ -281,7 +284,8 @@ class Engine {
     int64_t next_gen_checkpoint = 0;  // n_generated at which the next checkpoint is due
     std::vector<TokenEvent> events;   // emitted tokens as delivered (for a checkpoint record)
     bool stop_after_replay = false;   // its consumer stopped while a checkpoint was replayed
-    std::string error;                // kFailed for this request alone (its grammar failed)
+    std::string error;                // kFailed for this request alone (its grammar, its consumer)
+    bool request_fault = false;       // ... and the request's own doing (RequestSummary::request_fault)
     bool decoding() const { return prefilled >= static_cast<int64_t>(p.request.prompt.size()); }
   };
 

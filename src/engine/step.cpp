@@ -171,6 +171,7 @@ bool Engine::step() {
     if (!res.sampled) continue;
     if (!res.error.empty()) {  // the row's grammar failed: this request fails, the others go on
       a.error = res.error;
+      a.request_fault = true;
       ended.push_back({members[k], Outcome::kFailed});
       continue;
     }

@@ -651,7 +651,7 @@ std::string cut_error_message(const CompletionStream::Update& u) {
 // limits, a dead end) is the request's fault (400, naming its field); anything else is the
 // server's (500), or the shutdown's (503).
 ApiError cut_error(const CompletionStream::Update& u, const CompletionParams* c) {
-  if (u.summary.outcome == Outcome::kFailed && u.summary.error.rfind("[grammar]", 0) == 0 && c != nullptr) {
+  if (u.summary.outcome == Outcome::kFailed && u.summary.request_fault && c != nullptr) {
     const std::string field = c->constraint ? c->constraint_field : "tool_choice";
     return ApiError{400, "'" + field + "': the grammar could not continue: " + u.summary.error, "invalid_request_error",
                     field, ""};
