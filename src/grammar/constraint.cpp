@@ -199,10 +199,12 @@ Status TokenConstraint::compute_mask(uint32_t* bits) {
   return Status::ok();
 }
 
+// Token ids as llguidance's u32 (ids are >= 0; int32_t and uint32_t may alias each other).
+static const uint32_t* as_u32(std::span<const int32_t> tokens) { return reinterpret_cast<const uint32_t*>(tokens.data()); }
+
 Status TokenConstraint::consume(std::span<const int32_t> tokens) {
   if (tokens.empty()) return Status::ok();
-  std::vector<uint32_t> t(tokens.begin(), tokens.end());
-  if (llg_matcher_consume_tokens(m_, t.data(), t.size()) != 0) return matcher_error(m_, "consume");
+  if (llg_matcher_consume_tokens(m_, as_u32(tokens), tokens.size()) != 0) return matcher_error(m_, "consume");
   return Status::ok();
 }
 
@@ -214,8 +216,7 @@ Status TokenConstraint::rollback(int32_t n) {
 
 int32_t TokenConstraint::valid_prefix(std::span<const int32_t> tokens) {
   if (tokens.empty()) return 0;
-  std::vector<uint32_t> t(tokens.begin(), tokens.end());
-  const int32_t n = llg_matcher_validate_tokens(m_, t.data(), t.size());
+  const int32_t n = llg_matcher_validate_tokens(m_, as_u32(tokens), tokens.size());
   return n < 0 ? 0 : n;
 }
 

@@ -37,8 +37,9 @@ class Tokenizer;
 
 // A model's vocabulary as llguidance sees it: the bytes of every id in [0, n_vocab)
 // (control and padding ids as unmatchable special tokens), the end-of-generation ids, and
-// the model's own tokenizer (for the grammar's forced text). Built once per model (~0.2 s
-// for a 150k vocabulary). `tokenizer` must outlive it.
+// the model's own tokenizer (for the grammar's forced text). Built once per model (measured:
+// 0.4 s for Qwen2.5's 151,936 ids, 0.9-1.0 s for Gemma 3's 262,144, 2 cores). `tokenizer`
+// must outlive it.
 class GrammarVocab {
  public:
   // Errors: n_vocab <= 0, no end-of-generation id, llguidance's own tokenizer errors.
