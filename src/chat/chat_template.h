@@ -13,13 +13,18 @@
 // break/continue, set (names, tuples, ns.attr, block set), macro (positional, keyword
 // and default arguments), generation (transformers' no-op block); literals, attribute /
 // subscript / slice access, arithmetic, ~, comparisons (chained), and/or/not, in,
-// conditional expressions, filters and tests (see jinja/eval.cpp kFilters/kTests),
-// str methods (strip, lstrip, rstrip, startswith, endswith, split, upper, lower,
-// replace, title, capitalize, find, count, join), dict methods (get, items, keys,
-// values), globals range, namespace, dict, raise_exception, strftime_now.
+// conditional expressions, printf-style `%` on strings, jinja2's built-in filters but
+// urlize and all its tests (jinja/eval.cpp kFilters/kTests; `random` only where its
+// result is not random: an empty or one-item sequence), str methods (strip, lstrip,
+// rstrip, startswith, endswith, split, upper, lower, replace, title, capitalize, find,
+// count, join), dict methods (get, items, keys, values), globals range, namespace,
+// dict, raise_exception, strftime_now. Markup (from safe/escape) is tracked as far as
+// escape, `+`, `%`, repr, the `escaped` test and the case/strip methods go.
 // Not supported (parse errors): extends/block/include/import, call blocks, filter
-// blocks, with, recursive loops, *args/**kwargs, printf-style `%` on strings; case
-// mapping covers Latin, Greek and Cyrillic only (no final-sigma or Turkish-i rules).
+// blocks, with, recursive loops, *args/**kwargs, the urlize filter and the cycler,
+// joiner and lipsum globals; filters that jinja2 makes generators of (select, map,
+// batch, ...) give lists; case mapping covers Latin, Greek and Cyrillic only (no
+// final-sigma or Turkish-i rules).
 //
 // Hostile templates cannot hang or crash the caller: parse nesting is capped at
 // jinja::kMaxParseDepth, rendering at ChatTemplateLimits; exceeding one is an error.

@@ -4,13 +4,18 @@
 // mapping covers Latin, Greek and Cyrillic (jinja/value.h upper_cp/lower_cp).
 #include "jinja/eval.h"
 
+#include "jinja/pytext.h"
+
 #include <algorithm>
-#include <cerrno>
 #include <climits>
 #include <cmath>
 #include <cstdlib>
 #include <optional>
 #include <ctime>
+#include <initializer_list>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 namespace specula::jinja {
 namespace {
@@ -23,15 +28,42 @@ class LocatedError : public JinjaError {
 
 enum class Flow { kNormal, kBreak, kContinue };
 
+// jinja2 3.1's built-in filters (plus transformers' tojson) except urlize.
 const char* const kFilters[] = {
-    "abs", "attr", "capitalize", "count", "d", "default", "dictsort", "e", "escape", "first", "float",
-    "indent", "int", "items", "join", "last", "length", "list", "lower", "map", "max", "min", "reject",
-    "rejectattr", "replace", "reverse", "round", "safe", "select", "selectattr", "sort", "string", "sum",
-    "title", "tojson", "trim", "unique", "upper", "wordcount"};
+    "abs", "attr", "batch", "capitalize", "center", "count", "d", "default", "dictsort", "e", "escape",
+    "filesizeformat", "first", "float", "forceescape", "format", "groupby", "indent", "int", "items", "join", "last",
+    "length", "list", "lower", "map", "max", "min", "pprint", "random", "reject", "rejectattr", "replace", "reverse",
+    "round", "safe", "select", "selectattr", "slice", "sort", "string", "striptags", "sum", "title", "tojson", "trim",
+    "truncate", "unique", "upper", "urlencode", "wordcount", "wordwrap", "xmlattr"};
+// Each filter's parameters after the value, in order (jinja2 3.1.6's signatures; tojson is
+// transformers'); "*": any arguments.
+struct FilterParams {
+  const char* filter;
+  std::initializer_list<const char*> params;
+};
+const FilterParams kFilterParams[] = {
+    {"abs", {}}, {"attr", {"name"}}, {"batch", {"linecount", "fill_with"}}, {"capitalize", {}}, {"center", {"width"}},
+    {"count", {}}, {"d", {"default_value", "boolean"}}, {"default", {"default_value", "boolean"}},
+    {"dictsort", {"case_sensitive", "by", "reverse"}}, {"e", {}}, {"escape", {}}, {"filesizeformat", {"binary"}},
+    {"first", {}}, {"float", {"default"}}, {"forceescape", {}}, {"format", {"*"}},
+    {"groupby", {"attribute", "default", "case_sensitive"}}, {"indent", {"width", "first", "blank"}},
+    {"int", {"default", "base"}}, {"items", {}}, {"join", {"d", "attribute"}}, {"last", {}}, {"length", {}},
+    {"list", {}}, {"lower", {}}, {"map", {"*"}}, {"max", {"case_sensitive", "attribute"}},
+    {"min", {"case_sensitive", "attribute"}}, {"pprint", {}}, {"random", {}}, {"reject", {"*"}},
+    {"rejectattr", {"*"}}, {"replace", {"old", "new", "count"}}, {"reverse", {}}, {"round", {"precision", "method"}},
+    {"safe", {}}, {"select", {"*"}}, {"selectattr", {"*"}}, {"slice", {"slices", "fill_with"}},
+    {"sort", {"reverse", "case_sensitive", "attribute"}}, {"string", {}}, {"striptags", {}},
+    {"sum", {"attribute", "start"}}, {"title", {}}, {"tojson", {"ensure_ascii", "indent", "separators", "sort_keys"}},
+    {"trim", {"chars"}}, {"truncate", {"length", "killwords", "end", "leeway"}}, {"unique", {"case_sensitive", "attribute"}},
+    {"upper", {}}, {"urlencode", {}}, {"wordcount", {}},
+    {"wordwrap", {"width", "break_long_words", "wrapstring", "break_on_hyphens"}}, {"xmlattr", {"autospace"}}};
+
+// jinja2 3.1's built-in tests, all of them.
 const char* const kTests[] = {
-    "boolean", "callable", "defined", "divisibleby", "eq", "equalto", "==", "even", "false", "float", "ge", ">=",
-    "gt", "greaterthan", ">", "in", "integer", "iterable", "le", "<=", "lower", "lt", "lessthan", "<", "mapping",
-    "ne", "!=", "none", "number", "odd", "sameas", "sequence", "string", "true", "undefined", "upper"};
+    "boolean", "callable", "defined", "divisibleby", "eq", "equalto", "==", "escaped", "even", "false", "filter",
+    "float", "ge", ">=", "gt", "greaterthan", ">", "in", "integer", "iterable", "le", "<=", "lower", "lt", "lessthan",
+    "<", "mapping", "ne", "!=", "none", "number", "odd", "sameas", "sequence", "string", "test", "true", "undefined",
+    "upper"};
 const char* const kStringMethods[] = {"strip", "lstrip", "rstrip", "startswith", "endswith", "split", "upper", "lower",
                                       "replace", "title", "capitalize", "find", "count", "join"};
 const char* const kDictMethods[] = {"get", "items", "keys", "values"};
@@ -45,6 +77,28 @@ bool contains(const char* const (&names)[N], const std::string& name) {
 }
 
 [[noreturn]] void fail(const std::string& what) { throw JinjaError(what); }
+
+const Value kComma = Value::string(",");
+
+// Python's argument binding: too many positional arguments, unknown keywords and a
+// parameter given twice are errors.
+void check_filter_args(const std::string& name, const List& args, const KwArgs& kw) {
+  for (const FilterParams& f : kFilterParams) {
+    if (name != f.filter) continue;
+    const size_t n = f.params.size();
+    if (n == 1 && std::string_view(*f.params.begin()) == "*") return;
+    if (args.size() > n) {
+      fail("takes at most " + std::to_string(n) + " argument" + (n == 1 ? "" : "s") + ", " + std::to_string(args.size()) +
+           " given");
+    }
+    for (const auto& [k, x] : kw) {
+      const auto it = std::find_if(f.params.begin(), f.params.end(), [&](const char* p) { return k == p; });
+      if (it == f.params.end()) fail("got an unexpected keyword argument '" + k + "'");
+      if (static_cast<size_t>(it - f.params.begin()) < args.size()) fail("got multiple values for argument '" + k + "'");
+    }
+    return;
+  }
+}
 
 // Throws the Undefined's own message when it is used in a way Undefined forbids.
 void check_defined(const Value& v) {
@@ -223,19 +277,18 @@ int64_t mul_ck(int64_t a, int64_t b) {
   return r;
 }
 
-std::string html_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&#34;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
-    }
-  }
-  return out;
+// A filter's or test's error names it (unless the message already starts with the name).
+[[noreturn]] void rethrow_named(const char* kind, const std::string& name, const JinjaError& e) {
+  const std::string what = e.what();
+  if (what.rfind(name + ":", 0) == 0 || what.rfind(std::string(kind) + " '" + name + "'", 0) == 0) throw;
+  throw JinjaError(std::string(kind) + " '" + name + "': " + what);
+}
+
+// A string result that is a Markup when `from` is one (markupsafe's methods keep the type).
+Value string_like(const Value& from, std::string s) {
+  Value r = Value::string(std::move(s));
+  r.markup = from.is_string() && from.markup;
+  return r;
 }
 
 }  // namespace
@@ -564,7 +617,7 @@ class Interpreter {
           for (int64_t k : slice_indices(static_cast<int64_t>(chars.size()), parts[0], parts[1], parts[2])) {
             out += chars[static_cast<size_t>(k)];
           }
-          Value r = Value::string(std::move(out));
+          Value r = string_like(obj, std::move(out));
           return holds_untrusted(obj) ? taint_fresh(std::move(r)) : r;
         }
         fail("'" + obj.type_name() + "' object is not subscriptable");
@@ -575,7 +628,15 @@ class Interpreter {
         List args;
         KwArgs kw;
         eval_args(e, args, kw);
-        Value r = apply_filter(e.name, v, args, kw);
+        Value r;
+        try {
+          check_filter_args(e.name, args, kw);
+          r = apply_filter(e.name, v, args, kw);
+        } catch (const LocatedError&) {
+          throw;
+        } catch (const JinjaError& err) {
+          rethrow_named("filter", e.name, err);
+        }
         return any_untrusted(v, args, kw) ? taint_fresh(std::move(r)) : r;
       }
       case ExprKind::kTest: {
@@ -583,7 +644,13 @@ class Interpreter {
         List args;
         KwArgs kw;
         eval_args(e, args, kw);
-        return Value::boolean(apply_test(e.name, v, args) != e.negated);
+        try {
+          return Value::boolean(apply_test(e.name, v, args) != e.negated);
+        } catch (const LocatedError&) {
+          throw;
+        } catch (const JinjaError& err) {
+          rethrow_named("test", e.name, err);
+        }
       }
       case ExprKind::kUnary: {
         Value v = eval(*e.args[0]);
@@ -677,6 +744,8 @@ class Interpreter {
       if (const Value* v = obj.dict->find(name)) return *v;
     } else if (obj.is_string() && contains(kStringMethods, name)) {
       return bound_method(obj, name, true);
+    } else if (obj.is_group && (name == "grouper" || name == "list")) {
+      return (*obj.list)[name == "grouper" ? 0 : 1];
     }
     return Value::undefined("'" + obj.type_name() + " object' has no attribute '" + name + "'");
   }
@@ -707,13 +776,17 @@ class Interpreter {
     auto strip = [&](bool l, bool r) { return chars ? py_strip_chars(s, *chars, l, r) : py_strip(s, l, r); };
     const std::string both = strip(left, right);
     const size_t a = left ? s.size() - strip(true, false).size() : 0;
-    return substr_value(v, a, both.size());
+    Value r = substr_value(v, a, both.size());
+    r.markup = v.markup;  // Markup.strip() is a Markup
+    return r;
   }
 
   Value get_item(const Value& obj, const Value& key) {
     check_defined(obj);
     if (obj.is_dict() && key.is_string()) {
       if (const Value* v = obj.dict->find(key.str_ref())) return *v;
+    } else if (obj.is_group && key.is_string() && (key.str_ref() == "grouper" || key.str_ref() == "list")) {
+      return (*obj.list)[key.str_ref() == "grouper" ? 0 : 1];
     } else if ((obj.is_list() || obj.is_string()) && key.is_integral()) {
       const bool is_list = obj.is_list();
       std::vector<std::string_view> chars;
@@ -722,7 +795,7 @@ class Interpreter {
       int64_t k = key.as_int();
       if (k < 0) k += n;
       if (k >= 0 && k < n) {
-        return is_list ? (*obj.list)[static_cast<size_t>(k)] : Value::string(std::string(chars[static_cast<size_t>(k)]));
+        return is_list ? (*obj.list)[static_cast<size_t>(k)] : string_like(obj, std::string(chars[static_cast<size_t>(k)]));
       }
     }
     return Value::undefined("'" + obj.type_name() + " object' has no item " + repr(key));
@@ -766,11 +839,23 @@ class Interpreter {
       reserve_bytes(x.size() + y.size());
       return concat(a, std::move(x), b, y);
     }
-    if (op == "+" && a.is_string() && b.is_string()) {
+    if (op == "+" && a.is_string() && b.is_string() && !a.markup && !b.markup) {
       reserve_bytes(a.str_ref().size() + b.str_ref().size());
       return concat(a, a.str_ref(), b, b.str_ref());
     }
-    Value r = binary_plain(op, a, b);
+    Value r;
+    if (op == "+" && a.is_string() && b.is_string()) {
+      // Markup + str and str + Markup escape the plain side (markupsafe __add__/__radd__).
+      const std::string x = a.markup ? a.str_ref() : html_escape(a.str_ref());
+      const std::string y = b.markup ? b.str_ref() : html_escape(b.str_ref());
+      reserve_bytes(x.size() + y.size());
+      r = Value::markup_string(x + y);
+    } else if (op == "%" && a.is_string()) {
+      // printf-style formatting; str(Undefined) is "" there, so no defined check first
+      r = string_like(a, percent_format(a.str_ref(), b, a.markup));
+    } else {
+      r = binary_plain(op, a, b);
+    }
     return holds_untrusted(a) || holds_untrusted(b) ? taint_fresh(std::move(r)) : r;
   }
 
@@ -806,7 +891,7 @@ class Interpreter {
           if (total > static_cast<double>(limits_.max_output_bytes)) fail("string repetition too large");
           std::string out;
           for (int64_t k = 0; k < n; ++k) out += seq.str_ref();
-          return Value::string(std::move(out));
+          return string_like(seq, std::move(out));
         }
         if (static_cast<double>(seq.list->size()) * static_cast<double>(n) > static_cast<double>(limits_.max_loop_iterations)) {
           fail("list repetition too large");
@@ -838,7 +923,6 @@ class Interpreter {
         if (m != 0 && ((m < 0) != (y < 0))) m += y;
         return Value::number(op == "//" ? std::floor(x / y) : m);
       }
-      if (op == "%" && a.is_string()) fail("printf-style '%' string formatting is not supported");
     } else if (op == "**") {
       if (ints && b.as_int() >= 0) {
         int64_t base = a.as_int(), result = 1;
@@ -977,13 +1061,15 @@ class Interpreter {
     if (name == "split") {
       return Value::make_list(py_split(s, arg(args, kw, 0, "sep"), int_arg(arg(args, kw, 1, "maxsplit"), -1, "split")));
     }
-    if (name == "upper") return Value::string(utf8_upper(s));
-    if (name == "lower") return Value::string(utf8_lower(s));
-    if (name == "title") return Value::string(py_title(s));
-    if (name == "capitalize") return Value::string(capitalize(s));
+    if (name == "upper") return string_like(obj, utf8_upper(s));
+    if (name == "lower") return string_like(obj, utf8_lower(s));
+    if (name == "title") return string_like(obj, py_title(s));
+    if (name == "capitalize") return string_like(obj, capitalize(s));
     if (name == "replace") {
-      return Value::string(py_replace(s, str_arg(a0, "old"), str_arg(arg(args, kw, 1, "__1"), "new"),
-                                      int_arg(arg(args, kw, 2, "count"), -1, "replace")));
+      const Value* new_v = arg(args, kw, 1, "__1");
+      std::string to = str_arg(new_v, "new");
+      if (obj.markup && !new_v->markup) to = html_escape(to);  // Markup.replace escapes the new text
+      return string_like(obj, py_replace(s, str_arg(a0, "old"), to, int_arg(arg(args, kw, 2, "count"), -1, "replace")));
     }
     if (name == "find") {
       const size_t hit = s.find(str_arg(a0, "sub"));
@@ -1046,6 +1132,11 @@ class Interpreter {
     if (name == "string") return v.is_string();
     if (name == "mapping") return v.is_dict() && !v.dict->is_namespace;
     if (name == "callable") return v.kind == K::kCallable;
+    if (name == "escaped") return v.is_string() && v.markup;
+    if (name == "filter" || name == "test") {  // `value in env.filters` (or tests)
+      if ((v.is_list() && !v.is_tuple) || (v.is_dict() && !v.dict->is_namespace)) fail("unhashable type: '" + v.type_name() + "'");
+      return v.is_string() && (name == "filter" ? is_known_filter(v.str_ref()) : is_known_test(v.str_ref()));
+    }
     if (name == "iterable" || name == "sequence") {
       return v.is_undefined() || v.is_string() || v.is_list() || (v.is_dict() && !v.dict->is_namespace);
     }
@@ -1115,8 +1206,262 @@ class Interpreter {
     return Value::make_list(std::move(out));
   }
 
-  static std::string sort_key_str(const Value& v, bool case_sensitive) {
-    return case_sensitive ? v.str_ref() : utf8_lower(v.str_ref());
+  // jinja2 make_attrgetter: the item at `attribute` — a dotted path whose all-digit parts
+  // index as integers ("a.b.0"), or an integer; none: the item itself. Subscripting an
+  // Undefined is an error; `dflt` (not none) replaces an Undefined after each part;
+  // `lower`: a string comes back lower-cased (case-insensitive comparisons).
+  Value attr_get(const Value& item, const Value* attribute, const Value* dflt, bool lower) {
+    Value cur = item;
+    if (attribute != nullptr && !attribute->is_none()) {
+      List parts;
+      if (attribute->is_string()) {
+        const std::string& path = attribute->str_ref();
+        for (size_t pos = 0;;) {
+          const size_t dot = path.find('.', pos);
+          const std::string part = path.substr(pos, dot == std::string::npos ? std::string::npos : dot - pos);
+          const bool numeric = !part.empty() && part.size() < 18 &&
+                               std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
+          parts.push_back(numeric ? Value::integer(std::stoll(part)) : Value::string(part));
+          if (dot == std::string::npos) break;
+          pos = dot + 1;
+        }
+      } else {
+        parts.push_back(*attribute);
+      }
+      for (const Value& part : parts) {
+        cur = get_item(cur, part);
+        if (dflt != nullptr && !dflt->is_none() && cur.is_undefined()) cur = *dflt;
+      }
+    }
+    if (lower && cur.is_string()) cur = Value::string(utf8_lower(cur.str_ref()));
+    return cur;
+  }
+
+  // sort(reverse, case_sensitive, attribute) — attribute may list paths "a,b" — unique,
+  // min, max (case_sensitive, attribute) and dictsort(case_sensitive, by, reverse).
+  Value sort_filter(const std::string& name, const Value& v, List& args, KwArgs& kw) {
+    const bool dictsort = name == "dictsort", sort = name == "sort";
+    const Value* cs = arg(args, kw, dictsort ? 0 : sort ? 1 : 0, "case_sensitive");
+    const bool lower = cs == nullptr || !truthy(*cs);
+    const Value* rev = dictsort || sort ? arg(args, kw, dictsort ? 2 : 0, "reverse") : nullptr;
+    const bool reverse = rev != nullptr && truthy(*rev);
+    std::vector<std::pair<Value, Value>> keyed;  // (key, item)
+    if (dictsort) {
+      check_defined(v);
+      if (!v.is_dict() || v.dict->is_namespace) fail("expected a mapping, got " + v.type_name());
+      const Value* by = arg(args, kw, 1, "by");
+      const std::string by_s = by != nullptr ? to_str(*by) : "key";
+      if (by_s != "key" && by_s != "value") fail("You can only sort by either \"key\" or \"value\"");
+      const Value pairs = dict_method(v, "items", args, kw);
+      for (const Value& pair : *pairs.list) {
+        Value k = (*pair.list)[by_s == "key" ? 0 : 1];
+        if (lower && k.is_string()) k = Value::string(utf8_lower(k.str_ref()));
+        keyed.emplace_back(std::move(k), pair);
+      }
+    } else {
+      const Value* attr = arg(args, kw, sort ? 2 : 1, "attribute");
+      for (const Value& x : iterate(v)) {
+        charge_steps(1);
+        if (!sort) {
+          keyed.emplace_back(attr_get(x, attr, nullptr, lower), x);
+          continue;
+        }
+        // make_multi_attrgetter: the key is the list of each comma-separated path's value
+        List key;
+        if (attr != nullptr && attr->is_string()) {
+          for (const Value& path : py_split(attr->str_ref(), &kComma, -1)) key.push_back(attr_get(x, &path, nullptr, lower));
+        } else {
+          key.push_back(attr_get(x, attr, nullptr, lower));
+        }
+        keyed.emplace_back(Value::make_list(std::move(key)), x);
+      }
+    }
+    if (name == "unique") {
+      List out, seen;
+      for (auto& [k, x] : keyed) {
+        if ((k.is_list() && !k.is_tuple) || k.is_dict()) fail("unhashable type: '" + k.type_name() + "'");
+        if (std::none_of(seen.begin(), seen.end(), [&](const Value& y) { return equals(y, k); })) {
+          seen.push_back(k);
+          out.push_back(x);
+        }
+      }
+      return Value::make_list(std::move(out));
+    }
+    if (name == "min" || name == "max") {  // the first of the smallest / largest
+      if (keyed.empty()) return Value::undefined("No aggregated item, sequence was empty.");
+      size_t best = 0;
+      for (size_t k = 1; k < keyed.size(); ++k) {
+        if (name == "min" ? less_than(keyed[k].first, keyed[best].first) : less_than(keyed[best].first, keyed[k].first)) best = k;
+      }
+      return keyed[best].second;
+    }
+    // Python's sort is stable in both directions.
+    std::stable_sort(keyed.begin(), keyed.end(), [reverse](const auto& a, const auto& b) {
+      return reverse ? less_than(b.first, a.first) : less_than(a.first, b.first);
+    });
+    List out;
+    for (auto& kv : keyed) out.push_back(std::move(kv.second));
+    return Value::make_list(std::move(out));
+  }
+
+  // groupby(attribute, default=None, case_sensitive=False): (grouper, list) tuples of the
+  // items sorted by the attribute; case-insensitive grouping keeps the first item's case.
+  Value groupby(const Value& v, List& args, KwArgs& kw) {
+    const Value* attr = arg(args, kw, 0, "attribute");
+    if (attr == nullptr) fail("missing required argument 'attribute'");
+    const Value* dflt = arg(args, kw, 1, "default");
+    const Value* cs = arg(args, kw, 2, "case_sensitive");
+    const bool lower = cs == nullptr || !truthy(*cs);
+    std::vector<std::pair<Value, Value>> keyed;
+    for (const Value& x : iterate(v)) {
+      charge_steps(1);
+      keyed.emplace_back(attr_get(x, attr, dflt, lower), x);
+    }
+    std::stable_sort(keyed.begin(), keyed.end(), [](const auto& a, const auto& b) { return less_than(a.first, b.first); });
+    List out;
+    for (size_t k = 0; k < keyed.size();) {
+      size_t e = k + 1;
+      while (e < keyed.size() && equals(keyed[e].first, keyed[k].first)) ++e;
+      List members;
+      for (size_t j = k; j < e; ++j) members.push_back(keyed[j].second);
+      Value grouper = lower ? attr_get(members[0], attr, dflt, false) : keyed[k].first;
+      Value group = Value::make_list({std::move(grouper), Value::make_list(std::move(members))}, true);
+      group.is_group = true;
+      out.push_back(std::move(group));
+      k = e;
+    }
+    return Value::make_list(std::move(out));
+  }
+
+  // batch(linecount, fill_with=None) and slice(slices, fill_with=None), as lists.
+  Value batch_or_slice(bool batch, const Value& v, List& args, KwArgs& kw) {
+    const char* count_name = batch ? "linecount" : "slices";
+    const Value* count_v = arg(args, kw, 0, count_name);
+    if (count_v == nullptr) fail(std::string("missing required argument '") + count_name + "'");
+    const Value* fill = arg(args, kw, 1, "fill_with");
+    const bool filling = fill != nullptr && !fill->is_none();
+    const List items = iterate(v);
+    List out;
+    if (batch) {
+      // jinja2 compares the batch's length with linecount (==, then < to fill), so any
+      // value is accepted until a comparison or the fill's repetition fails
+      List tmp;
+      for (const Value& x : items) {
+        charge_steps(1);
+        if (equals(Value::integer(static_cast<int64_t>(tmp.size())), *count_v)) {
+          out.push_back(Value::make_list(std::exchange(tmp, {})));
+        }
+        tmp.push_back(x);
+      }
+      if (!tmp.empty()) {
+        if (filling && less_than(Value::integer(static_cast<int64_t>(tmp.size())), *count_v)) {
+          if (!count_v->is_integral()) fail("can't multiply sequence by non-int of type '" + count_v->type_name() + "'");
+          if (count_v->as_int() - static_cast<int64_t>(tmp.size()) > limits_.max_loop_iterations) {
+            fail("fill larger than the loop limit");
+          }
+          tmp.resize(static_cast<size_t>(count_v->as_int()), *fill);
+        }
+        out.push_back(Value::make_list(std::move(tmp)));
+      }
+      return Value::make_list(std::move(out));
+    }
+    if (!count_v->is_integral()) fail("'" + count_v->type_name() + "' object cannot be interpreted as an integer");
+    const int64_t count = count_v->as_int();
+    if (count == 0) fail("integer division or modulo by zero");
+    const auto len = static_cast<int64_t>(items.size());
+    int64_t per_slice = len / count, with_extra = len % count;  // Python's floor division
+    if (with_extra != 0 && ((with_extra < 0) != (count < 0))) {
+      --per_slice;
+      with_extra += count;
+    }
+    int64_t offset = 0;
+    for (int64_t k = 0; k < count; ++k) {
+      count_iteration();
+      const int64_t start = offset + k * per_slice;
+      if (k < with_extra) ++offset;
+      const int64_t end = offset + (k + 1) * per_slice;
+      List tmp(items.begin() + std::min(start, len), items.begin() + std::clamp(end, std::min(start, len), len));
+      if (filling && k >= with_extra) tmp.push_back(*fill);
+      out.push_back(Value::make_list(std::move(tmp)));
+    }
+    return Value::make_list(std::move(out));
+  }
+
+  // truncate(length=255, killwords=False, end='...', leeway=5).
+  Value truncate(const Value& v, List& args, KwArgs& kw) {
+    const int64_t length = int_arg(arg(args, kw, 0, "length"), 255, "length");
+    const Value* killwords = arg(args, kw, 1, "killwords");
+    const Value* end_v = arg(args, kw, 2, "end");
+    if (end_v != nullptr && !end_v->is_string()) fail("end must be a string, got " + end_v->type_name());
+    const std::string end = end_v != nullptr ? end_v->str_ref() : "...";
+    const int64_t leeway = int_arg(arg(args, kw, 3, "leeway"), 5, "leeway");
+    const auto end_len = static_cast<int64_t>(utf8_length(end));
+    if (length < end_len) fail("expected length >= " + std::to_string(end_len) + ", got " + std::to_string(length));
+    if (leeway < 0) fail("expected leeway >= 0, got " + std::to_string(leeway));
+    const auto fits = [&](int64_t n) { return n <= length || n - length <= leeway; };
+    if (v.is_undefined()) return v;
+    if (v.is_list() || (v.is_dict() && !v.dict->is_namespace)) {
+      if (fits(static_cast<int64_t>(v.is_list() ? v.list->size() : v.dict->items.size()))) return v;
+      fail("cannot truncate a " + v.type_name());
+    }
+    if (!v.is_string()) fail("object of type '" + v.type_name() + "' has no len()");
+    const auto chars = utf8_chars(v.str_ref());
+    if (fits(static_cast<int64_t>(chars.size()))) return v;
+    std::string head;
+    for (int64_t k = 0; k < length - end_len; ++k) head += chars[static_cast<size_t>(k)];
+    if (killwords == nullptr || !truthy(*killwords)) {
+      const size_t space = head.rfind(' ');  // rsplit(" ", 1)[0]
+      if (space != std::string::npos) head.resize(space);
+    }
+    return Value::string(head + end);
+  }
+
+  // wordwrap(width=79, break_long_words=True, wrapstring='\n', break_on_hyphens=True):
+  // each line of the text wrapped on its own.
+  Value wordwrap(const Value& v, List& args, KwArgs& kw) {
+    check_defined(v);
+    if (!v.is_string()) fail("expected a string, got " + v.type_name());
+    const int64_t width = int_arg(arg(args, kw, 0, "width"), 79, "width");
+    const Value* long_words = arg(args, kw, 1, "break_long_words");
+    const Value* wrap_v = arg(args, kw, 2, "wrapstring");
+    const Value* hyphens = arg(args, kw, 3, "break_on_hyphens");
+    if (wrap_v != nullptr && !wrap_v->is_none() && !wrap_v->is_string()) fail("wrapstring must be a string");
+    const std::string wrap = wrap_v != nullptr && !wrap_v->is_none() ? wrap_v->str_ref() : "\n";
+    std::string out;
+    bool first = true;
+    for (const std::string& line : py_splitlines(v.str_ref(), false)) {
+      if (!first) out += wrap;
+      first = false;
+      const auto lines = text_wrap(line, width, long_words == nullptr || truthy(*long_words),
+                                   hyphens == nullptr || truthy(*hyphens));
+      for (size_t k = 0; k < lines.size(); ++k) out += (k ? wrap : "") + lines[k];
+      if (out.size() > limits_.max_output_bytes) fail("result too large");
+    }
+    return Value::string(std::move(out));
+  }
+
+  // urlencode: a string (or any non-iterable) quoted as a URL path; a dict or a sequence
+  // of pairs as a query string.
+  Value urlencode(const Value& v) {
+    const bool iterable = v.is_list() || (v.is_dict() && !v.dict->is_namespace) || v.is_undefined();
+    if (!iterable) return Value::string(url_quote(to_str(v), false));
+    std::string out;
+    bool first = true;
+    const auto add = [&](const Value& k, const Value& x) {
+      if (!first) out += '&';
+      first = false;
+      out += url_quote(to_str(k), true) + "=" + url_quote(to_str(x), true);
+    };
+    if (v.is_dict()) {
+      for (const auto& [k, x] : v.dict->items) add(Value::string(k), x);
+    } else {
+      for (const Value& item : iterate(v)) {
+        const List pair = iterate(item);
+        if (pair.size() != 2) fail("expected (key, value) pairs, got an item of " + std::to_string(pair.size()));
+        add(pair[0], pair[1]);
+      }
+    }
+    return Value::string(std::move(out));
   }
 
   Value apply_filter(const std::string& name, const Value& v, List& args, KwArgs& kw) {
@@ -1162,7 +1507,6 @@ class Interpreter {
       }
       fail("object of type '" + v.type_name() + "' has no len()");
     }
-    if (name == "safe") return v;
     if (name == "items") {
       if (v.is_undefined()) return Value::make_list({});
       if (!v.is_dict() || v.dict->is_namespace) fail("items filter: can only get item pairs from a mapping");
@@ -1207,6 +1551,7 @@ class Interpreter {
         const std::string filter = args[0].str_ref();
         if (!is_known_filter(filter)) fail("no filter named '" + filter + "'");
         List rest(args.begin() + 1, args.end());
+        check_filter_args(filter, rest, kw);
         for (const Value& x : iterate(v)) {
           List a = rest;
           KwArgs k = kw;
@@ -1218,38 +1563,36 @@ class Interpreter {
     if (name == "select" || name == "reject") return select(v, args, kw, false, name == "select");
     if (name == "selectattr" || name == "rejectattr") return select(v, args, kw, true, name == "selectattr");
     if (name == "attr") {
-      if (args.empty() || !args[0].is_string()) fail("attr expects a name");
-      return get_attr(v, args[0].str_ref());
+      const Value* attr_name = arg(args, kw, 0, "name");
+      if (attr_name == nullptr || !attr_name->is_string()) fail("attr expects a name");
+      // getattr only: a dict's keys are items, not attributes
+      if (v.is_dict() && !v.dict->is_namespace && !contains(kDictMethods, attr_name->str_ref())) {
+        return Value::undefined("'dict object' has no attribute '" + attr_name->str_ref() + "'");
+      }
+      return get_attr(v, attr_name->str_ref());
     }
-    if (name == "int") {
+    if (name == "int") {  // int(value, base), else int(float(value)), else the default
       const int64_t dflt = int_arg(arg(args, kw, 0, "default"), 0, "int default");
+      const int64_t base = int_arg(arg(args, kw, 1, "base"), 10, "int base");
       if (v.is_integral()) return Value::integer(v.as_int());
+      double f = 0;
       if (v.kind == K::kFloat) {
-        if (!std::isfinite(v.f) || std::fabs(v.f) > 9.2e18) return Value::integer(dflt);
-        return Value::integer(static_cast<int64_t>(v.f));
+        f = v.f;
+      } else if (v.is_string()) {
+        int64_t x = 0;
+        if (base >= 0 && base <= 36 && py_parse_int(v.str_ref(), static_cast<int>(base), &x)) return Value::integer(x);
+        if (!py_parse_float(v.str_ref(), &f)) return Value::integer(dflt);
+      } else {
+        return Value::integer(dflt);
       }
-      if (v.is_string()) {
-        const std::string t = py_strip(v.str_ref(), true, true);
-        char* end = nullptr;
-        errno = 0;
-        const long long x = std::strtoll(t.c_str(), &end, 10);
-        if (!t.empty() && end == t.c_str() + t.size() && errno == 0) return Value::integer(x);
-        const double f = std::strtod(t.c_str(), &end);
-        if (!t.empty() && end == t.c_str() + t.size() && std::isfinite(f) && std::fabs(f) < 9.2e18) {
-          return Value::integer(static_cast<int64_t>(f));
-        }
-      }
-      return Value::integer(dflt);
+      if (!std::isfinite(f) || std::fabs(f) > 9.2e18) return Value::integer(dflt);
+      return Value::integer(static_cast<int64_t>(f));
     }
     if (name == "float") {
       const Value* dflt = arg(args, kw, 0, "default");
       if (v.is_number()) return Value::number(v.as_double());
-      if (v.is_string()) {
-        const std::string t = py_strip(v.str_ref(), true, true);
-        char* end = nullptr;
-        const double f = std::strtod(t.c_str(), &end);
-        if (!t.empty() && end == t.c_str() + t.size()) return Value::number(f);
-      }
+      double f = 0;
+      if (v.is_string() && py_parse_float(v.str_ref(), &f)) return Value::number(f);
       return dflt != nullptr ? *dflt : Value::number(0.0);
     }
     if (name == "abs") {
@@ -1291,45 +1634,62 @@ class Interpreter {
       return Value::make_list(std::move(items));
     }
     if (name == "sort" || name == "unique" || name == "min" || name == "max" || name == "dictsort") {
-      const bool dictsort = name == "dictsort";
-      const Value* cs = arg(args, kw, dictsort ? 0 : name == "sort" ? 1 : 0, "case_sensitive");
-      const bool case_sensitive = cs != nullptr && truthy(*cs);
-      const Value* attr_v = dictsort ? nullptr : arg(args, kw, name == "sort" ? 2 : 1, "attribute");
-      const std::string attr = attr_v != nullptr && !attr_v->is_none() ? to_str(*attr_v) : "";
-      List items;
-      if (dictsort) {
-        if (!v.is_dict()) fail("dictsort: expected a mapping");
-        items = *dict_method(v, "items", args, kw).list;
-      } else {
-        items = iterate(v);
+      return sort_filter(name, v, args, kw);
+    }
+    if (name == "groupby") return groupby(v, args, kw);
+    if (name == "batch" || name == "slice") return batch_or_slice(name == "batch", v, args, kw);
+    if (name == "random") {
+      // random.choice: only an empty or one-item sequence has a result that is not random
+      if (v.is_list() || v.is_string() || v.is_undefined()) {
+        List items = iterate(v);
+        if (items.empty()) return Value::undefined("No random item, sequence was empty.");
+        if (items.size() == 1) return items[0];
       }
-      const auto key = [&](const Value& x) {
-        Value k = dictsort ? (*x.list)[0] : attr.empty() ? x : attr_path(x, attr);
-        return k.is_string() ? Value::string(sort_key_str(k, case_sensitive)) : k;
-      };
-      if (name == "unique") {
-        List out, seen;
-        for (const Value& x : items) {
-          Value k = key(x);
-          if (std::none_of(seen.begin(), seen.end(), [&](const Value& s) { return equals(s, k); })) {
-            seen.push_back(k);
-            out.push_back(x);
-          }
+      fail("picking a random item is not supported: a chat template must render the same prompt every time");
+    }
+    if (name == "safe") {  // Markup(value): a string keeps its untrusted ranges
+      if (v.is_string()) {
+        Value r = v;
+        r.markup = true;
+        return r;
+      }
+      return Value::markup_string(to_str(v));
+    }
+    if (name == "escape" || name == "e") return v.is_string() && v.markup ? v : Value::markup_string(html_escape(to_str(v)));
+    if (name == "forceescape") return Value::markup_string(html_escape(to_str(v)));
+    if (name == "string") return v.is_string() ? v : Value::string(to_str(v));
+    if (name == "pprint") return Value::string(pformat(v));
+    if (name == "truncate") return truncate(v, args, kw);
+    if (name == "wordwrap") return wordwrap(v, args, kw);
+    if (name == "urlencode") return urlencode(v);
+    if (name == "xmlattr") {
+      check_defined(v);
+      if (!v.is_dict() || v.dict->is_namespace) fail("expected a mapping, got " + v.type_name());
+      const Value* autospace = arg(args, kw, 0, "autospace");
+      std::string out;
+      for (const auto& [key, x] : v.dict->items) {
+        if (x.is_none() || x.is_undefined()) continue;
+        if (key.find_first_of(" \t\n\r\f\v/>=") != std::string::npos) {
+          fail("Invalid character in attribute name: " + repr(Value::string(key)));
         }
-        return Value::make_list(std::move(out));
+        if (!out.empty()) out += ' ';
+        out += html_escape(key) + "=\"" + (x.is_string() && x.markup ? x.str_ref() : html_escape(to_str(x))) + "\"";
       }
-      std::vector<std::pair<Value, Value>> keyed;
-      for (const Value& x : items) keyed.emplace_back(key(x), x);
-      std::stable_sort(keyed.begin(), keyed.end(), [](const auto& a, const auto& b) { return less_than(a.first, b.first); });
-      if (name == "min" || name == "max") {
-        if (keyed.empty()) return Value::undefined("no min/max of an empty sequence");
-        return name == "min" ? keyed.front().second : keyed.back().second;
+      if (!out.empty() && (autospace == nullptr || truthy(*autospace))) out.insert(0, " ");
+      return Value::string(std::move(out));
+    }
+    if (name == "filesizeformat") {
+      check_defined(v);
+      double x = 0;
+      if (v.is_number()) {
+        x = v.as_double();
+      } else if (v.is_string()) {
+        if (!py_parse_float(v.str_ref(), &x)) fail("could not convert string to float: " + repr(v));
+      } else {
+        fail("float() argument must be a string or a real number, not '" + v.type_name() + "'");
       }
-      const Value* rev = arg(args, kw, dictsort ? 2 : 0, "reverse");
-      if (rev != nullptr && truthy(*rev)) std::stable_sort(keyed.begin(), keyed.end(), [](const auto& a, const auto& b) { return less_than(b.first, a.first); });
-      List out;
-      for (auto& kv : keyed) out.push_back(std::move(kv.second));
-      return Value::make_list(std::move(out));
+      const Value* binary = arg(args, kw, 0, "binary");
+      return Value::string(filesize_format(x, binary != nullptr && truthy(*binary)));
     }
     // String filters: all work on str(value).
     const std::string s = to_str(v);
@@ -1340,13 +1700,38 @@ class Interpreter {
       if (chars == nullptr || chars->is_none()) return Value::string(py_strip(s, true, true));
       return Value::string(py_strip_chars(s, cs, true, true));
     }
-    if (name == "upper") return Value::string(utf8_upper(s));
-    if (name == "lower") return Value::string(utf8_lower(s));
-    if (name == "capitalize") return Value::string(capitalize(s));
+    if (name == "upper") return string_like(v, utf8_upper(s));
+    if (name == "lower") return string_like(v, utf8_lower(s));
+    if (name == "capitalize") return string_like(v, capitalize(s));
     if (name == "title") return Value::string(jinja_title(s));
-    if (name == "string") return Value::string(s);
-    if (name == "escape" || name == "e") return Value::string(html_escape(s));
-    if (name == "wordcount") return Value::integer(static_cast<int64_t>(py_split(s, nullptr, -1).size()));
+    if (name == "wordcount") {  // runs of \w
+      int64_t n = 0;
+      bool in_word = false;
+      for (uint32_t cp : utf8_decode(s)) {
+        const bool w = py_is_word_char(cp);
+        n += w && !in_word ? 1 : 0;
+        in_word = w;
+      }
+      return Value::integer(n);
+    }
+    if (name == "striptags") return Value::string(strip_tags(s));
+    if (name == "center") {
+      const Value* width = arg(args, kw, 0, "width");
+      if (width != nullptr && !width->is_integral()) fail("'" + width->type_name() + "' object cannot be interpreted as an integer");
+      return string_like(v, py_center(s, width != nullptr ? width->as_int() : 80));
+    }
+    if (name == "format") {
+      if (!args.empty() && !kw.empty()) fail("can't handle positional and keyword arguments at the same time");
+      Value values;
+      if (!kw.empty()) {
+        Dict d;
+        for (auto& [k, x] : kw) d.set(k, x);
+        values = Value::make_dict(std::move(d));
+      } else {
+        values = Value::make_list(args, true);
+      }
+      return string_like(v, percent_format(s, values, v.is_string() && v.markup));
+    }
     if (name == "replace") {
       const Value* from = arg(args, kw, 0, "old");
       const Value* to = arg(args, kw, 1, "new");

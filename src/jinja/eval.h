@@ -5,6 +5,8 @@
 // the template's top-level scope; default Undefined), the built-in filters, tests,
 // string/dict methods and globals (range, namespace, dict, raise_exception,
 // strftime_now) that chat templates use, and the limits that stop hostile templates.
+// The Python text algorithms some filters need (printf-style %, textwrap, pprint, ...)
+// are jinja/pytext.h's.
 // `tojson` is transformers' (json.dumps(ensure_ascii=False, indent, separators,
 // sort_keys)), not Jinja2's HTML-safe one.
 // Does not lex or parse (jinja/parser.cpp) and does not know about chat messages.

@@ -8,7 +8,10 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <optional>
+
+#include <utf8proc.h>
 
 namespace specula::jinja {
 
@@ -177,6 +180,11 @@ Value Value::make_list(List x, bool is_tuple) {
   v.list = std::make_shared<const List>(std::move(x));
   return v;
 }
+Value Value::markup_string(std::string x) {
+  Value v = string(std::move(x));
+  v.markup = true;
+  return v;
+}
 Value Value::make_dict(Dict x) {
   Value v;
   v.kind = Kind::kDict;
@@ -316,6 +324,145 @@ std::string py_strip_chars(std::string_view s, std::string_view chars, bool left
   return out;
 }
 
+bool py_is_word_char(uint32_t cp) {
+  if (cp < 0x80) return (cp >= '0' && cp <= '9') || (cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z') || cp == '_';
+  if (cp > 0x10FFFF) return false;
+  switch (utf8proc_category(static_cast<utf8proc_int32_t>(cp))) {
+    case UTF8PROC_CATEGORY_LU:
+    case UTF8PROC_CATEGORY_LL:
+    case UTF8PROC_CATEGORY_LT:
+    case UTF8PROC_CATEGORY_LM:
+    case UTF8PROC_CATEGORY_LO:
+    case UTF8PROC_CATEGORY_ND:
+    case UTF8PROC_CATEGORY_NL:
+    case UTF8PROC_CATEGORY_NO: return true;
+    default: return false;
+  }
+}
+
+bool py_is_decimal(uint32_t cp) {
+  if (cp < 0x80) return cp >= '0' && cp <= '9';
+  return cp <= 0x10FFFF && utf8proc_category(static_cast<utf8proc_int32_t>(cp)) == UTF8PROC_CATEGORY_ND;
+}
+
+bool py_is_printable(uint32_t cp) {
+  if (cp < 0x80) return cp >= 0x20 && cp < 0x7F;
+  if (cp > 0x10FFFF) return false;
+  switch (utf8proc_category(static_cast<utf8proc_int32_t>(cp))) {
+    case UTF8PROC_CATEGORY_CC:
+    case UTF8PROC_CATEGORY_CF:
+    case UTF8PROC_CATEGORY_CS:
+    case UTF8PROC_CATEGORY_CO:
+    case UTF8PROC_CATEGORY_CN:
+    case UTF8PROC_CATEGORY_ZL:
+    case UTF8PROC_CATEGORY_ZP:
+    case UTF8PROC_CATEGORY_ZS: return false;
+    default: return true;
+  }
+}
+
+std::vector<std::string> py_splitlines(std::string_view s, bool keepends) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  for (size_t pos = 0, len = 0; pos < s.size(); pos += len) {
+    const uint32_t cp = decode_at(s, pos, &len);
+    const bool brk = cp == '\n' || cp == '\r' || cp == 0x0B || cp == 0x0C || (cp >= 0x1C && cp <= 0x1E) || cp == 0x85 ||
+                     cp == 0x2028 || cp == 0x2029;
+    if (!brk) continue;
+    size_t end = pos + len;
+    if (cp == '\r' && end < s.size() && s[end] == '\n') ++end;
+    out.emplace_back(s.substr(start, (keepends ? end : pos) - start));
+    len = end - pos;
+    start = end;
+  }
+  if (start < s.size()) out.emplace_back(s.substr(start));
+  return out;
+}
+
+bool py_parse_float(std::string_view s, double* out) {
+  std::string t = py_strip(s, true, true);
+  std::string clean;
+  size_t k = 0;
+  if (k < t.size() && (t[k] == '+' || t[k] == '-')) clean += t[k++];
+  std::string rest = t.substr(k);
+  std::string lower;
+  for (char c : rest) lower += static_cast<char>(c >= 'A' && c <= 'Z' ? c + 32 : c);
+  if (lower == "inf" || lower == "infinity" || lower == "nan") {
+    const double x = lower == "nan" ? std::nan("") : HUGE_VAL;
+    *out = clean == "-" ? -x : x;
+    return true;
+  }
+  // digits [. digits] [e [sign] digits], underscores only between two digits
+  bool any_digit = false, seen_dot = false, seen_exp = false, exp_digit = false;
+  for (size_t i = 0; i < rest.size(); ++i) {
+    const char c = rest[i];
+    const auto digit = [&](size_t j) { return j < rest.size() && rest[j] >= '0' && rest[j] <= '9'; };
+    if (c >= '0' && c <= '9') {
+      (seen_exp ? exp_digit : any_digit) = true;
+      clean += c;
+    } else if (c == '_') {
+      if (i == 0 || !digit(i - 1) || !digit(i + 1)) return false;
+    } else if (c == '.' && !seen_dot && !seen_exp) {
+      seen_dot = true;
+      clean += c;
+    } else if ((c == 'e' || c == 'E') && !seen_exp && any_digit) {
+      seen_exp = true;
+      clean += 'e';
+      if (i + 1 < rest.size() && (rest[i + 1] == '+' || rest[i + 1] == '-')) clean += rest[++i];
+    } else {
+      return false;
+    }
+  }
+  if (!any_digit || (seen_exp && !exp_digit)) return false;
+  char* end = nullptr;
+  *out = std::strtod(clean.c_str(), &end);
+  return end == clean.c_str() + clean.size();
+}
+
+bool py_parse_int(std::string_view s, int base, int64_t* out) {
+  if (base != 0 && (base < 2 || base > 36)) return false;
+  const std::string t = py_strip(s, true, true);
+  size_t k = 0;
+  bool neg = false;
+  if (k < t.size() && (t[k] == '+' || t[k] == '-')) neg = t[k++] == '-';
+  const auto lower = [](char c) { return static_cast<char>(c >= 'A' && c <= 'Z' ? c + 32 : c); };
+  bool prefixed = false;
+  if (k + 1 < t.size() && t[k] == '0') {
+    const char p = lower(t[k + 1]);
+    const int pb = p == 'x' ? 16 : p == 'o' ? 8 : p == 'b' ? 2 : 0;
+    if (pb != 0 && (base == 0 || base == pb)) {
+      base = pb;
+      k += 2;
+      prefixed = true;
+    }
+  }
+  const bool literal_rules = base == 0;  // base 0 reads a Python literal: no leading zeros
+  if (base == 0) base = 10;
+  uint64_t v = 0;
+  bool any = false, prev_digit = prefixed, all_zero = true;  // "0x_1f" is allowed
+  const size_t first = k;
+  for (; k < t.size(); ++k) {
+    const char c = lower(t[k]);
+    if (c == '_') {
+      if (!prev_digit || k + 1 >= t.size()) return false;
+      prev_digit = false;
+      continue;
+    }
+    const int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'z' ? c - 'a' + 10 : 99;
+    if (d >= base) return false;
+    if (v > (uint64_t{1} << 63) / static_cast<uint64_t>(base)) return false;
+    v = v * static_cast<uint64_t>(base) + static_cast<uint64_t>(d);
+    if (v > (uint64_t{1} << 63)) return false;
+    any = prev_digit = true;
+    all_zero = all_zero && d == 0;
+  }
+  if (!any || !prev_digit) return false;
+  if (literal_rules && !prefixed && t[first] == '0' && !all_zero) return false;
+  if (!neg && v == (uint64_t{1} << 63)) return false;
+  *out = neg ? static_cast<int64_t>(0 - v) : static_cast<int64_t>(v);
+  return true;
+}
+
 uint32_t upper_cp(uint32_t cp) {
   if (cp < 0x80) return cp >= 'a' && cp <= 'z' ? cp - 32 : cp;
   if (cp == 0xB5) return 0x39C;
@@ -453,11 +600,8 @@ std::string repr_string(const std::string& s) {
       out += "\\r";
     } else if (cp == '\t') {
       out += "\\t";
-    } else if (cp < 0x20 || (cp >= 0x7F && cp <= 0xA0) || cp == 0xAD) {
-      std::snprintf(buf, sizeof(buf), "\\x%02x", cp);
-      out += buf;
-    } else if (cp != ' ' && is_py_space(cp)) {
-      std::snprintf(buf, sizeof(buf), "\\u%04x", cp);
+    } else if (!py_is_printable(cp)) {
+      std::snprintf(buf, sizeof(buf), cp < 0x100 ? "\\x%02x" : cp < 0x10000 ? "\\u%04x" : "\\U%08x", cp);
       out += buf;
     } else {
       out.append(s, pos, len);
@@ -485,7 +629,7 @@ std::string repr(const Value& v) {
   charge_steps(1);
   switch (v.kind) {
     case Value::Kind::kUndefined: return "Undefined";
-    case Value::Kind::kString: return repr_string(*v.s);
+    case Value::Kind::kString: return v.markup ? "Markup(" + repr_string(*v.s) + ")" : repr_string(*v.s);
     case Value::Kind::kList: {
       std::string out = v.is_tuple ? "(" : "[";
       for (size_t k = 0; k < v.list->size(); ++k) out += (k ? ", " : "") + repr((*v.list)[k]);
@@ -506,6 +650,22 @@ std::string repr(const Value& v) {
     case Value::Kind::kCallable: return "<function " + v.fn->name + ">";
     default: return to_str(v);
   }
+}
+
+std::string ascii_repr(const Value& v) {
+  const std::string r = repr(v);
+  std::string out;
+  for (size_t pos = 0, len = 0; pos < r.size(); pos += len) {
+    const uint32_t cp = decode_at(r, pos, &len);
+    if (cp < 0x80) {
+      out += static_cast<char>(cp);
+      continue;
+    }
+    char buf[16];
+    std::snprintf(buf, sizeof(buf), cp < 0x100 ? "\\x%02x" : cp < 0x10000 ? "\\u%04x" : "\\U%08x", cp);
+    out += buf;
+  }
+  return out;
 }
 
 // ---- comparisons ----

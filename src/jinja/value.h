@@ -4,7 +4,8 @@
 // Owns: Value (undefined, none, bool, int, float, string, list, dict, callable), its
 // Python-compatible conversions (str(), repr(), truthiness, ==, <), the JSON
 // serialisation transformers uses for `tojson` (json.dumps(ensure_ascii=False, ...)),
-// and the UTF-8 / Python-whitespace helpers string methods need.
+// and the UTF-8 / Python character-class, whitespace and number-parsing helpers string
+// methods and filters need.
 // Semantics follow CPython 3 and Jinja2 3.x (jinja2/runtime.py Undefined: renders "",
 // is falsy, iterates empty, equals only another Undefined).
 // Does not parse or evaluate templates (jinja/parser.cpp, jinja/eval.cpp). Dict keys
@@ -86,6 +87,9 @@ struct Value {
   uint32_t depth = 0;                     // nesting depth of lists/dicts (scalars 0)
   bool has_namespace = false;             // is or contains a namespace (no cycles allowed)
   bool is_tuple = false;                  // kList made by a tuple literal or items(): prints as (a, b)
+  bool is_group = false;                  // kList: a groupby (grouper, list) tuple; .grouper and .list read it
+  bool markup = false;                    // kString: a markupsafe.Markup (made by safe/escape): escape leaves it
+                                          // alone, + and % escape the other operands, repr is Markup('...')
   bool untrusted = false;                 // is or holds untrusted text (see Spans)
   // kString: where its untrusted bytes are; null when the operation that made it does not
   // track ranges (then the string is untrusted whole if an input was, see taint_fresh).
@@ -102,6 +106,8 @@ struct Value {
   // A string with known untrusted ranges (maybe none).
   static Value string_with_spans(std::string v, Spans spans);
   static Value make_list(List v, bool is_tuple = false);
+  // A Markup string (see `markup`).
+  static Value markup_string(std::string v);
   static Value make_dict(Dict v);
   static Value callable(std::string name, std::function<Value(Interpreter&, List&, KwArgs&)> fn);
 
@@ -173,5 +179,20 @@ std::string utf8_lower(std::string_view s);
 std::vector<uint32_t> utf8_decode(std::string_view s);
 void utf8_append(uint32_t cp, std::string& out);
 std::string py_strip_chars(std::string_view s, std::string_view chars, bool left, bool right);
+// Python's classes of one code point: \w of a str regex (str.isalnum() or '_'), \d
+// (decimal digit, category Nd), str.isprintable().
+bool py_is_word_char(uint32_t cp);
+bool py_is_decimal(uint32_t cp);
+bool py_is_printable(uint32_t cp);
+// Python str.splitlines(keepends) (\n, \r, \r\n, \v, \f, \x1c-\x1e, \x85, \u2028, \u2029).
+std::vector<std::string> py_splitlines(std::string_view s, bool keepends);
+// Python float(str): surrounding whitespace, sign, digits with single underscores between
+// them, '.', exponent, inf/infinity/nan in any case. False when Python raises ValueError.
+bool py_parse_float(std::string_view s, double* out);
+// Python int(str, base) for base 0 or 2..36 (prefix 0x/0o/0b, single underscores between
+// digits); false when Python raises ValueError or the value does not fit in int64.
+bool py_parse_int(std::string_view s, int base, int64_t* out);
+// Python ascii(v): repr(v) with every non-ASCII character as \xhh, \uhhhh or \Uhhhhhhhh.
+std::string ascii_repr(const Value& v);
 
 }  // namespace specula::jinja

@@ -1,6 +1,7 @@
 // tests/chat/chat_template_test.cpp — ChatTemplate against Python Jinja2 (the
-// transformers setup) byte for byte: five chat templates over a set of conversations
-// and ~65 single-feature snippets (tests/fixtures/chat_templates/expected.json, made by
+// transformers setup) byte for byte: six chat templates over a set of conversations
+// and ~190 single-feature snippets, some of which jinja2 refuses (they must fail here
+// too, naming the filter) (tests/fixtures/chat_templates/expected.json, made by
 // tools/make_chat_template_fixtures.py); malformed templates give positioned parse
 // errors; raise_exception surfaces its message; hostile templates fail fast; GGUF
 // template lookup on the real model files (skipped when absent).
@@ -216,16 +217,79 @@ TEST(ChatTemplate, ForgedTurnsStayInsideUntrustedText) {
   EXPECT_EQ(total, 8) << r->text;  // + the content twice (block, brackets) and upper-cased once
 }
 
+// Snippets jinja2 renders give the same text; those it refuses fail here too, with the
+// filter's name or Python's message (the snippet's "error_mentions") in the error.
 TEST(ChatTemplate, SnippetsMatchJinja2) {
   const auto& context = expected().at("snippet_context");
+  int n_errors = 0;
   for (const auto& s : expected().at("snippets")) {
     const std::string source = s.at("source");
     SCOPED_TRACE(source);
     auto tpl = ChatTemplate::parse(source);
     ASSERT_TRUE(tpl.is_ok()) << tpl.message();
     auto out = tpl->render(context);
-    ASSERT_TRUE(out.is_ok()) << out.message();
+    if (s.contains("error")) {
+      if (out.is_ok()) {
+        ADD_FAILURE() << "rendered " << out.value() << "\njinja2: " << s.at("error").get<std::string>();
+        continue;
+      }
+      EXPECT_EQ(out.message().rfind("[chat_template] ", 0), 0u) << out.message();
+      EXPECT_NE(out.message().find(s.at("error_mentions").get<std::string>()), std::string::npos)
+          << out.message() << "\njinja2: " << s.at("error").get<std::string>();
+      ++n_errors;
+      continue;
+    }
+    if (!out.is_ok()) {
+      ADD_FAILURE() << out.message();
+      continue;
+    }
     EXPECT_EQ(out.value(), s.at("expected").get<std::string>());
+  }
+  EXPECT_GE(n_errors, 50);
+}
+
+// A chat template with printf-style formatting ('%03d'|format, %) and jinja2's text
+// filters loads and renders each fixture conversation as jinja2 does.
+TEST(ChatTemplate, PrintfFormattingTemplateRendersLikeJinja2) {
+  auto tpl = ChatTemplate::parse(read_file(fixture_dir() + "/numbered.jinja"));
+  ASSERT_TRUE(tpl.is_ok()) << tpl.message();
+  int n = 0;
+  for (const auto& c : expected().at("cases")) {
+    if (c.at("template") != "numbered.jinja") continue;
+    SCOPED_TRACE(c.at("name").get<std::string>());
+    auto out = tpl->render(c.at("context"));
+    ASSERT_TRUE(out.is_ok()) << out.message();
+    EXPECT_EQ(out.value(), c.at("expected").get<std::string>());
+    ++n;
+  }
+  EXPECT_GE(n, 30);
+  auto out = tpl->render(ordered_json::parse(R"({"messages": [{"role": "user", "content": "Hi!"}], "add_generation_prompt": true})"));
+  ASSERT_TRUE(out.is_ok()) << out.message();
+  EXPECT_EQ(out.value(), "==========1=message===========\n<|im_start|>user #001\nHi!<|im_end|>\n<|im_start|>assistant #002\n");
+}
+
+// `random` gives the item of an empty or one-item sequence as jinja2 does and refuses to
+// pick among more (a prompt must not change from one render to the next); filter errors
+// are positioned and name the filter.
+TEST(ChatTemplate, RandomIsRefusedAndFilterErrorsNameTheFilter) {
+  auto tpl = ChatTemplate::parse("{{ [7]|random }}{{ []|random }}|\n{{ messages|random }}");
+  ASSERT_TRUE(tpl.is_ok()) << tpl.message();
+  auto out = tpl->render(ordered_json::parse(R"({"messages": [1]})"));
+  ASSERT_TRUE(out.is_ok()) << out.message();
+  EXPECT_EQ(out.value(), "7|\n1");
+  out = tpl->render(ordered_json::parse(R"({"messages": [1, 2]})"));
+  ASSERT_FALSE(out.is_ok());
+  EXPECT_EQ(out.message().rfind("[chat_template] 2:", 0), 0u) << out.message();
+  EXPECT_NE(out.message().find("filter 'random'"), std::string::npos) << out.message();
+  for (const char* source : {"{{ 'x'|wordwrap(0) }}", "{{ '%d'|format('x') }}", "{{ xs|batch }}", "{{ 'x'|center(wdth=1) }}",
+                             "{{ {'a b': 1}|xmlattr }}", "{{ 'x'|truncate(1) }}", "{{ none|filesizeformat }}"}) {
+    SCOPED_TRACE(source);
+    auto t = ChatTemplate::parse(source);
+    ASSERT_TRUE(t.is_ok()) << t.message();
+    auto r = t->render(ordered_json::object());
+    ASSERT_FALSE(r.is_ok()) << r.value();
+    const std::string name = std::regex_replace(std::string(source), std::regex(R"(^.*?\|(\w+).*$)"), "$1");
+    EXPECT_NE(r.message().find("filter '" + name + "'"), std::string::npos) << r.message();
   }
 }
 
@@ -322,6 +386,15 @@ TEST(ChatTemplate, HostileTemplatesFailFast) {
       {"{% for i in range(150000) %}xxxxxxxxxxxxxxxxxxxxxxxx{% endfor %}", false},
       {"{% set ns = namespace(l=[]) %}{% for i in range(100000) %}{% set ns.l = ns.l + [i] %}{% endfor %}", false},
       {"{{ 2 ** 64 }}", false},
+      {"{{ '%999999999d' % 1 }}", false},
+      {"{{ '%.999999999f'|format(1.5) }}", false},
+      {"{{ '%*s'|format(999999999, 'x') }}", false},
+      {"{{ 'x'|center(100000000000) }}", false},
+      {"{{ range(10)|batch(100000000000, 0)|list }}", false},
+      {"{{ range(10)|slice(100000000000)|list }}", false},
+      {"{% set ns = namespace(l=[1]) %}{% for i in range(60) %}{% set ns.l = [ns.l, ns.l] %}{% endfor %}{{ ns.l | pprint }}", false},
+      {"{% set ns = namespace(l=[1]) %}{% for i in range(60) %}{% set ns.l = [ns.l, ns.l] %}{% endfor %}{{ '%s' % ns.l }}", false},
+      {"{% set ns = namespace(l=[1]) %}{% for i in range(60) %}{% set ns.l = [ns.l, ns.l] %}{% endfor %}{{ ns.l | groupby(0) }}", false},
   };
   for (const auto& [source, at_parse] : hostile) {
     SCOPED_TRACE(source.substr(0, 120));
