@@ -7,6 +7,17 @@
 
 namespace specula::chat {
 
+nlohmann::ordered_json template_messages(const ChatTemplate& tpl, const nlohmann::ordered_json& messages) {
+  const std::string& src = tpl.source();
+  if (!messages.is_array() || src.find("'developer'") != std::string::npos ||
+      src.find("\"developer\"") != std::string::npos)
+    return messages;
+  nlohmann::ordered_json out = messages;
+  for (auto& m : out)
+    if (m.is_object() && m.contains("role") && m["role"] == "developer") m["role"] = "system";
+  return out;
+}
+
 std::vector<int32_t> prompt_ids(const tokenizer::Tokenizer& tok, const RenderedPrompt& rendered) {
   const tokenizer::Vocab& vocab = tok.vocab();
   const std::string bos = vocab.valid_id(vocab.bos_id()) ? vocab.text(vocab.bos_id()) : "";

@@ -1,13 +1,18 @@
-// cli/kld.cpp — see kld.h.
+// cli/kld.cpp — see kld.h; and the `specula kld` verb that runs it.
 #include "cli/kld.h"
-
-#include "method/draft.h"
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/common.h"
+#include "decoding/draft.h"
 
 namespace specula {
 namespace {
@@ -123,3 +128,89 @@ Result<KldResult> kl_divergence(Model& model, const tokenizer::Tokenizer& tok, c
 }
 
 }  // namespace specula
+
+// ---------------------------------------------------------------- the verb
+
+namespace specula::cli {
+namespace {
+
+struct KldArgs {
+  std::string quantize;
+  std::string base_model, base_quantize;  // --base-model, --base-quantize
+  std::string model, file;
+  int64_t ctx = 512, chunks = 0;
+  int threads = 0;
+  bool json = false;
+  CacheArgs cache;
+};
+
+void print_kld(const KldArgs& a, const Loaded& l, bool with_base, const KldResult& r, double seconds) {
+  std::string type = a.cache.type_k + "/" + a.cache.type_v + (a.cache.delay > 0 ? " delay " + std::to_string(a.cache.delay) : "");
+  if (with_base) type = "f16/f16";
+  const std::string base = with_base ? "base model " + a.base_model + (a.base_quantize.empty() ? "" : " (" + a.base_quantize + ")")
+                                     : std::string("f16/f16");
+  std::printf("model %s%s, KV cache %s vs %s, %lld chunks of %lld tokens, %lld positions scored (%.1f s)\n",
+              l.model->info().name.c_str(), a.quantize.empty() ? "" : (" (" + a.quantize + " at load)").c_str(),
+              type.c_str(), base.c_str(), static_cast<long long>(r.chunks), static_cast<long long>(a.ctx),
+              static_cast<long long>(r.positions), seconds);
+  std::printf("KV bytes per token: %.0f (f16 %.0f)\n", r.bytes_per_token_test, r.bytes_per_token_base);
+  std::printf("Mean KLD: %.6f ± %.6f\nMedian KLD: %.6f\n99%% KLD: %.6f\nMax KLD: %.6f\nSame top: %.3f%%\n", r.mean_kld,
+              r.sd_kld / std::sqrt(static_cast<double>(r.positions)), r.median_kld, r.p99_kld, r.max_kld,
+              100.0 * r.same_top);
+  std::printf("PPL base: %.4f, PPL %s: %.4f\n", r.ppl_base, with_base ? "model" : type.c_str(), r.ppl_test);
+  if (a.json) {
+    nlohmann::json j = {{"model", l.model->info().name}, {"cache", type}, {"chunks", r.chunks}, {"ctx", a.ctx},
+                        {"positions", r.positions}, {"mean_kld", r.mean_kld},
+                        {"mean_kld_se", r.sd_kld / std::sqrt(static_cast<double>(r.positions))},
+                        {"median_kld", r.median_kld}, {"p99_kld", r.p99_kld}, {"max_kld", r.max_kld},
+                        {"same_top", r.same_top}, {"ppl_base", r.ppl_base}, {"ppl_test", r.ppl_test},
+                        {"kv_bytes_per_token", r.bytes_per_token_test}, {"kv_bytes_per_token_f16", r.bytes_per_token_base}};
+    std::printf("%s\n", j.dump().c_str());
+  }
+}
+
+int run_kld(const RuntimeConfig& config, const KldArgs& a) {
+  auto l = load(config, a.model, a.threads, a.quantize);
+  if (!l) return fail(l.message());
+  KldOptions o;
+  o.text_file = a.file;
+  o.n_ctx = a.ctx;
+  o.max_chunks = a.chunks;
+  o.test = a.cache.options();
+  std::optional<Loaded> base;
+  if (!a.base_model.empty()) {
+    auto b = load(config, a.base_model, a.threads, a.base_quantize);
+    if (!b) return fail(b.message());
+    base = std::move(b).value();
+    o.base_model = base->model.get();
+  }
+  const double t0 = now_seconds();
+  auto r = kl_divergence(*l->model, *l->tok, o);
+  if (!r) return fail(r.message());
+  print_kld(a, *l, base.has_value(), *r, now_seconds() - t0);
+  return 0;
+}
+
+}  // namespace
+
+Verb add_kld(CLI::App& app, const RuntimeConfig& config) {
+  auto a = std::make_shared<KldArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "kld", "KL divergence of a KV cache type vs f16 over a text (as llama-perplexity --kl-divergence)");
+  cmd->add_option("-m,--model", a->model, kModelHelp);
+  cmd->add_option("-f,--file", a->file, "Text file")->required();
+  cmd->add_option("--base-model", a->base_model,
+                  "Compare the model's weights against this model's (same vocabulary), e.g. a bf16 folder against "
+                  "itself with --quantize q4_k, instead of KV cache types against f16");
+  cmd->add_option("--base-quantize", a->base_quantize, "--quantize for the base model")->check(CLI::IsMember({"q8_0", "q4_k"}));
+  cmd->add_option("-c,--ctx", a->ctx, "Tokens per chunk; the second half of each is scored (default 512)")
+      ->check(CLI::Range(int64_t{4}, int64_t{1} << 20));
+  cmd->add_option("--chunks", a->chunks, "Chunks to evaluate (default: all)")->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
+  add_quantize_option(cmd, a->quantize);
+  cmd->add_option("-t,--threads", a->threads, "Threads (default: all cores)")->check(CLI::Range(0, 1024));
+  cmd->add_flag("--json", a->json, "Also print one JSON line");
+  add_cache_options(cmd, a->cache, false);
+  return Verb{cmd, [a, &config] { return run_kld(config, *a); }};
+}
+
+}  // namespace specula::cli

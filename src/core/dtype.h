@@ -3,7 +3,7 @@
 // Numeric ids equal GGML's `ggml_type` values as stored in GGUF tensor infos
 // (GGUF spec, docs/gguf.md in the ggml repository). Quantized types store blocks
 // of `block_size` elements in `type_size` bytes; layouts are in
-// kernels/quant_blocks.h. Does not convert or compute anything.
+// core/quant_blocks.h. Does not convert or compute anything.
 #pragma once
 
 #include <cstddef>
@@ -32,8 +32,8 @@ enum class DType : uint32_t {
   IQ4_XS = 23,
   BF16 = 30,
   // specula's own (not a GGML type; refused in GGUF files): affine 8-bit blocks of 32,
-  // x = d * q + m with q int8 and f32 d, m (kernels/quant_blocks.h BlockQ8_A) — what MLX
-  // 8-bit weights load as (model/hf_folder.h).
+  // x = d * q + m with q int8 and f32 d, m (core/quant_blocks.h BlockQ8_A) — what MLX
+  // 8-bit weights load as (formats/hf_folder.h).
   Q8_A = 40,
 };
 

@@ -1,17 +1,17 @@
 // engine/resume.cpp — generation checkpoints: storing the state of an in-flight request in
 // the prompt cache every EngineOptions::generation_checkpoint tokens, and continuing an
-// identical request from it (see scheduler.h).
+// identical request from it (see engine.h).
 //
-// The key hashes every EngineRequest field that shapes the output (prompt ids, sampling
-// parameters including the seed and logit bias, max_tokens, ignore_eos, top_logprobs,
-// speculative) and the caller's resume_key. The record holds the generated-token count,
+// The key hashes every EngineRequest field that shapes the output (prompt ids, max_tokens,
+// ignore_eos, top_logprobs, speculative), the sampling fields sampling_fields() marks as part
+// of it (generation_key_bytes) and the caller's resume_key. The record holds the generated-token count,
 // the pending token, the sampler's RNG position and the emitted tokens as delivered (ids,
 // logprobs); the sampler's penalty history is rebuilt from the prompt and emitted tokens,
 // as it was built. Draft sources start over (speed only; exact-match acceptance keeps the
 // tokens).
 #include <cstring>
 
-#include "engine/scheduler.h"
+#include "engine/engine.h"
 
 namespace specula {
 namespace {
@@ -70,36 +70,9 @@ std::string Engine::generation_key(const EngineRequest& r) const {
   h.pod(r.top_logprobs);
   h.pod(r.ignore_eos);
   h.pod(r.speculative);
-  const SamplingParams& s = r.sampling;
-  h.pod(s.temperature);
-  h.pod(s.top_k);
-  h.pod(s.top_p);
-  h.pod(s.min_p);
-  h.pod(s.repeat_penalty);
-  h.pod(s.repeat_last_n);
-  h.pod(s.presence_penalty);
-  h.pod(s.frequency_penalty);
-  if (s.temperature > 0.0f) h.pod(s.seed);  // greedy output does not depend on it
-  for (const auto& [id, bias] : s.logit_bias) {
-    h.pod(id);
-    h.pod(bias);
-  }
-  if (s.xtc_probability > 0.0f) {  // (off: the key stays as before XTC and DRY existed)
-    h.pod(s.xtc_probability);
-    h.pod(s.xtc_threshold);
-  }
-  if (s.dry_multiplier > 0.0f) {
-    h.pod(s.dry_multiplier);
-    h.pod(s.dry_base);
-    h.pod(s.dry_allowed_length);
-    h.pod(s.dry_penalty_last_n);
-    for (const auto& seq : s.dry_breaker_ids) {
-      const int32_t n = static_cast<int32_t>(seq.size());
-      h.pod(n);
-      h.bytes(seq.data(), seq.size() * sizeof(int32_t));
-    }
-  }
-  return "gen1-" + h.hex();
+  const std::string sampling = generation_key_bytes(r.sampling);  // the fields sampling/params.cpp marks
+  h.bytes(sampling.data(), sampling.size());
+  return "gen2-" + h.hex();
 }
 
 void Engine::store_generation_checkpoint(size_t index) {

@@ -1,5 +1,5 @@
 // engine/step.cpp — Engine::step(): plan the step's rows, run one method round
-// (method/round.h), deliver each row's tokens, resolve the round, retire finished rows.
+// (decoding/round.h), deliver each row's tokens, resolve the round, retire finished rows.
 //
 // Planning: decoding rows come first, each with its draft depth (its plan allows
 // speculation, the step has at most spec_max_batch decoding rows, its adaptive depth is not
@@ -13,7 +13,7 @@
 #include <algorithm>
 #include <chrono>
 
-#include "engine/scheduler.h"
+#include "engine/engine.h"
 
 namespace specula {
 namespace {
@@ -64,7 +64,7 @@ void Engine::plan_step(std::vector<RoundRow>& rows, std::vector<size_t>& members
     row.id = a.p.handle->id();
     row.context = std::span<const int32_t>(a.p.request.prompt.data(), static_cast<size_t>(a.prefilled + n));
     row.chunk = n;
-    row.samples = a.prefilled + n == n_prompt;
+    row.samples = a.prefilled + n == n_prompt && a.p.request.max_tokens > 0;  // max_tokens 0: prefill only
     row.budget = static_cast<int32_t>(a.p.request.max_tokens);
     row.sampler = &a.sampler;
     row.ignore_eos = a.p.request.ignore_eos;
@@ -167,6 +167,10 @@ bool Engine::step() {
               std::vector<int32_t>(a.p.request.prompt.begin(), a.p.request.prompt.begin() + a.prefilled),
               std::move(copy).value());
       }
+    }
+    if (rows[k].chunk > 0 && a.p.request.max_tokens == 0 && a.decoding()) {
+      ended.push_back({members[k], Outcome::kLength});  // prefill only: done
+      continue;
     }
     if (!res.sampled) continue;
     if (!res.error.empty()) {  // the row's grammar failed: this request fails, the others go on

@@ -84,7 +84,7 @@ class GgufFile {
   static Result<GgufFile> parse(const uint8_t* bytes, size_t size, std::string origin = "<memory>");
   // A file assembled in memory from metadata and tensors that point into memory owned by
   // `owner` (kept alive with the result): how a Hugging Face folder is presented to the
-  // architectures (model/hf_folder.h). Keys keep the order of `keys` (each must be in
+  // architectures (formats/hf_folder.h). Keys keep the order of `keys` (each must be in
   // `kv`); `version` 3, no data section (data_offset 0). Errors: a duplicate tensor name,
   // a key listed but not in `kv`, a tensor without data or whose n_bytes differs from
   // its shape and type.

@@ -1,6 +1,8 @@
 // grammar/constraint.cpp — see constraint.h.
 #include "grammar/constraint.h"
 
+#include <vector>
+
 #include <llguidance.h>
 
 #include <algorithm>
@@ -21,6 +23,38 @@ std::string first_line(const char* e) {
   std::string s = e != nullptr ? e : "failed";
   const size_t nl = s.find('\n');
   return nl == std::string::npos ? s : s.substr(0, nl);
+}
+
+// A compile error as one line that explains it: llguidance's first line without the
+// position in the grammar specula generated ("at 1(8): "), joined with the explanation a
+// regex error gives below it ("error: unclosed group") and the character it points at;
+// the snippets and the generated grammar's source lines are left out. E.g.
+//   invalid regex "(unclosed" (in regex): regex parse error: unclosed group (at character 1)
+std::string compile_message(const char* e) {
+  const std::string all = e != nullptr ? e : "failed";
+  std::vector<std::string> lines;
+  for (size_t pos = 0; pos <= all.size();) {
+    const size_t nl = std::min(all.find('\n', pos), all.size());
+    lines.push_back(all.substr(pos, nl - pos));
+    pos = nl + 1;
+  }
+  std::string out = lines[0];
+  if (out.rfind("at ", 0) == 0) {  // "at LINE(COL): " of the generated grammar
+    const size_t colon = out.find("): ");
+    if (colon != std::string::npos && colon < 16) out = out.substr(colon + 3);
+  }
+  if (out.empty() || out.back() != ':') return out;
+  // regex-syntax's layout: "    PATTERN", "    ^^^", "error: WHAT".
+  for (size_t i = 1; i < lines.size(); ++i) {
+    if (lines[i].rfind("error: ", 0) != 0) continue;
+    out += " " + lines[i].substr(7);
+    if (i >= 2 && lines[i - 1].rfind("    ", 0) == 0) {
+      const size_t caret = lines[i - 1].find('^');
+      if (caret != std::string::npos && caret >= 4) out += " (at character " + std::to_string(caret - 4 + 1) + ")";
+    }
+    return out;
+  }
+  return out.substr(0, out.size() - 1);
 }
 }  // namespace
 
@@ -160,7 +194,7 @@ Result<std::unique_ptr<TokenConstraint>> TokenConstraint::create(std::shared_ptr
   }
   LlgMatcher* m = llg_new_matcher(&init, type.c_str(), data.c_str());
   if (const char* e = llg_matcher_get_error(m); e != nullptr) {
-    std::string msg = what + first_line(e);
+    std::string msg = what + compile_message(e);
     llg_free_matcher(m);
     return Status::error(msg);
   }

@@ -7,7 +7,7 @@
 // specula's: the vocabulary bridge (GrammarVocab), the constraint kinds and their request
 // forms (ConstraintSpec), GBNF (llama.cpp's grammar format) converted to llguidance's Lark
 // dialect (grammar/gbnf.h), and the use of masks inside the engine's rounds
-// (method/round.h: masks for every constrained row computed on a worker thread while the
+// (decoding/round.h: masks for every constrained row computed on a worker thread while the
 // target forward runs; drafts cut where they leave the grammar; forced tokens proposed as
 // free drafts).
 //

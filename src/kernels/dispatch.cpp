@@ -11,7 +11,9 @@
 #include <string>
 
 #include "kernels/kernels.h"
-#include "kernels/quant_blocks.h"
+
+#include "core/runtime_config.h"
+#include "core/quant_blocks.h"
 #include "kernels/avx512/avx512.h"
 #include "kernels/packed/packed_gemm.h"
 
@@ -102,8 +104,9 @@ const KernelTable& best() {
 }
 
 const KernelTable& choose() {
-  const char* env = std::getenv("SPECULA_ISA");
-  if (env != nullptr && *env != '\0') {
+  const std::string& isa = runtime_config().isa;  // SPECULA_ISA
+  const char* env = isa.c_str();
+  if (!isa.empty()) {
     if (std::strcmp(env, "generic") == 0) return generic_table();
     if (std::strcmp(env, "avx2") == 0 || std::strcmp(env, "avx512") == 0 || std::strcmp(env, "avxvnni") == 0) {
       const KernelTable* t = std::strcmp(env, "avx2") == 0     ? avx2_table()

@@ -1,7 +1,8 @@
 // model/model.cpp — architecture registry, load_model, and weight lookup helpers.
 #include "model/model.h"
 
-#include "model/hf_folder.h"
+#include "core/runtime_config.h"
+#include "formats/hf_folder.h"
 #include "model/quantize.h"
 
 #include <algorithm>
@@ -98,8 +99,7 @@ Result<std::unique_ptr<Model>> load_model(const std::string& path, const ModelOp
   ctx.file = std::make_shared<gguf::GgufFile>(std::move(f).value());
   const std::shared_ptr<gguf::GgufFile> file = ctx.file;
   ctx.kernels = &kernels::active();
-  const char* env = std::getenv("SPECULA_REPACK");
-  ctx.repack = options.repack && !(env != nullptr && std::string(env) == "0");
+  ctx.repack = options.repack && runtime_config().repack;  // SPECULA_REPACK=0 turns it off
   auto model = it->second(std::move(ctx));
   if (!model) return in_source_terms(model.status(), *file);
   return model;

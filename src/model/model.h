@@ -8,7 +8,7 @@
 // A batch may also be ragged: row b appends n_tokens[b] >= 1 tokens (ids packed row after
 // row, hidden [sum n_tokens, n_embd] in the same order) — one forward can then carry
 // decode rows (1 token) and prefill chunks together. Each row's results are bitwise the
-// same whatever else is in the batch (DESIGN.md, batch invariance).
+// same whatever else is in the batch (docs/ARCHITECTURE.md, Batch invariance).
 // project_logits(hidden [n, n_embd]) -> logits [n, n_vocab] (f32, unnormalized).
 // One file per architecture under model/arch/ registers itself by the GGUF
 // `general.architecture` name; nothing else names a model family.
@@ -81,7 +81,7 @@ class Model {
   virtual const gguf::GgufFile& file() const = 0;
   // The pool the model computes on (for sharing with a draft model).
   virtual std::shared_ptr<ThreadPool> pool() const { return nullptr; }
-  // One spec per layer: its kind and geometry (DESIGN.md "Blocks").
+  // One spec per layer: its kind and geometry (docs/ARCHITECTURE.md, Blocks).
   virtual std::vector<LayerSpec> layer_specs() const = 0;
   // Runs the step. Errors (nothing is written to the state on error): an id outside the
   // vocabulary, a row out of range or repeated, a row that would pass state.max_length().
@@ -135,7 +135,7 @@ bool register_architecture(const std::string& name, ArchitectureFactory factory)
 std::vector<std::string> registered_architectures();
 
 // Opens a GGUF file, or a Hugging Face folder (a directory holding config.json, or one of its
-// .safetensors files; model/hf_folder.h), and builds the model its architecture names.
+// .safetensors files; formats/hf_folder.h), and builds the model its architecture names.
 // Errors: file errors from the reader, "[model] unsupported architecture 'x' (supported: ...)",
 // and the architecture's own errors (missing metadata key, tensor missing/shape/type).
 Result<std::unique_ptr<Model>> load_model(const std::string& path, const ModelOptions& options = {});

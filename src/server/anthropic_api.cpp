@@ -4,6 +4,11 @@
 #include <algorithm>
 #include <limits>
 
+#include "server/engine_request.h"
+#include "server/generation.h"
+#include "server/routes.h"
+#include "server/sampling_fields.h"
+
 namespace specula::server {
 
 using json = nlohmann::ordered_json;
@@ -19,30 +24,29 @@ bool flatten_blocks(const json& content, std::string* out, std::string* why) {
   return flatten_text_parts(content, "content block", out, why);
 }
 
-ApiError bad(const std::string& param, const std::string& message) {
-  return ApiError{400, message, "invalid_request_error", param, ""};
-}
+ApiError bad(const std::string& param, const std::string& message) { return bad_request(param, message); }
 
 }  // namespace
 
-std::variant<CompletionParams, ApiError> parse_messages_request(const std::string& body, bool count_tokens) {
-  auto parsed = parse_body_object(body);
-  if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
-  const json& j = std::get<json>(parsed);
-  // Read, or ignored because they change no token of the answer (cache_control: the
-  // prompt cache works on its own; inference_geo, speed, service_tier, metadata and the
-  // account fields: this server has one place, one speed and no accounts).
-  static const char* const kRead[] = {"model",         "max_tokens",    "messages",     "system",
-                                      "stop_sequences", "stream",       "temperature",  "top_p",
-                                      "top_k",         "metadata",      "service_tier", "cache_control",
-                                      "inference_geo", "speed",         "user_profile_id", "workspace_id"};
+namespace {
+
+// Read, or ignored because they change no token of the answer (cache_control: the prompt
+// cache works on its own; inference_geo, speed, service_tier, metadata and the account
+// fields: this server has one place, one speed and no accounts); anything else refused.
+std::optional<ApiError> check_fields(const json& j) {
+  static const char* const kRead[] = {"model",          "max_tokens",   "messages",      "system",
+                                      "stop_sequences", "stream",       "metadata",      "service_tier",
+                                      "cache_control",  "inference_geo", "speed",        "user_profile_id",
+                                      "workspace_id"};
   for (auto it = j.begin(); it != j.end(); ++it) {
     const std::string& key = it.key();
     const json& v = it.value();
-    if (v.is_null() || std::any_of(std::begin(kRead), std::end(kRead), [&](const char* k) { return key == k; })) continue;
+    if (v.is_null() || std::any_of(std::begin(kRead), std::end(kRead), [&](const char* k) { return key == k; }) ||
+        is_sampling_key(key, SamplingApi::kAnthropic))
+      continue;
     if (key == "thinking" && string_field(v, "type") == "disabled") continue;
-    if (key == "tools" || key == "tool_choice") continue;  // read below
-    if (key == "output_config" && v.is_object()) {  // effort: no reasoning to spend it on; format: below
+    if (key == "tools" || key == "tool_choice") continue;  // read_tools
+    if (key == "output_config" && v.is_object()) {  // effort: no reasoning to spend it on; format: read_output_format
       bool ok = true;
       for (auto f = v.begin(); f != v.end(); ++f)
         ok = ok && (f.key() == "effort" || f.key() == "format" || f.value().is_null());
@@ -53,42 +57,31 @@ std::variant<CompletionParams, ApiError> parse_messages_request(const std::strin
       return bad(key, "'" + key + "' is not implemented yet");
     return bad(key, "unknown field '" + key + "' for /v1/messages");
   }
-  FieldReader p{j, std::nullopt};
-  CompletionParams c;
-  c.endpoint = Endpoint::kChat;
-  // Structured outputs: output_config.format {"type": "json_schema", "schema": {...}}.
-  if (j.contains("output_config") && j["output_config"].is_object() && j["output_config"].contains("format") &&
-      !j["output_config"]["format"].is_null()) {
-    const json& f = j["output_config"]["format"];
-    if (!f.is_object() || string_field(f, "type") != "json_schema" || !f.contains("schema") ||
-        !f["schema"].is_object())
-      return bad("output_config", "'output_config.format' must be {\"type\": \"json_schema\", \"schema\": {...}}");
-    for (auto it = f.begin(); it != f.end(); ++it)
-      if (it.key() != "type" && it.key() != "schema")
-        return bad("output_config", "unknown field 'output_config.format." + it.key() + "'");
-    ConstraintSpec spec;
-    spec.kind = ConstraintKind::kJsonSchema;
-    spec.text = f["schema"].dump();
-    c.constraint = std::move(spec);
-    c.constraint_field = "output_config";
-  }
-  // Anthropic's defaults: temperature 1.0 and no truncation of the distribution.
-  c.sampling.temperature = 1.0f;
-  c.sampling.top_k = 0;
-  c.sampling.top_p = 1.0f;
-  c.sampling.min_p = 0.0f;
-  const json* m = p.get("model");
-  if (m == nullptr || !m->is_string()) return bad("model", "'model' must be a string");
-  c.model = m->get<std::string>();
+  return std::nullopt;
+}
 
-  c.messages = json::array();
-  if (const json* sys = p.get("system")) {
-    std::string text, why;
-    if (!flatten_blocks(*sys, &text, &why)) return bad("system", "'system' " + why);
-    if (!text.empty()) c.messages.push_back({{"role", "system"}, {"content", text}});
-  }
-  // Tools: Anthropic's {name, description, input_schema} as the chat template's
-  // {"type": "function", "function": {name, description, parameters}}.
+// Structured outputs: output_config.format {"type": "json_schema", "schema": {...}}.
+std::optional<ApiError> read_output_format(const json& j, CompletionParams& c) {
+  if (!j.contains("output_config") || !j["output_config"].is_object() || !j["output_config"].contains("format") ||
+      j["output_config"]["format"].is_null())
+    return std::nullopt;
+  const json& f = j["output_config"]["format"];
+  if (!f.is_object() || string_field(f, "type") != "json_schema" || !f.contains("schema") || !f["schema"].is_object())
+    return bad("output_config", "'output_config.format' must be {\"type\": \"json_schema\", \"schema\": {...}}");
+  for (auto it = f.begin(); it != f.end(); ++it)
+    if (it.key() != "type" && it.key() != "schema")
+      return bad("output_config", "unknown field 'output_config.format." + it.key() + "'");
+  ConstraintSpec spec;
+  spec.kind = ConstraintKind::kJsonSchema;
+  spec.text = f["schema"].dump();
+  c.constraint = std::move(spec);
+  c.constraint_field = "output_config";
+  return std::nullopt;
+}
+
+// Tools: Anthropic's {name, description, input_schema} as the chat template's
+// {"type": "function", "function": {name, description, parameters}}; and tool_choice.
+std::optional<ApiError> read_tools(FieldReader& p, CompletionParams& c) {
   if (const json* tools = p.get("tools")) {
     if (!tools->is_array()) return bad("tools", "'tools' must be an array");
     json out = json::array();
@@ -105,30 +98,71 @@ std::variant<CompletionParams, ApiError> parse_messages_request(const std::strin
     }
     if (!out.empty()) c.tools = std::move(out);
   }
-  if (const json* tc = p.get("tool_choice")) {
-    const std::string type = string_field(*tc, "type");
-    if (tc->is_object() && tc->contains("disable_parallel_tool_use")) {
-      if (!(*tc)["disable_parallel_tool_use"].is_boolean())
-        return bad("tool_choice", "'tool_choice.disable_parallel_tool_use' must be a boolean");
-      c.parallel_tool_calls = !(*tc)["disable_parallel_tool_use"].get<bool>();
+  const json* tc = p.get("tool_choice");
+  if (tc == nullptr) return std::nullopt;
+  const std::string type = string_field(*tc, "type");
+  if (tc->is_object() && tc->contains("disable_parallel_tool_use")) {
+    if (!(*tc)["disable_parallel_tool_use"].is_boolean())
+      return bad("tool_choice", "'tool_choice.disable_parallel_tool_use' must be a boolean");
+    c.parallel_tool_calls = !(*tc)["disable_parallel_tool_use"].get<bool>();
+  }
+  if (type == "none") {
+    c.tools = nullptr;
+  } else if (type == "any") {
+    c.forced_tool = "*";
+  } else if (type == "tool" && tc->contains("name") && (*tc)["name"].is_string()) {
+    c.forced_tool = (*tc)["name"].get<std::string>();
+  } else if (type != "auto") {
+    return bad("tool_choice", "'tool_choice' " + shown(*tc) +
+                                  " must be {\"type\": \"auto\" | \"any\" | \"none\"} or {\"type\": \"tool\", \"name\": ...}");
+  }
+  if (c.forced_tool.empty()) return std::nullopt;
+  if (c.tools.is_null()) return bad("tool_choice", "'tool_choice' forces a tool call but 'tools' is empty");
+  bool found = c.forced_tool == "*";
+  for (const json& t : c.tools) found |= t["function"]["name"] == c.forced_tool;
+  if (!found) return bad("tool_choice", "'tool_choice' names '" + c.forced_tool + "', which is not in 'tools'");
+  if (c.constraint)
+    return bad("tool_choice", "'tool_choice' forces a tool call and 'output_config.format' constrains the text: give one");
+  return std::nullopt;
+}
+
+// One message's content blocks: tool_result blocks (user) become tool messages before the
+// text; tool_use blocks (assistant) become the turn's tool_calls; the rest is its text.
+std::optional<ApiError> read_blocks(const json& msg, const std::string& where, CompletionParams& c, std::string* text,
+                                    json* calls, bool* only_results) {
+  std::string why;
+  json text_blocks = json::array();
+  for (const json& b : msg["content"]) {
+    const std::string type = string_field(b, "type");
+    if (type == "tool_result" && msg["role"] == "user") {
+      std::string result;
+      const json rc = b.contains("content") && !b["content"].is_null() ? b["content"] : json("");
+      if (!b.contains("tool_use_id") || !b["tool_use_id"].is_string() || !flatten_blocks(rc, &result, &why))
+        return bad("messages",
+                   where + ": a tool_result needs a tool_use_id and text content" + (why.empty() ? "" : " (" + why + ")"));
+      // A failed tool's result says so (the template has no field for it).
+      if (b.contains("is_error") && b["is_error"] == true) result = "Error: " + result;
+      c.messages.push_back({{"role", "tool"}, {"tool_call_id", b["tool_use_id"]}, {"content", result}});
+    } else if (type == "tool_use" && msg["role"] == "assistant") {
+      if (!b.contains("id") || !b.contains("name") || !b["name"].is_string() || !b.contains("input") ||
+          !b["input"].is_object())
+        return bad("messages", where + ": a tool_use block needs id, name and an input object");
+      calls->push_back({{"id", b["id"]}, {"type", "function"}, {"function", {{"name", b["name"]}, {"arguments", b["input"]}}}});
+    } else {
+      text_blocks.push_back(b);
     }
-    if (type == "none") {
-      c.tools = nullptr;
-    } else if (type == "any") {
-      c.forced_tool = "*";
-    } else if (type == "tool" && tc->contains("name") && (*tc)["name"].is_string()) {
-      c.forced_tool = (*tc)["name"].get<std::string>();
-    } else if (type != "auto") {
-      return bad("tool_choice", "'tool_choice' " + shown(*tc) +
-                                    " must be {\"type\": \"auto\" | \"any\" | \"none\"} or {\"type\": \"tool\", \"name\": ...}");
-    }
-    if (!c.forced_tool.empty()) {
-      if (c.tools.is_null()) return bad("tool_choice", "'tool_choice' forces a tool call but 'tools' is empty");
-      bool found = c.forced_tool == "*";
-      for (const json& t : c.tools) found |= t["function"]["name"] == c.forced_tool;
-      if (!found) return bad("tool_choice", "'tool_choice' names '" + c.forced_tool + "', which is not in 'tools'");
-      if (c.constraint) return bad("tool_choice", "'tool_choice' forces a tool call and 'output_config.format' constrains the text: give one");
-    }
+  }
+  if (!flatten_blocks(text_blocks, text, &why)) return bad("messages", where + ".content " + why);
+  *only_results = text_blocks.empty() && calls->empty();
+  return std::nullopt;
+}
+
+// system, then the messages as OpenAI-style messages.
+std::optional<ApiError> read_messages(FieldReader& p, CompletionParams& c, bool count_tokens) {
+  if (const json* sys = p.get("system")) {
+    std::string text, why;
+    if (!flatten_blocks(*sys, &text, &why)) return bad("system", "'system' " + why);
+    if (!text.empty()) c.messages.push_back({{"role", "system"}, {"content", text}});
   }
   const json* ms = p.get("messages");
   if (ms == nullptr || !ms->is_array() || ms->empty()) return bad("messages", "'messages' must be a non-empty array");
@@ -139,37 +173,13 @@ std::variant<CompletionParams, ApiError> parse_messages_request(const std::strin
     if (!msg.contains("role") || !(msg["role"] == "user" || msg["role"] == "assistant"))
       return bad("messages", where + ".role must be \"user\" or \"assistant\"");
     if (!msg.contains("content")) return bad("messages", where + ".content is required");
-    const json& content = msg["content"];
     std::string text, why;
     json calls = json::array();
-    if (content.is_array()) {
-      // tool_result blocks (user) become tool messages before the text; tool_use blocks
-      // (assistant) become the turn's tool_calls.
-      json text_blocks = json::array();
-      for (const json& b : content) {
-        const std::string type = string_field(b, "type");
-        if (type == "tool_result" && msg["role"] == "user") {
-          std::string result;
-          const json rc = b.contains("content") && !b["content"].is_null() ? b["content"] : json("");
-          if (!b.contains("tool_use_id") || !b["tool_use_id"].is_string() || !flatten_blocks(rc, &result, &why))
-            return bad("messages", where + ": a tool_result needs a tool_use_id and text content" +
-                                       (why.empty() ? "" : " (" + why + ")"));
-          // A failed tool's result says so (the template has no field for it).
-          if (b.contains("is_error") && b["is_error"] == true) result = "Error: " + result;
-          c.messages.push_back({{"role", "tool"}, {"tool_call_id", b["tool_use_id"]}, {"content", result}});
-        } else if (type == "tool_use" && msg["role"] == "assistant") {
-          if (!b.contains("id") || !b.contains("name") || !b["name"].is_string() || !b.contains("input") ||
-              !b["input"].is_object())
-            return bad("messages", where + ": a tool_use block needs id, name and an input object");
-          calls.push_back({{"id", b["id"]}, {"type", "function"},
-                           {"function", {{"name", b["name"]}, {"arguments", b["input"]}}}});
-        } else {
-          text_blocks.push_back(b);
-        }
-      }
-      if (!flatten_blocks(text_blocks, &text, &why)) return bad("messages", where + ".content " + why);
-      if (text_blocks.empty() && calls.empty()) continue;  // only tool results
-    } else if (!flatten_blocks(content, &text, &why)) {
+    if (msg["content"].is_array()) {
+      bool only_results = false;
+      if (auto e = read_blocks(msg, where, c, &text, &calls, &only_results)) return e;
+      if (only_results) continue;
+    } else if (!flatten_blocks(msg["content"], &text, &why)) {
       return bad("messages", where + ".content " + why);
     }
     json m = {{"role", msg["role"]}, {"content", text}};
@@ -180,45 +190,52 @@ std::variant<CompletionParams, ApiError> parse_messages_request(const std::strin
   // the turn instead. Refused until continuation is implemented.
   if (!count_tokens && !c.messages.empty() && c.messages.back()["role"] == "assistant")
     return bad("messages", "a final assistant message (prefill) is not supported yet");
-  if (count_tokens) return c;
+  return std::nullopt;
+}
 
-  std::optional<int64_t> max_tokens, top_k;
+// max_tokens (required), stream, the sampling fields, stop_sequences.
+std::optional<ApiError> read_generation(const json& j, FieldReader& p, CompletionParams& c) {
+  std::optional<int64_t> max_tokens;
   p.integer("max_tokens", 1, std::numeric_limits<int32_t>::max(), &max_tokens);
-  p.integer("top_k", 0, std::numeric_limits<int32_t>::max(), &top_k);
-  p.number("temperature", 0.0, 1.0, &c.sampling.temperature);
-  p.number("top_p", 0.0, 1.0, &c.sampling.top_p);
   p.boolean("stream", &c.stream);
-  if (p.error) return *p.error;
+  if (p.error) return p.error;
+  if (auto e = read_sampling_fields(j, SamplingApi::kAnthropic, &c.sampling, &c.seed_given)) return e;
+  normalize_request_sampling(c.sampling);  // top_p 0: nothing but the most likely token
   if (!max_tokens) return bad("max_tokens", "'max_tokens' is required");
   c.max_tokens = static_cast<int32_t>(*max_tokens);
-  if (top_k) c.sampling.top_k = static_cast<int32_t>(*top_k);
-  if (c.sampling.top_p <= 0.0f) {  // nothing but the most likely token
-    c.sampling.temperature = 0.0f;
-    c.sampling.top_p = 1.0f;
-  }
   if (const json* st = p.get("stop_sequences")) {
-    if (!st->is_array() || st->size() > 16) return bad("stop_sequences", "'stop_sequences' must be an array of at most 16 strings");
+    if (!st->is_array() || st->size() > 16)
+      return bad("stop_sequences", "'stop_sequences' must be an array of at most 16 strings");
     for (const json& s : *st) {
       if (!s.is_string()) return bad("stop_sequences", "'stop_sequences' must hold strings, found " + shown(s));
       if (!s.get<std::string>().empty()) c.stop.push_back(s.get<std::string>());
     }
   }
-  return c;
+  return std::nullopt;
 }
 
-json anthropic_error_body(const ApiError& e) {
-  std::string type = "invalid_request_error";
-  switch (e.status) {
-    case 401: type = "authentication_error"; break;
-    case 403: type = "permission_error"; break;
-    case 404: type = "not_found_error"; break;
-    case 413: type = "request_too_large"; break;
-    case 429: type = "rate_limit_error"; break;
-    case 503: type = "overloaded_error"; break;
-    default:
-      if (e.status >= 500) type = "api_error";
-  }
-  return json{{"type", "error"}, {"error", {{"type", type}, {"message", e.message}}}};
+}  // namespace
+
+std::variant<CompletionParams, ApiError> parse_messages_request(const std::string& body, bool count_tokens) {
+  auto parsed = parse_body_object(body);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
+  const json& j = std::get<json>(parsed);
+  if (auto e = check_fields(j)) return *e;
+  FieldReader p{j, std::nullopt};
+  CompletionParams c;
+  c.endpoint = Endpoint::kChat;
+  if (auto e = read_output_format(j, c)) return *e;
+  // Anthropic's defaults: temperature 1.0 and no truncation of the distribution.
+  c.sampling = api_default_sampling(SamplingApi::kAnthropic);
+  const json* m = p.get("model");
+  if (m == nullptr || !m->is_string()) return bad("model", "'model' must be a string");
+  c.model = m->get<std::string>();
+  c.messages = json::array();
+  if (auto e = read_tools(p, c)) return *e;
+  if (auto e = read_messages(p, c, count_tokens)) return *e;
+  if (count_tokens) return c;
+  if (auto e = read_generation(j, p, c)) return *e;
+  return c;
 }
 
 std::string anthropic_stop_reason(const std::string& finish_reason, const std::string& stop_sequence) {
@@ -226,7 +243,7 @@ std::string anthropic_stop_reason(const std::string& finish_reason, const std::s
   return stop_sequence.empty() ? "end_turn" : "stop_sequence";
 }
 
-json anthropic_tool_use(const std::string& message_id, size_t k, const ToolCall& call, bool with_input) {
+json anthropic_tool_use(const std::string& message_id, size_t k, const chat::ToolCall& call, bool with_input) {
   json input = json::object();
   if (with_input) {
     input = json::parse(call.arguments, nullptr, false);
@@ -239,7 +256,7 @@ json anthropic_tool_use(const std::string& message_id, size_t k, const ToolCall&
 }
 
 json anthropic_message(const std::string& id, const std::string& model, const std::string& text,
-                       const std::vector<ToolCall>& calls, const std::string& stop_reason,
+                       const std::vector<chat::ToolCall>& calls, const std::string& stop_reason,
                        const std::string& stop_sequence, const AnthropicUsage& usage) {
   json content = json::array();
   if (!text.empty() || calls.empty()) content.push_back({{"type", "text"}, {"text", text}});
@@ -260,6 +277,87 @@ json anthropic_message(const std::string& id, const std::string& model, const st
 
 std::string anthropic_event(const json& data) {
   return "event: " + string_field(data, "type", "message") + "\ndata: " + dump_json(data) + "\n\n";
+}
+
+// ---------------------------------------------------------------- AnthropicFormat
+
+namespace {
+std::string stop_reason(const CompletionStream::Update& u, const chat::ParsedAnswer& a) {
+  return a.calls.empty() ? anthropic_stop_reason(u.finish_reason, u.stop_sequence) : "tool_use";
+}
+AnthropicUsage usage(const RequestSummary& s) {
+  return AnthropicUsage{s.n_prompt - s.cached_tokens, s.n_generated, s.cached_tokens};
+}
+}  // namespace
+
+json AnthropicFormat::whole(const std::string& text, const std::vector<TokenLogprob>&, const CompletionStream::Update& u) {
+  const chat::ParsedAnswer a = calls_.parse_whole(text, u.summary.outcome == Outcome::kLength);
+  return anthropic_message(g_.id, g_.model, a.content, a.calls, stop_reason(u, a), u.stop_sequence, usage(u.summary));
+}
+
+std::string AnthropicFormat::stream_start() {
+  json msg = anthropic_message(g_.id, g_.model, "", {}, "", "", AnthropicUsage{g_.n_prompt, 0, 0});
+  msg["content"] = json::array();
+  return anthropic_event({{"type", "message_start"}, {"message", msg}}) + anthropic_event({{"type", "ping"}});
+}
+
+std::string AnthropicFormat::stream_piece(const CompletionStream::Update& u) { return text_delta(calls_.feed(u.text)); }
+
+std::string AnthropicFormat::stream_end(const CompletionStream::Update& u) {
+  if (u.summary.outcome == Outcome::kFailed || u.summary.outcome == Outcome::kCancelled)
+    return anthropic_event(anthropic_error_body(generation_error(u, g_.params)));
+  std::string out;
+  const chat::ParsedAnswer a = calls_.finish(u.summary.outcome == Outcome::kLength);
+  out += text_delta(a.content);
+  if (!text_open_ && a.calls.empty()) out += text_delta("", true);  // an empty answer is an empty text block
+  if (text_open_) out += anthropic_event({{"type", "content_block_stop"}, {"index", index_++}});
+  for (size_t k = 0; k < a.calls.size(); ++k) {
+    out += anthropic_event({{"type", "content_block_start"}, {"index", index_},
+                            {"content_block", anthropic_tool_use(g_.id, k, a.calls[k], false)}});
+    out += anthropic_event({{"type", "content_block_delta"}, {"index", index_},
+                            {"delta", {{"type", "input_json_delta"}, {"partial_json", a.calls[k].arguments}}}});
+    out += anthropic_event({{"type", "content_block_stop"}, {"index", index_++}});
+  }
+  const AnthropicUsage us = usage(u.summary);
+  return out + anthropic_event({{"type", "message_delta"},
+                                {"delta",
+                                 {{"stop_reason", stop_reason(u, a)},
+                                  {"stop_sequence", u.stop_sequence.empty() ? json(nullptr) : json(u.stop_sequence)}}},
+                                {"usage",
+                                 {{"output_tokens", us.output_tokens},
+                                  {"input_tokens", us.input_tokens},
+                                  {"cache_read_input_tokens", us.cache_read_input_tokens}}}}) +
+         anthropic_event({{"type", "message_stop"}});
+}
+
+std::string AnthropicFormat::text_delta(const std::string& text, bool open_even_if_empty) {
+  if (text.empty() && !open_even_if_empty) return "";
+  std::string out;
+  if (!text_open_) {
+    text_open_ = true;
+    out += anthropic_event(
+        {{"type", "content_block_start"}, {"index", index_}, {"content_block", {{"type", "text"}, {"text", ""}}}});
+  }
+  if (!text.empty())
+    out += anthropic_event(
+        {{"type", "content_block_delta"}, {"index", index_}, {"delta", {{"type", "text_delta"}, {"text", text}}}});
+  return out;
+}
+
+}  // namespace specula::server
+
+namespace specula::server {
+
+void handle_messages(ServedModel& served, const http::Request& req, http::Exchange& ex, bool count_tokens,
+                     GenerationLog* log) {
+  AnthropicFormat fmt;
+  auto parsed = parse_messages_request(req.body, count_tokens);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return send_error(ex, fmt, *e);
+  const CompletionParams& c = std::get<CompletionParams>(parsed);
+  if (!count_tokens) return run_generation(served, c, ex, fmt, log);
+  std::vector<int32_t> ids;
+  if (auto e = build_prompt(served, c, &ids)) return send_error(ex, fmt, *e);
+  send_json(ex, json{{"input_tokens", ids.size()}});
 }
 
 }  // namespace specula::server

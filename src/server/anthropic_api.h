@@ -21,9 +21,9 @@
 // content_block_delta (text_delta)*, content_block_stop, message_delta (stop_reason,
 // stop_sequence, usage.output_tokens), message_stop; a failure mid-stream is an `error`
 // event. Errors: {"type": "error", "error": {"type", "message"}} with the HTTP status
-// (invalid_request_error 400, authentication_error 401, permission_error 403,
-// not_found_error 404, request_too_large 413, rate_limit_error 429, api_error 500,
-// overloaded_error 503).
+// (server/errors.h's table: invalid_request_error 400, authentication_error 401,
+// permission_error 403, not_found_error 404, request_too_large 413, rate_limit_error 429,
+// api_error 500, overloaded_error 503).
 // Does not: images, extended thinking, forced tool choice, prompt-caching controls (the
 // server's prompt cache works without them; cache_read_input_tokens reports its hits).
 #pragma once
@@ -34,8 +34,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "server/openai_api.h"
-#include "server/tool_calls.h"
+#include "chat/tool_calls.h"
+#include "server/answer_format.h"
+#include "server/errors.h"
+#include "server/json_util.h"
+#include "server/request.h"
 
 namespace specula::server {
 
@@ -43,9 +46,6 @@ namespace specula::server {
 // ignored). The result is a chat request (Endpoint::kChat) with OpenAI-style messages
 // (the system prompt first).
 std::variant<CompletionParams, ApiError> parse_messages_request(const std::string& body, bool count_tokens);
-
-// {"type": "error", "error": {"type": <from the status>, "message"}}.
-nlohmann::ordered_json anthropic_error_body(const ApiError& e);
 
 // "end_turn" (end of sequence), "max_tokens", "stop_sequence" ("tool_use" is set by the
 // caller when the answer holds calls).
@@ -57,11 +57,32 @@ struct AnthropicUsage {
 // The non-streamed answer: a text block (when `text` is not empty, or nothing else is
 // there) and a tool_use block per call (id "toolu_<message id>_<k>").
 nlohmann::ordered_json anthropic_message(const std::string& id, const std::string& model, const std::string& text,
-                                 const std::vector<ToolCall>& calls, const std::string& stop_reason,
+                                 const std::vector<chat::ToolCall>& calls, const std::string& stop_reason,
                                  const std::string& stop_sequence, const AnthropicUsage& usage);
 // A tool_use block (input: the call's arguments, an object).
-nlohmann::ordered_json anthropic_tool_use(const std::string& message_id, size_t k, const ToolCall& call, bool with_input);
+nlohmann::ordered_json anthropic_tool_use(const std::string& message_id, size_t k, const chat::ToolCall& call, bool with_input);
 // One server-sent event: "event: <type>\ndata: <json>\n\n".
 std::string anthropic_event(const nlohmann::ordered_json& data);
+
+// The answer format of /v1/messages: a message object, or its stream of events.
+class AnthropicFormat : public AnswerFormat {
+ public:
+  std::unique_ptr<AnswerFormat> another() const override { return std::make_unique<AnthropicFormat>(); }
+  nlohmann::ordered_json error_body(const ApiError& e) const override { return anthropic_error_body(e); }
+  StatusCode unknown_model_code() const override { return StatusCode::kNotFound; }
+  std::string id_prefix() const override { return "msg_"; }
+  nlohmann::ordered_json whole(const std::string& text, const std::vector<TokenLogprob>& lps,
+                               const CompletionStream::Update& u) override;
+  // The text block starts with the first text; tool_use blocks follow it at the end.
+  std::string stream_start() override;
+  std::string stream_piece(const CompletionStream::Update& u) override;
+  std::string stream_end(const CompletionStream::Update& u) override;
+
+ private:
+  // Opens the text block when needed; a delta for non-empty text.
+  std::string text_delta(const std::string& text, bool open_even_if_empty = false);
+  bool text_open_ = false;
+  int index_ = 0;
+};
 
 }  // namespace specula::server

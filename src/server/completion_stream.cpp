@@ -80,7 +80,7 @@ bool CompletionStream::on_tokens(std::span<const TokenEvent> events) {
 void CompletionStream::on_finish(const RequestSummary& summary) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!stopped_by_string_) {
-    held_ += detok_.finish();
+    held_ += detok_.finish(/*drop_incomplete_tail=*/true);
     produced_bytes_ = released_bytes_ + static_cast<int64_t>(held_.size());
     release(held_.size());
     for (auto& pe : entries_) out_.logprobs.push_back(std::move(pe.entry));

@@ -18,8 +18,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/scheduler.h"
-#include "server/openai_api.h"
+#include "engine/engine.h"
+#include "server/request.h"
 #include "tokenizer/detokenizer.h"
 #include "tokenizer/tokenizer.h"
 

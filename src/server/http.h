@@ -69,6 +69,10 @@ struct Request {
 
 using Headers = std::vector<std::pair<std::string, std::string>>;
 
+// Case-insensitive ASCII comparison (header names); a status code's reason phrase.
+bool iequals(std::string_view a, std::string_view b);
+const char* reason_phrase(int status);
+
 // The answer side of one request, used by the handler on its worker thread. Exactly one
 // response: either respond() once, or begin_stream(), write()s, end_stream(). A handler
 // that returns without answering gets a 500.

@@ -1,48 +1,53 @@
-// server/server.h — `specula serve`: an OpenAI-compatible HTTP server over the
-// continuous-batching engine (engine/scheduler.h).
+// server/server.h — `specula serve`: the HTTP front door of one engine. It owns the served
+// model (server/served_model.h: model, tokenizer, chat template, the continuously
+// batched engine with its speculation and prompt cache) and the HTTP connection layer
+// (server/http.h), and routes each request to its handler (server/routes.h):
 //
-// Routes: POST /v1/completions, POST /v1/chat/completions (JSON, or SSE with
-// `"stream": true`, ending with `data: [DONE]`), GET /v1/models, GET /health,
-// GET /metrics (Prometheus text exposition format 0.0.4). With an API key every route
-// except /health needs `Authorization: Bearer KEY` (401 otherwise).
-// Every error answer is a 4xx/5xx with an OpenAI error body: 400 for invalid requests,
-// 401 auth, 404 unknown route, 413 body over the size limit, 429 queue full, 500/503.
-// A client that disconnects (streaming or not) is cancelled: its row is freed at the next
-// step. Connections: deadlines, limits, pipelining and half-close as server/http.h says.
-// Owns: the model, tokenizer, chat template and engine of one served model; the HTTP
-// connection layer (server/http.h) and its threads.
-// Does not: serve several models, speculate (yet), cache prompts, or do TLS.
+//   POST /v1/completions, /v1/chat/completions     OpenAI (openai_api.h); llama-server's
+//   POST /completion, /chat/completions              aliases of the same
+//   POST /v1/messages, /v1/messages/count_tokens   Anthropic (anthropic_api.h)
+//   POST /v1/embeddings, /embeddings               embeddings
+//   POST /tokenize, /detokenize, /apply-template   llama-server's tokenizer routes
+//   GET  /v1/models, /health, /metrics             model list, liveness, Prometheus text
+//   POST /admin/cache/flush                        the prompt cache's durability point
+//
+// With an API key every route except /health needs `Authorization: Bearer KEY` or
+// `x-api-key: KEY` (401 otherwise). Every error answer is a 4xx/5xx in the shape of the
+// route's API family, from one table (server/errors.h); an unknown route is 404, a known
+// route with another method 405. A client that disconnects (streaming or not) is
+// cancelled: its row is freed at the next step. Connections: deadlines, limits, pipelining
+// and half-close as server/http.h says. With ServerOptions::log_requests (--log-requests,
+// on by default) every request but /health and /metrics gets one line on stderr:
+//   [request] n=7 method=POST path=/v1/chat/completions client=127.0.0.1 status=200
+//   seconds=0.512 id=chatcmpl-7 prompt_tokens=12 cached_tokens=0 generated_tokens=24
+//   ttft_seconds=0.081 finish=stop
+// (one line; the generation keys only for generation routes). stop() (SIGINT/SIGTERM in the CLI) lets admitted
+// requests finish their answer as cancelled and closes.
+// Does not: serve several models, or TLS.
 #pragma once
 
 #include <atomic>
-#include <cstdint>
+#include <map>
 #include <memory>
-#include <optional>
-#include <string>
+#include <mutex>
 
-#include "engine/scheduler.h"
 #include "model/model.h"
+#include "server/options.h"
 #include "specula/status.h"
-#include "chat/chat_template.h"
-#include "tokenizer/tokenizer.h"
+
+namespace specula {
+class Engine;
+}
 
 namespace specula::server {
 
-struct ServerOptions {
-  std::string host = "127.0.0.1";
-  int port = 8080;                  // 0: any free port (see port())
-  std::string api_key;              // empty: no auth
-  std::string model_id;             // the id clients send as "model"; empty: the file's stem
-  std::optional<std::string> chat_template;  // source overriding the model's own (--chat-template-file)
-  size_t max_body_bytes = 1 << 20;  // larger bodies get 413
-  int max_connections = 1024;       // more get 503 (--max-connections)
-  double header_timeout_s = 10;     // request line + headers deadline (--timeout-header)
-  double body_timeout_s = 10;       // body deadline beyond its size at 64 KiB/s (--timeout-body)
-  double write_timeout_s = 30;      // per response write: a client that stops reading is dropped
-  EngineOptions engine;             // rows (--parallel), context, KV budget and cache types, queue
-  bool log_requests = true;         // one line per finished request on stderr
-  std::string pooling;              // embeddings: "mean" | "last"; empty: the model's, else mean
-};
+class ServedModel;
+struct GenerationLog;
+namespace http {
+class HttpServer;
+struct Request;
+class Exchange;
+}  // namespace http
 
 class Server {
  public:
@@ -59,14 +64,23 @@ class Server {
   int port() const { return port_; }
   // The engine (options, layouts, stats).
   const Engine& engine() const;
-  // Thread-safe; makes listen()/serve() return.
+  // Thread-safe and async-signal-safe (sets flags); makes listen()/serve() return.
   void stop();
-
-  struct Impl;
 
  private:
   Server() = default;
-  std::unique_ptr<Impl> impl_;
+  // Answers one request (worker thread) and writes its request log line.
+  void dispatch(const http::Request& req, http::Exchange& ex);
+  // The API key, then the route table.
+  void route(const http::Request& req, http::Exchange& ex, GenerationLog* gen);
+  bool authorized(const http::Request& req, http::Exchange& ex);
+  void count(int status);
+
+  std::unique_ptr<ServedModel> served_;
+  std::unique_ptr<http::HttpServer> http_;  // declared after the served model: goes first
+  std::mutex counters_mu_;
+  std::map<int, uint64_t> responses_by_status_;  // for /metrics
+  std::atomic<uint64_t> requests_logged_{0};
   int port_ = 0;
 };
 

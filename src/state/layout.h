@@ -4,7 +4,7 @@
 // cache. make_layout() maps a spec plus the user's CacheOptions to a Layout: the
 // per-layer descriptor that owns how that layer's state is encoded and stored, and that
 // creates the per-row storage (LayerRow) a StateRows group holds (state/state_rows.h).
-// What a layout can do is stated through what it provides (DESIGN.md "Layout capability"),
+// What a layout can do is stated through what it provides (docs/ARCHITECTURE.md, Layout capability),
 // never by checks of the model family:
 //   LayoutInfo           name, bytes per token / fixed bytes per row, whether rollback
 //                        needs a snapshot, whether rows persist (save/load);

@@ -5,7 +5,7 @@
 // inputs of its causal depthwise convolution) and a recurrent state (e.g. one
 // [head_k, head_v] matrix per head for a gated delta rule). It cannot be trimmed: a row's
 // state is only valid at its current length. Rollback therefore works by snapshot and
-// replay (DESIGN.md "Speculative transaction"): begin() copies the state and starts a log
+// replay (docs/ARCHITECTURE.md, Speculative transaction): begin() copies the state and starts a log
 // of the per-token inputs the rule consumes; resolve(keep) restores the copy and runs the
 // rule again over the first `keep` logged inputs (cheap: no matmul, only the recurrence).
 // The rule processes tokens strictly one after another, so a state reached through a

@@ -2,7 +2,7 @@
 //
 // A StateRows holds one Layout per layer (shared, immutable) and a list of rows; each
 // row (RowState) holds one LayerRow per layer. Batch row b of a forward names state row
-// rows[b]. Membership changes apply the same operation to every layer (DESIGN.md "State
+// rows[b]. Membership changes apply the same operation to every layer (docs/ARCHITECTURE.md, "State
 // rows"), only between committed steps:
 //   new_row()  an empty row for admission — the fallible half (allocation);
 //   insert()   the row joins the group — the commit half, which cannot fail once
@@ -13,7 +13,7 @@
 // There are no fixed slots: rows come and go, and a row's memory grows with its length.
 // Memory is bounded by admission (engine/), which reserves bytes_for(n) per request.
 //
-// The speculative transaction (DESIGN.md): begin(rows) before the verify forward;
+// The speculative transaction (docs/ARCHITECTURE.md): begin(rows) before the verify forward;
 // resolve(rows, keep) after the acceptance walk keeps, per row, keep[i] of the positions
 // appended since begin (the pending token plus the accepted drafts) and drops the rest —
 // by trim, by restoring overwritten ring slots, or by snapshot + replay, as each layer's

@@ -96,10 +96,10 @@ Result<std::string> StreamingDetokenizer::push(int32_t id) {
   return out;
 }
 
-std::string StreamingDetokenizer::finish() {
+std::string StreamingDetokenizer::finish(bool drop_incomplete_tail) {
   std::string out;
   const size_t keep = append_valid_utf8(pending_, &out);
-  if (keep > 0) out.append(kReplacement);
+  if (keep > 0 && !drop_incomplete_tail) out.append(kReplacement);
   pending_.clear();
   first_ = true;
   return out;

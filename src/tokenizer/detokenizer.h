@@ -8,7 +8,9 @@
 // surrogate, a code point > U+10FFFF, a lead byte followed by a non-continuation)
 // is replaced by U+FFFD at once, one U+FFFD per maximal invalid subpart (Unicode
 // 15, §3.9 "U+FFFD Substitution of Maximal Subparts"). finish() flushes what is
-// held back, an incomplete sequence becoming one U+FFFD.
+// held back, an incomplete sequence becoming one U+FFFD (or dropped: the server and the
+// CLI drop the tail of a generation cut in the middle of a character, as the best
+// servers do; its token's bytes still show in logprobs).
 // With strip_leading_space (SentencePiece add_space_prefix) the first emitted space is
 // dropped, like Tokenizer::decode. Does not stop on EOS or stop strings (the caller's
 // job) and is not thread-safe (one per stream).
@@ -31,7 +33,9 @@ class StreamingDetokenizer {
   // Errors: id outside the vocabulary (the stream is left unchanged).
   Result<std::string> push(int32_t id);
   // Emits what is held back (incomplete sequence -> U+FFFD) and resets the stream.
-  std::string finish();
+  // drop_incomplete_tail: a sequence cut short at the end (a generation that stopped in
+  // the middle of a character) is dropped instead of becoming U+FFFD.
+  std::string finish(bool drop_incomplete_tail = false);
   // Bytes currently held back (0..3).
   size_t pending_bytes() const { return pending_.size(); }
 

@@ -100,7 +100,7 @@ class HfTokenizer final : public Tokenizer {
 
 // The tokenizer of a model file: tokenizer.ggml.* (GGUF vocabularies: SentencePiece, BPE)
 // when present, else tokenizer.huggingface.json (a Hugging Face folder's tokenizer.json,
-// model/hf_folder.h) with the specula.tokenizer.* texts and tokenizer.ggml.add_bos_token /
+// formats/hf_folder.h) with the specula.tokenizer.* texts and tokenizer.ggml.add_bos_token /
 // add_eos_token as Options. Errors: neither present, or the chosen reader's error.
 Result<std::unique_ptr<Tokenizer>> load_tokenizer(const gguf::GgufFile& file);
 

@@ -3,6 +3,9 @@
 // bpe.cpp).
 #include "tokenizer/tokenizer.h"
 
+#include <atomic>
+#include <cstdio>
+
 #include <algorithm>
 #include <map>
 
@@ -128,6 +131,18 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, 
   bool first_after_special = true;
   encode_piece(text, parse_special, &first_after_special, &out);
   if (add_special && vocab_.add_eos()) out.push_back(vocab_.eos_id());
+  return out;
+}
+
+std::vector<int32_t> Tokenizer::encode_prompt(std::string_view text, bool parse_special) const {
+  std::vector<int32_t> out = encode(text, /*add_special=*/true, parse_special);
+  if (!vocab_.add_bos() || out.size() < 2 || out[0] != vocab_.bos_id() || out[1] != vocab_.bos_id()) return out;
+  // The text starts with the BOS token itself (parsed as special): no second one.
+  out.erase(out.begin());
+  static std::atomic<bool> said{false};
+  if (!said.exchange(true))
+    std::fprintf(stderr, "[tokenizer] a prompt starts with the BOS token %s: not adding a second one (said once)\n",
+                 vocab_.text(vocab_.bos_id()).c_str());
   return out;
 }
 

@@ -6,7 +6,12 @@
 //     1. split `text` on special-token texts (partition_special below);
 //     2. run the algorithm on each remaining raw fragment; special fragments are their id;
 //     3. add BOS in front when add_special && vocab.add_bos(), EOS at the end when
-//        add_special && vocab.add_eos().
+//        add_special && vocab.add_eos() (even when the text starts with BOS itself, as
+//        llama_tokenize does).
+//   encode_prompt(text, parse_special): what the front doors tokenize a user's prompt
+//     with: encode(text, true, parse_special), but a text that starts with the BOS token
+//     itself (parsed as special) gets no second one — said once on stderr, as llama.cpp's
+//     front ends do.
 //   token_to_piece(id, render_special): the bytes of one token; control and unknown
 //     tokens are empty unless render_special.
 //   decode(ids, remove_special, render_special): concatenated pieces; with
@@ -75,6 +80,7 @@ class Tokenizer {
 
   // Text (any bytes; invalid UTF-8 becomes byte tokens) to ids. Thread-safe.
   std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special) const;
+  std::vector<int32_t> encode_prompt(std::string_view text, bool parse_special) const;
 
   // encode() of a text in consecutive pieces: the bytes in `untrusted` ranges (sorted,
   // disjoint; a rendered chat prompt's client text, chat_template.h RenderedPrompt) are

@@ -102,7 +102,28 @@ TEST(Cli, NotAGgufIsOneClearError) {
 TEST(Cli, BadArgumentsAreRejected) {
   EXPECT_NE(run("generate -n 0 -p hi").code, 0);
   EXPECT_NE(run("generate --top-p 2 -p hi").code, 0);
+  EXPECT_NE(run("generate --logit-bias x+1 -p hi").code, 0);
   EXPECT_NE(run("frobnicate").code, 0);
+}
+
+// --version prints the version, the commit and the kernel tier; an unknown command is
+// named, with the list of the valid ones; no command at all prints the list.
+TEST(Cli, VersionAndUnknownCommands) {
+  CliRun r = run("--version");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("specula 0."), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("(commit "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("kernels: "), std::string::npos) << r.out;
+  EXPECT_EQ(run("-V").out, r.out);
+  r = run("frobnicate");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("unknown command 'frobnicate'"), std::string::npos) << r.out;
+  for (const char* verb : {"generate", "chat", "serve", "bench", "kld", "tokenize", "info", "pull"})
+    EXPECT_NE(r.out.find(verb), std::string::npos) << verb << " not listed: " << r.out;
+  r = run("");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("chat"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("A subcommand is required"), std::string::npos) << r.out;
 }
 
 class CliModel : public ::testing::Test {
@@ -121,6 +142,33 @@ TEST_F(CliModel, TruncatedModelIsOneClearError) {
   CliRun r = run("generate -m " + f + " -p hi -n 2");
   EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_NE(r.out.find("[gguf]"), std::string::npos) << r.out;
+}
+
+// A prompt that starts with the BOS text (parsed as special) gets one BOS, said once.
+TEST_F(CliModel, TokenizeAddsNoSecondBos) {
+  CliRun r = run("tokenize --json --parse-special '<bos>Hello'", true);
+  EXPECT_EQ(r.code, 0);
+  EXPECT_EQ(r.out, "[2,9259]\n");
+  r = run("tokenize --json --parse-special '<bos>Hello'");
+  EXPECT_NE(r.out.find("not adding a second one"), std::string::npos) << r.out;
+  EXPECT_EQ(run("tokenize --json --no-bos --parse-special '<bos>Hello'", true).out, "[2,9259]\n");
+}
+
+// The sampling flags come from the one table (sampling/params.h): the OpenAI fields as
+// flags, in their ranges, and they change the text as they should.
+TEST_F(CliModel, SamplingFlagsFromTheFieldTable) {
+  CliRun help = run("generate --help", true);
+  for (const char* flag : {"--temp", "--top-k", "--repeat-last-n", "--presence-penalty", "--xtc-probability",
+                           "--dry-multiplier", "--dry-sequence-breaker", "--logit-bias", "--seed"})
+    EXPECT_NE(help.out.find(flag), std::string::npos) << flag;
+  const std::string base = "generate -p 'The capital of France is' -n 6 --greedy -t 1";
+  CliRun plain = run(base, true);
+  CliRun banned = run(base + " --logit-bias 506-inf", true);  // bans " the"
+  EXPECT_EQ(plain.code, 0);
+  EXPECT_EQ(banned.code, 0);
+  EXPECT_NE(plain.out, banned.out);
+  EXPECT_EQ(banned.out.find("is the"), std::string::npos) << banned.out;
+  EXPECT_NE(run(base + " --temp 3", true).code, 0);  // the API's range: [0, 2]
 }
 
 TEST_F(CliModel, TokenizeJsonPrintsIds) {

@@ -10,7 +10,7 @@
 #include <random>
 #include <vector>
 
-#include "engine/scheduler.h"
+#include "engine/engine.h"
 
 namespace specula {
 
@@ -51,7 +51,7 @@ inline std::vector<std::vector<int32_t>> run_all(Engine& e, const std::vector<En
   for (const auto& r : reqs) {
     sinks.push_back(std::make_shared<CollectSink>());
     Submission s = e.submit(r, sinks.back());
-    EXPECT_TRUE(s.handle) << s.message;
+    EXPECT_TRUE(s.handle) << s.status.message();
   }
   std::vector<std::vector<int32_t>> out;
   for (auto& s : sinks) {

@@ -1,7 +1,7 @@
-// Tests for engine/generate: end-of-generation ids, greedy generation through the
-// request path, and request errors.
+// Tests for the suites' reference loop (tests/reference_generate.h: greedy generation,
+// consumer stop, refusals) and for chat::end_of_generation_ids on Gemma 3.
 #include "chat/prompt.h"
-#include "engine/generate.h"
+#include "../reference_generate.h"
 
 #include <gtest/gtest.h>
 

@@ -16,8 +16,8 @@
 #include <random>
 #include <sstream>
 
-#include "engine/scheduler.h"
-#include "method/draft.h"
+#include "engine/engine.h"
+#include "decoding/draft.h"
 #include "../test_util.h"
 #include "engine_test_util.h"
 
@@ -270,8 +270,8 @@ TEST_F(LayoutsTest, AdmissionWaitsForTheKvBudget) {
   EngineRequest big = r;
   big.max_tokens = 550;
   Submission sub = e->submit(big, std::make_shared<CollectSink>());
-  EXPECT_EQ(sub.error, SubmitError::kInvalid);
-  EXPECT_NE(sub.message.find("budget"), std::string::npos) << sub.message;
+  EXPECT_EQ(sub.status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(sub.status.message().find("budget"), std::string::npos) << sub.status.message();
   EXPECT_EQ(e->stats().kv_reserved, 0);
 }
 

@@ -9,8 +9,8 @@
 #include <filesystem>
 #include <random>
 
-#include "engine/scheduler.h"
-#include "method/draft.h"
+#include "engine/engine.h"
+#include "decoding/draft.h"
 #include "state/prompt_cache.h"
 #include "../test_util.h"
 #include "engine_test_util.h"

@@ -10,7 +10,7 @@
 
 #include "../test_util.h"
 #include "formats/gguf.h"
-#include "server/tool_calls.h"
+#include "chat/tool_calls.h"
 #include "tokenizer/tokenizer.h"
 
 namespace specula {
@@ -293,20 +293,20 @@ TEST_F(ConstraintTest, ForcedToolCallGrammarsAcceptTheirFormat) {
     {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
       "properties": {"city": {"type": "string"}}, "required": ["city"], "additionalProperties": false}}}])");
   struct Case {
-    server::ToolFormat format;
+    chat::ToolFormat format;
     const char* good;
     const char* bad;
   };
   const Case cases[] = {
-      {server::ToolFormat::kHermes, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
+      {chat::ToolFormat::kHermes, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
        "<tool_call>\n{\"name\": \"get_time\""},
-      {server::ToolFormat::kLlama3Json, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}",
+      {chat::ToolFormat::kLlama3Json, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}",
        "{\"name\": \"get_weather\", \"arguments\""},
-      {server::ToolFormat::kMistral, "[TOOL_CALLS] [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}]",
+      {chat::ToolFormat::kMistral, "[TOOL_CALLS] [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}]",
        "[TOOL_CALLS] [{\"name\": \"get_weather\", \"arguments\": {\"town\""},
   };
   for (const Case& k : cases) {
-    auto g = server::forced_tool_grammar(k.format, tools, "get_weather", false);
+    auto g = chat::forced_tool_grammar(k.format, tools, "get_weather", false);
     ASSERT_TRUE(g.is_ok()) << g.message();
     ConstraintSpec spec;
     spec.kind = ConstraintKind::kLark;

@@ -87,7 +87,8 @@ def main():
         check(cosine(vec, batch_mean[0]) > 0.9999999, "token-id input with base64")
         # Refusals.
         for body, param in (({}, "input"), ({"input": []}, "input"), ({"input": 5}, "input"),
-                            ({"input": "x", "dimensions": 8}, "dimensions"), ({"input": "x", "pooling": "cls"}, "pooling"),
+                            ({"input": "x", "dimensions": 0}, "dimensions"), ({"input": "x", "dimensions": 10 ** 6}, "dimensions"),
+                            ({"input": "x", "pooling": "cls"}, "pooling"),
                             ({"input": "x", "encoding_format": "hex"}, "encoding_format"),
                             ({"input": [[1, -1]]}, "input"), ({"input": "x", "model": "other"}, "model"),
                             ({"input": "word " * 1100}, "input")):

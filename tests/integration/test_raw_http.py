@@ -1,7 +1,7 @@
 """tests/integration/test_raw_http.py — `specula serve` over raw HTTP (http.client): every
 refusal is the right status with an OpenAI error body {"error": {"message", "type",
 "param", "code"}} (invalid JSON, non-object bodies, wrong types per field, unknown model,
-max_tokens <= 0, ids outside the vocabulary, prompt + max_tokens beyond --ctx, a body over
+max_tokens < 0 (chat: <= 0), ids outside the vocabulary, prompt + max_tokens beyond --ctx, a body over
 --max-body, top_logprobs > 20, more than 4 stop strings, unknown routes); SSE framing
 (Content-Type, `data: <json>\\n\\n` events, `data: [DONE]` last, chunk objects, the first
 chat chunk's role); 429 with a JSON error when the queue is full (--parallel 1 --queue 0
@@ -42,7 +42,8 @@ def bad_requests():
         (C, {"prompt": 5, "max_tokens": 2}, 400, "prompt", "prompt number"),
         (C, {"prompt": {"a": 1}, "max_tokens": 2}, 400, "prompt", "prompt object"),
         (C, {"prompt": [], "max_tokens": 2}, 400, "prompt", "prompt empty array"),
-        (C, {"prompt": ["a", "b"], "max_tokens": 2}, 400, "prompt", "several prompts"),
+        (C, {"prompt": ["a", "b"], "max_tokens": 2, "n": 2}, 400, "n", "several prompts with n 2"),
+        (C, {"prompt": ["a", {"b": 1}], "max_tokens": 2}, 400, "prompt", "a batch with an object"),
         (C, {"prompt": [2, "x"], "max_tokens": 2}, 400, "prompt", "mixed prompt array"),
         (C, {"prompt": [2, 1.5], "max_tokens": 2}, 400, "prompt", "float id"),
         (C, {"prompt": [2, 262144], "max_tokens": 2}, 400, "prompt", "id == vocab size"),
@@ -51,7 +52,7 @@ def bad_requests():
         (C, {"prompt": "", "max_tokens": 2, "model": 5}, 400, "model", "model number"),
         (C, {"prompt": "hi", "max_tokens": 2, "model": "gpt-4o"}, 400, "model", "unknown model"),
         (CH, {"messages": MSG, "max_tokens": 2, "model": "nope"}, 400, "model", "chat: unknown model"),
-        (C, {"prompt": "hi", "max_tokens": 0}, 400, "max_tokens", "max_tokens 0"),
+        (CH, {"messages": MSG, "max_tokens": 0}, 400, "max_tokens", "chat: max_tokens 0"),
         (C, {"prompt": "hi", "max_tokens": -5}, 400, "max_tokens", "max_tokens negative"),
         (C, {"prompt": "hi", "max_tokens": "8"}, 400, "max_tokens", "max_tokens string"),
         (C, {"prompt": "hi", "max_tokens": 2.5}, 400, "max_tokens", "max_tokens fraction"),
@@ -196,8 +197,8 @@ def test_sse(srv, stats):
     check(objs[-1]["choices"][0]["finish_reason"] in ("stop", "length"), f"last chat chunk {objs[-1]}")
     check(all(o["id"].startswith("chatcmpl-") for o in objs), "chat chunk ids")
     # Errors on a streaming request are plain JSON answers, not SSE.
-    st, headers, data = srv.post(C, {"prompt": "hi", "max_tokens": 0, "stream": True})
-    ss.check_error_body(st, data, 400, "streaming request with max_tokens 0")
+    st, headers, data = srv.post(C, {"prompt": "hi", "max_tokens": -1, "stream": True})
+    ss.check_error_body(st, data, 400, "streaming request with max_tokens -1")
     stats["streams"] += 2
 
 

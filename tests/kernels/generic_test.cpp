@@ -18,7 +18,7 @@
 #include "core/dtype.h"
 #include "core/fp16.h"
 #include "kernels/kernels.h"
-#include "kernels/quant_blocks.h"
+#include "core/quant_blocks.h"
 
 namespace specula::kernels {
 namespace {

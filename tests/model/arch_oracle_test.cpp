@@ -28,8 +28,8 @@
 #include <unistd.h>
 #include <map>
 
-#include "engine/scheduler.h"
-#include "method/draft.h"
+#include "engine/engine.h"
+#include "decoding/draft.h"
 #include "model/blocks.h"
 #include "model/model.h"
 #include "../engine/engine_test_util.h"

@@ -13,7 +13,7 @@
 
 #include "core/fp16.h"
 #include "kernels/generic/generic.h"
-#include "kernels/quant_blocks.h"
+#include "core/quant_blocks.h"
 #include "model/model.h"
 #include "model/quantize.h"
 #include "../test_util.h"
@@ -40,7 +40,7 @@ TEST(Quantize, Q4KWeightsRoundTrip) {
   const int64_t n = 256 * 512;
   for (float sigma : {0.02f, 1.0f}) {
     const auto x = gaussian(n, 3, sigma);
-    std::vector<uint8_t> q(static_cast<size_t>(n / 256) * sizeof(kernels::BlockQ4_K));
+    std::vector<uint8_t> q(static_cast<size_t>(n / 256) * sizeof(BlockQ4_K));
     std::vector<float> y(static_cast<size_t>(n));
     g::quantize_row_q4_k(x.data(), q.data(), n);
     g::dequantize_row_q4_k(q.data(), y.data(), n);
@@ -61,9 +61,9 @@ TEST(Quantize, Q4KWeightsRoundTrip) {
   }
   // Values a Q4_K block can hold exactly come back (nearly) exactly.
   std::mt19937 rng(9);
-  std::vector<uint8_t> blocks(64 * sizeof(kernels::BlockQ4_K));
+  std::vector<uint8_t> blocks(64 * sizeof(BlockQ4_K));
   for (auto& b : blocks) b = static_cast<uint8_t>(rng());
-  auto* bl = reinterpret_cast<kernels::BlockQ4_K*>(blocks.data());
+  auto* bl = reinterpret_cast<BlockQ4_K*>(blocks.data());
   for (int i = 0; i < 64; ++i) bl[i].d = fp32_to_fp16(0.01f), bl[i].dmin = fp32_to_fp16(0.02f);
   std::vector<float> x(64 * 256), y(x.size());
   g::dequantize_row_q4_k(blocks.data(), x.data(), static_cast<int64_t>(x.size()));
@@ -77,7 +77,7 @@ TEST(Quantize, Q5_0WeightsRoundTrip) {
   namespace g = kernels::generic;
   const int64_t n = 32 * 4096;
   const auto x = gaussian(n, 4, 0.05f);
-  std::vector<uint8_t> q(static_cast<size_t>(n / 32) * sizeof(kernels::BlockQ5_0));
+  std::vector<uint8_t> q(static_cast<size_t>(n / 32) * sizeof(BlockQ5_0));
   std::vector<float> y(static_cast<size_t>(n));
   g::quantize_row_q5_0(x.data(), q.data(), n);
   g::dequantize_row_q5_0(q.data(), y.data(), n);
@@ -87,7 +87,7 @@ TEST(Quantize, Q5_0WeightsRoundTrip) {
   // Every value within one step: |x - y| <= |d| (half a step, but up to a whole one for values of
   // the other sign than the block's extreme, which meet the clamp at +15, as in ggml's Q5_0).
   for (int64_t b = 0; b < n / 32; ++b) {
-    const float d = std::fabs(fp16_to_fp32(reinterpret_cast<const kernels::BlockQ5_0*>(q.data())[b].d));
+    const float d = std::fabs(fp16_to_fp32(reinterpret_cast<const BlockQ5_0*>(q.data())[b].d));
     for (int j = 0; j < 32; ++j) ASSERT_LE(std::fabs(x[32 * b + j] - y[32 * b + j]), d * 1.001f + 1e-7f);
   }
 }

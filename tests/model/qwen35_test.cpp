@@ -14,8 +14,8 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
-#include "engine/scheduler.h"
-#include "method/draft.h"
+#include "engine/engine.h"
+#include "decoding/draft.h"
 #include "model/model.h"
 #include "state/prompt_cache.h"
 #include "../engine/engine_test_util.h"

@@ -223,13 +223,17 @@ TEST_F(CompletionStreamTest, ByteTokensAlwaysReleaseValidUtf8) {
   Run s = feed(t, {"\xF0\x9F\xA6\x80"}, false);
   EXPECT_TRUE(s.stopped);
   EXPECT_EQ(s.text, "crab ");
-  // A truncated sequence at the end becomes U+FFFD, never raw bytes.
+  // A sequence cut short at the end (max_tokens inside a character) is dropped: no raw
+  // bytes and no U+FFFD in the text; its tokens' logprob entries still carry their bytes.
   std::vector<int32_t> cut = ids("x");
   cut.push_back(v.byte_to_token(0xF0));
   cut.push_back(v.byte_to_token(0x9F));
-  Run c = feed(cut, {}, false);
+  Run c = feed(cut, {}, true);
   EXPECT_TRUE(valid_utf8(c.text)) << c.text;
-  EXPECT_EQ(c.text, "x\xEF\xBF\xBD");
+  EXPECT_EQ(c.text, "x");
+  ASSERT_EQ(c.logprobs.size(), cut.size());
+  EXPECT_EQ(c.logprobs[cut.size() - 2].token, "\xF0");
+  EXPECT_EQ(c.logprobs[cut.size() - 1].token, "\x9F");
 }
 
 TEST_F(CompletionStreamTest, FinishReasons) {

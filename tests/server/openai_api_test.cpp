@@ -47,8 +47,8 @@ TEST(OpenAiApi, TheModelsGenerationConfigReplacesTheDefaultsOfOmittedFields) {
 
 TEST(OpenAiApi, DefaultsAreLlamaServers) {
   CompletionParams c = ok(R"({"prompt": "hi"})");
-  EXPECT_EQ(c.prompt_text, "hi");
-  EXPECT_FALSE(c.prompt_is_ids);
+  EXPECT_EQ(c.prompts.at(0).text, "hi");
+  EXPECT_FALSE(c.prompts.at(0).is_ids);
   EXPECT_FLOAT_EQ(c.sampling.temperature, 0.8f);
   EXPECT_EQ(c.sampling.top_k, 40);
   EXPECT_FLOAT_EQ(c.sampling.top_p, 0.95f);
@@ -64,8 +64,8 @@ TEST(OpenAiApi, AcceptedForms) {
   CompletionParams c = ok(R"({"prompt": [2, 100, 262143], "max_tokens": 5, "temperature": 0, "seed": -1,
       "stop": ["a", "", "b"], "stream": true, "stream_options": {"include_usage": true}, "logprobs": 3,
       "top_k": 0, "n": 1, "user": {"x": [1, 2]}, "model": "m"})");
-  EXPECT_TRUE(c.prompt_is_ids);
-  EXPECT_EQ(c.prompt_ids, (std::vector<int32_t>{2, 100, 262143}));
+  EXPECT_TRUE(c.prompts.at(0).is_ids);
+  EXPECT_EQ(c.prompts.at(0).ids, (std::vector<int32_t>{2, 100, 262143}));
   EXPECT_EQ(*c.max_tokens, 5);
   EXPECT_FLOAT_EQ(c.sampling.temperature, 0.0f);
   EXPECT_TRUE(c.seed_given);
@@ -75,7 +75,19 @@ TEST(OpenAiApi, AcceptedForms) {
   EXPECT_TRUE(c.include_usage);
   EXPECT_EQ(c.logprobs, 3);
   EXPECT_EQ(c.model, "m");
-  EXPECT_EQ(ok(R"({"prompt": ["one string"]})").prompt_text, "one string");
+  EXPECT_EQ(ok(R"({"prompt": ["one string"]})").prompts.at(0).text, "one string");
+  // Batches (one choice per prompt): texts, or token-id arrays as lm-evaluation-harness's
+  // local-completions sends them.
+  CompletionParams batch = ok(R"({"prompt": ["a", [5, 6]]})");
+  ASSERT_EQ(batch.prompts.size(), 2u);
+  EXPECT_EQ(batch.prompts[0].text, "a");
+  EXPECT_EQ(batch.prompts[1].ids, (std::vector<int32_t>{5, 6}));
+  // max_tokens 0 on completions: score or prefill only (the field it came from is kept).
+  CompletionParams score = ok(R"({"prompt": [[2, 3, 4]], "max_tokens": 0, "echo": true, "logprobs": 1})");
+  EXPECT_EQ(*score.max_tokens, 0);
+  EXPECT_TRUE(score.echo);
+  EXPECT_EQ(ok(R"({"prompt": "x", "n_predict": 0})").max_tokens_field, "n_predict");
+  EXPECT_EQ(*ok(R"({"prompt": "x", "n_predict": 0})").max_tokens, 0);
   EXPECT_EQ(*ok(R"({"prompt": "x", "max_tokens": 7.0})").max_tokens, 7);  // integral float
   EXPECT_EQ(ok(R"({"prompt": "x", "logprobs": true})").logprobs, 0);
   EXPECT_EQ(ok(R"({"prompt": "x", "stop": "\n"})").stop, std::vector<std::string>{"\n"});
@@ -105,13 +117,17 @@ TEST(OpenAiApi, RefusalsNameTheField) {
       {R"({"max_tokens": 1})", Endpoint::kCompletions, "prompt"},
       {R"({"prompt": 1})", Endpoint::kCompletions, "prompt"},
       {R"({"prompt": []})", Endpoint::kCompletions, "prompt"},
-      {R"({"prompt": ["a", "b"]})", Endpoint::kCompletions, "prompt"},
+      {R"({"prompt": ["a", []]})", Endpoint::kCompletions, "prompt"},
+      {R"({"prompt": ["a", 3]})", Endpoint::kCompletions, "prompt"},
+      {R"({"prompt": [[1], [2]], "n": 2})", Endpoint::kCompletions, "n"},
       {R"({"prompt": [1, -1]})", Endpoint::kCompletions, "prompt"},
       {R"({"prompt": [1, 4294967296]})", Endpoint::kCompletions, "prompt"},
       {R"({"prompt": [1, 18446744073709551615]})", Endpoint::kCompletions, "prompt"},
       {R"({"prompt": [1, 2.5]})", Endpoint::kCompletions, "prompt"},
       {R"({"prompt": "x", "model": 3})", Endpoint::kCompletions, "model"},
-      {R"({"prompt": "x", "max_tokens": 0})", Endpoint::kCompletions, "max_tokens"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 0})", Endpoint::kChat, "max_tokens"},
+      {R"({"prompt": "x", "n_predict": -2})", Endpoint::kCompletions, "n_predict"},
+      {R"({"prompt": "x", "max_completion_tokens": -1})", Endpoint::kCompletions, "max_completion_tokens"},
       {R"({"prompt": "x", "max_tokens": -1})", Endpoint::kCompletions, "max_tokens"},
       {R"({"prompt": "x", "max_tokens": 1.5})", Endpoint::kCompletions, "max_tokens"},
       {R"({"prompt": "x", "max_tokens": "3"})", Endpoint::kCompletions, "max_tokens"},
@@ -170,8 +186,8 @@ TEST(OpenAiApi, RefusalsNameTheField) {
   };
   for (const Case& c : cases) {
     ApiError e = bad(c.body, c.e);
-    EXPECT_EQ(e.status, 400) << c.body;
-    EXPECT_EQ(e.type, "invalid_request_error") << c.body;
+    EXPECT_EQ(http_status(e), 400) << c.body;
+    EXPECT_STREQ(openai_error_type(e), "invalid_request_error") << c.body;
     EXPECT_EQ(e.param, c.param) << c.body << " -> " << e.message;
     EXPECT_FALSE(e.message.empty());
   }
@@ -234,7 +250,7 @@ TEST(OpenAiApi, MalformedBodies) {
   for (const char* body : {"", "{", "[1]", "\"x\"", "null", "{\"prompt\": NaN}", "{\"prompt\": \"\\ud800\"}",
                            "{\"prompt\": \"a\xff\"}", "{\"prompt\": 1e999}"}) {
     ApiError e = bad(body);
-    EXPECT_EQ(e.status, 400) << body;
+    EXPECT_EQ(http_status(e), 400) << body;
     EXPECT_TRUE(e.param.empty() || e.param == "prompt") << body;
   }
 }
@@ -245,12 +261,12 @@ TEST(OpenAiApi, DeepNestingIsRefusedNotRecursed) {
   for (const std::string& body : {deep, "{\"prompt\": " + deep + "}", "{\"max_tokens\": " + deep + "}",
                                   std::string(100000, '['), "{\"stop\": [" + deep + "]}"}) {
     ApiError e = bad(body);
-    EXPECT_EQ(e.status, 400);
+    EXPECT_EQ(http_status(e), 400);
     EXPECT_LT(e.message.size(), 300u);
   }
   // Brackets inside strings do not count.
   CompletionParams c = ok("{\"prompt\": \"" + std::string(1000, '[') + "\"}");
-  EXPECT_EQ(c.prompt_text.size(), 1000u);
+  EXPECT_EQ(c.prompts.at(0).text.size(), 1000u);
   // Moderate nesting in an ignored field is fine.
   ok("{\"prompt\": \"x\", \"metadata\": " + std::string(30, '[') + std::string(30, ']') + "}");
 }
@@ -265,7 +281,7 @@ TEST(OpenAiApi, ErrorMessagesAreShort) {
 }
 
 TEST(OpenAiApi, ErrorBodyShape) {
-  json j = error_body(ApiError{429, "full", "rate_limit_error", "", "queue_full"});
+  json j = openai_error_body(api_error(StatusCode::kBusy, "full", "", "queue_full"));
   EXPECT_EQ(j["error"]["message"], "full");
   EXPECT_EQ(j["error"]["type"], "rate_limit_error");
   EXPECT_TRUE(j["error"]["param"].is_null());

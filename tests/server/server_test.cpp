@@ -18,7 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "method/draft.h"
+#include "decoding/draft.h"
 #include "../test_util.h"
 
 namespace specula::server {

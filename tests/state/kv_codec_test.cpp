@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "core/fp16.h"
-#include "kernels/quant_blocks.h"
+#include "core/quant_blocks.h"
 #include "state/kv_codec.h"
 
 namespace specula {
@@ -56,8 +56,8 @@ TEST(KvCodec, SizesAndNames) {
   EXPECT_EQ(codec("f16", 128)->bytes(), 256u);
   EXPECT_EQ(codec("f32", 64)->bytes(), 256u);
   EXPECT_EQ(codec("bf16", 64)->bytes(), 128u);
-  EXPECT_EQ(codec("q8_0", 128)->bytes(), 4 * sizeof(kernels::BlockQ8_0));
-  EXPECT_EQ(codec("q4_0", 256)->bytes(), 8 * sizeof(kernels::BlockQ4_0));
+  EXPECT_EQ(codec("q8_0", 128)->bytes(), 4 * sizeof(BlockQ8_0));
+  EXPECT_EQ(codec("q4_0", 256)->bytes(), 8 * sizeof(BlockQ4_0));
   EXPECT_EQ(codec("turbo4", 128)->bytes(), 2u + 64u);
   EXPECT_EQ(codec("turbo3", 128)->bytes(), 2u + 48u);
   EXPECT_DOUBLE_EQ(codec("turbo3", 256)->bits_per_value(), 3.0625);

@@ -27,7 +27,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "kernels/quant_blocks.h"
+#include "core/quant_blocks.h"
 
 namespace specula::kernels::avx2 {
 

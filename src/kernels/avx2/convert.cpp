@@ -13,7 +13,7 @@
 #include <cstring>
 
 #include "core/fp16.h"
-#include "kernels/quant_blocks.h"
+#include "core/quant_blocks.h"
 
 namespace specula::kernels::avx2 {
 namespace {

@@ -11,7 +11,7 @@
 // llama.cpp's ggml_vec_dot_*_q8_K (facts only). Tiling and batch invariance: avx2.h and
 // the notes below. Does not quantize activations (convert.cpp).
 #include "kernels/avx2/avx2.h"
-#include "kernels/quant_blocks.h"
+#include "core/quant_blocks.h"
 
 #include <type_traits>
 

@@ -9,7 +9,7 @@
 // Same block formulas as llama.cpp's ggml_vec_dot_q*_q8_* (facts only). Tiling and
 // batch invariance: avx2.h. Does not quantize activations (convert.cpp).
 #include "kernels/avx2/avx2.h"
-#include "kernels/quant_blocks.h"
+#include "core/quant_blocks.h"
 
 #include <vector>
 

@@ -16,7 +16,7 @@
 #include <type_traits>
 
 #include "kernels/packed/packed_gemm.h"
-#include "kernels/quant_blocks.h"
+#include "core/quant_blocks.h"
 
 namespace specula::kernels::avxvnni {
 namespace {

@@ -2,7 +2,7 @@
 // loads or uses as an activation (F32, F16, BF16, Q4_0..Q8_1, Q2_K..Q6_K, Q8_K, IQ4_NL,
 // IQ4_XS).
 //
-// Each loop follows the block layout in kernels/quant_blocks.h and computes the
+// Each loop follows the block layout in core/quant_blocks.h and computes the
 // float32 operations in the same order as gguf-py's `gguf/quants.py` reference
 // dequantizers (e.g. Q4_K: (d*sc)*q - dmin*m), so results match it bit for bit.
 // ggml's `dequantize_row_*` in ggml-quants.c use the same order.
@@ -11,7 +11,7 @@
 
 #include "core/fp16.h"
 #include "kernels/generic/generic.h"
-#include "kernels/quant_blocks.h"
+#include "core/quant_blocks.h"
 
 namespace specula::kernels::generic {
 

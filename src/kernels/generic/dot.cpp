@@ -19,7 +19,7 @@
 // Does not tile, vectorize or thread.
 #include "core/fp16.h"
 #include "kernels/generic/generic.h"
-#include "kernels/quant_blocks.h"
+#include "core/quant_blocks.h"
 
 namespace specula::kernels::generic {
 

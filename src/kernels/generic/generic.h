@@ -2,7 +2,7 @@
 // files: per-type row dequantizers, activation quantizers and row dot products.
 //
 // Everything here is plain scalar C++ that follows the GGML block formats
-// (kernels/quant_blocks.h; ggml `ggml-common.h`, gguf-py `gguf/quants.py`) and
+// (core/quant_blocks.h; ggml `ggml-common.h`, gguf-py `gguf/quants.py`) and
 // llama.cpp's reference dot products (integer sums inside a block, one float
 // multiply-add per block). It is the oracle the fast ISA kernels are tested against,
 // so it favours clarity over speed. Does not pick tables or threads (table.cpp,

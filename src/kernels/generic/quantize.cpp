@@ -20,7 +20,7 @@
 
 #include "core/fp16.h"
 #include "kernels/generic/generic.h"
-#include "kernels/quant_blocks.h"
+#include "core/quant_blocks.h"
 
 namespace specula::kernels::generic {
 

@@ -7,9 +7,9 @@
 // optional attn_output.bias but does not add it; such a file is refused here by name rather
 // than run differently. rope.dimension_sections (for the vision model) does not apply to
 // text. Does not support the MoE variant (ernie4_5-moe).
-// Hugging Face folders: Ernie4_5ForCausalLM (model/hf_folder.h), mapped below.
+// Hugging Face folders: Ernie4_5ForCausalLM (formats/hf_folder.h), mapped below.
 #include "model/blocks.h"
-#include "model/hf_folder.h"
+#include "formats/hf_folder.h"
 
 namespace specula {
 namespace {

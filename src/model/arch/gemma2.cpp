@@ -11,11 +11,11 @@
 // 30), both c·tanh(x/c); a GELU-tanh gated FFN; query scale 1/sqrt(head_dim), or
 // 1/sqrt(n_embd / n_heads) for the 46-layer 27B (its query_pre_attn_scalar, chosen by layer
 // count as llama.cpp does); output tied to the token embedding.
-// Hugging Face folders: Gemma2ForCausalLM (model/hf_folder.h), mapped below.
+// Hugging Face folders: Gemma2ForCausalLM (formats/hf_folder.h), mapped below.
 #include <cmath>
 
 #include "model/blocks.h"
-#include "model/hf_folder.h"
+#include "formats/hf_folder.h"
 
 namespace specula {
 namespace {

@@ -14,11 +14,11 @@
 // 1/sqrt(n_embd / n_heads) (its query_pre_attn_scalar; llama.cpp chooses it the same way,
 // from the layer count, since the GGUF has no key for it).
 // Does not support the vision tower (mmproj).
-// Hugging Face folders: Gemma3ForCausalLM (model/hf_folder.h), mapped below.
+// Hugging Face folders: Gemma3ForCausalLM (formats/hf_folder.h), mapped below.
 #include <cmath>
 
 #include "model/blocks.h"
-#include "model/hf_folder.h"
+#include "formats/hf_folder.h"
 
 namespace specula {
 namespace {

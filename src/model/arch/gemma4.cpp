@@ -16,7 +16,7 @@
 // Does not support the MoE variant (26B-A4B: its ffn_gate_inp tensors are refused by name)
 // or the vision / audio towers.
 // Hugging Face folders: Gemma4ForCausalLM and Gemma4ForConditionalGeneration's text model
-// (model/hf_folder.h), mapped below.
+// (formats/hf_folder.h), mapped below.
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -26,7 +26,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/blocks.h"
-#include "model/hf_folder.h"
+#include "formats/hf_folder.h"
 
 namespace specula {
 namespace {

@@ -13,9 +13,9 @@
 // LongRoPE factor tensors are used when present (as phi3). Does not support FFN biases,
 // shared experts or YaRN (errors name them).
 // Hugging Face folders: LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM
-// (model/hf_folder.h), mapped below.
+// (formats/hf_folder.h), mapped below.
 #include "model/blocks.h"
-#include "model/hf_folder.h"
+#include "formats/hf_folder.h"
 
 namespace specula {
 namespace {

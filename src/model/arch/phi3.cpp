@@ -10,11 +10,11 @@
 // LongRoPE: rope_factors_short / rope_factors_long (long ones when a row holds more than
 // rope.scaling.original_context_length positions) and attn_factor on cos and sin.
 // Does not support the MoE variant (phimoe).
-// Hugging Face folders: Phi3ForCausalLM (model/hf_folder.h), mapped below.
+// Hugging Face folders: Phi3ForCausalLM (formats/hf_folder.h), mapped below.
 #include <cmath>
 
 #include "model/blocks.h"
-#include "model/hf_folder.h"
+#include "formats/hf_folder.h"
 
 namespace specula {
 namespace {

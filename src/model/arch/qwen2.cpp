@@ -9,9 +9,9 @@
 // with an optional output.bias.
 // Does not support fused attn_qkv tensors or sliding-window layers (Qwen2's
 // use_sliding_window is off in released models); YaRN scaling is rejected by name.
-// Hugging Face folders: Qwen2ForCausalLM (model/hf_folder.h), mapped below.
+// Hugging Face folders: Qwen2ForCausalLM (formats/hf_folder.h), mapped below.
 #include "model/blocks.h"
-#include "model/hf_folder.h"
+#include "formats/hf_folder.h"
 
 namespace specula {
 namespace {

@@ -5,9 +5,9 @@
 // Qwen2 without Q/K/V biases and with per-head RMSNorm of Q and K (attn_q_norm,
 // attn_k_norm) before NEOX RoPE; head_dim from attention.key_length (may differ from
 // n_embd / n_heads); SwiGLU FFN; output or tied embedding.
-// Hugging Face folders: Qwen3ForCausalLM (model/hf_folder.h), mapped below.
+// Hugging Face folders: Qwen3ForCausalLM (formats/hf_folder.h), mapped below.
 #include "model/blocks.h"
-#include "model/hf_folder.h"
+#include "formats/hf_folder.h"
 
 namespace specula {
 namespace {

@@ -20,7 +20,7 @@
 // Does not run multi-token-prediction (nextn) layers (they are skipped), vision inputs, a
 // fused attention attn_qkv, or the MoE variant (qwen35moe).
 // Hugging Face folders: Qwen3_5ForCausalLM and Qwen3_5ForConditionalGeneration's text model
-// (model/hf_folder.h), mapped below.
+// (formats/hf_folder.h), mapped below.
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -32,7 +32,7 @@
 
 #include "model/attention.h"
 #include "model/gated_delta_net.h"
-#include "model/hf_folder.h"
+#include "formats/hf_folder.h"
 #include "model/model.h"
 #include "ops/ops.h"
 #include "state/recurrent_layout.h"

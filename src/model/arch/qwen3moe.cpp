@@ -6,9 +6,9 @@
 // ffn_gate_inp, softmax over qwen3moe.expert_count experts, the expert_used_count most
 // probable, their weights renormalised to sum 1, each expert a SwiGLU FFN of
 // expert_feed_forward_length; no shared expert.
-// Hugging Face folders: Qwen3MoeForCausalLM (model/hf_folder.h), mapped below.
+// Hugging Face folders: Qwen3MoeForCausalLM (formats/hf_folder.h), mapped below.
 #include "model/blocks.h"
-#include "model/hf_folder.h"
+#include "formats/hf_folder.h"
 
 namespace specula {
 namespace {

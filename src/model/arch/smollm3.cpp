@@ -4,9 +4,9 @@
 // Architecture (Hugging Face 2025, SmolLM3 model card; llama.cpp's smollm3 graph): the
 // Llama block (RMSNorm, GQA, SwiGLU, NORM RoPE pairs) with NoPE layers: every 4th layer
 // ((il + 1) % 4 == 0) applies no rotary embedding at all.
-// Hugging Face folders: SmolLM3ForCausalLM (model/hf_folder.h), mapped below.
+// Hugging Face folders: SmolLM3ForCausalLM (formats/hf_folder.h), mapped below.
 #include "model/blocks.h"
-#include "model/hf_folder.h"
+#include "formats/hf_folder.h"
 
 namespace specula {
 namespace {

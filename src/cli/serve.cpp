@@ -1,0 +1,230 @@
+// cli/serve.cpp — `specula serve`: loads the model, its draft source and prompt cache
+// (engine/setup.h), and runs the HTTP server (server/server.h) until SIGINT or SIGTERM.
+#include <algorithm>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
+#include "cli/common.h"
+#include "engine/setup.h"
+#include "server/server.h"
+
+namespace specula::cli {
+namespace {
+
+struct ServeArgs {
+  std::string quantize;
+  std::string model, host = "127.0.0.1", api_key, alias, chat_template_file, draft_model, spec;
+  int port = 8080, parallel = 4, threads = 0, queue = 64, spec_depth = 4, spec_max_batch = 2;
+  std::string spec_accept = "exact";
+  int64_t ctx = 0, step_tokens = 512;  // ctx 0: 4096 per parallel request
+  size_t max_body = 1 << 20;
+  int max_connections = 1024;
+  double timeout_header = 10, timeout_write = 30, timeout_body = 10;
+  std::string pooling;
+  int log_requests = 1;
+  CacheArgs cache;
+  int64_t cache_ram_mib = -1;  // -1: default
+  int64_t cache_disk_mib = 0;
+  std::string cache_dir;
+  int64_t cache_checkpoint = 1024;
+  int64_t generation_checkpoint = 0;
+};
+
+server::Server* g_server = nullptr;
+void on_signal(int) {
+  if (g_server != nullptr) g_server->stop();
+}
+
+// The server's options from the flags (model-dependent ones: the context).
+Result<server::ServerOptions> server_options(const ServeArgs& a, const std::string& path, const Model& model) {
+  server::ServerOptions so;
+  so.host = a.host;
+  so.port = a.port;
+  so.api_key = a.api_key;
+  so.model_id = a.alias.empty() ? std::filesystem::path(path).stem().string() : a.alias;
+  so.max_body_bytes = a.max_body;
+  so.max_connections = a.max_connections;
+  so.header_timeout_s = a.timeout_header;
+  so.write_timeout_s = a.timeout_write;
+  so.body_timeout_s = a.timeout_body;
+  so.pooling = a.pooling;
+  so.log_requests = a.log_requests != 0;
+  if (!a.chat_template_file.empty()) {
+    std::ifstream in(a.chat_template_file, std::ios::binary);
+    if (!in) return Status::not_found("[cli] cannot read --chat-template-file " + a.chat_template_file);
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    so.chat_template = ss.str();
+  }
+  // --ctx is the total of all requests' tokens (llama-server's -c): the KV budget holds
+  // that many tokens, and one request may use up to all of it (at most the model's
+  // training context).
+  const int64_t n_ctx_train = model.info().n_ctx_train;
+  const int64_t total_ctx = a.ctx > 0 ? a.ctx : int64_t{4096} * a.parallel;
+  EngineOptions& eo = so.engine;
+  eo.n_rows = a.parallel;
+  eo.n_ctx = n_ctx_train > 0 ? std::min<int64_t>(total_ctx, n_ctx_train) : total_ctx;
+  eo.total_ctx = total_ctx;
+  eo.cache = a.cache.options();
+  eo.kv_budget = a.cache.budget;
+  eo.step_tokens = std::max<int64_t>(a.step_tokens, a.parallel);
+  eo.max_queue = a.queue;
+  eo.spec_depth = a.spec_depth;
+  eo.spec_max_batch = a.spec_max_batch;
+  eo.spec_rejection = a.spec_accept == "rejection";
+  return so;
+}
+
+// The prompt cache: a RAM tier (default: default_prompt_cache_ram_mib()) and an optional
+// disk tier; null when both are off.
+Result<std::shared_ptr<PromptCache>> serve_prompt_cache(const ServeArgs& a, const std::string& path, const Model& model,
+                                                        const CacheOptions& cache) {
+  const int64_t ram = a.cache_ram_mib < 0 ? default_prompt_cache_ram_mib() : a.cache_ram_mib;
+  if (ram == 0 && a.cache_dir.empty()) {
+    if (a.generation_checkpoint > 0)
+      return Status::invalid_argument("[cli] --generation-checkpoint needs the prompt cache (--cache-ram or --cache-dir)");
+    return std::shared_ptr<PromptCache>();
+  }
+  PromptCacheOptions po;
+  po.ram_bytes = ram << 20;
+  po.dir = a.cache_dir;
+  po.disk_bytes = a.cache_disk_mib << 20;
+  po.fingerprint = prompt_cache_fingerprint(path, model, cache);
+  auto pc = PromptCache::create(po);
+  if (!pc) return pc.status();
+  return std::shared_ptr<PromptCache>(std::move(pc).value());
+}
+
+int run_serve(const RuntimeConfig& config, const ServeArgs& a) {
+#if defined(__GLIBC__)
+  // glibc raises its mmap threshold to the size of each large block freed (up to 32 MiB),
+  // after which such blocks come from per-thread arenas that keep their pages: a server
+  // whose request threads each once parsed a huge body or tokenized a huge word would
+  // keep that peak per arena. A fixed threshold (which also stops the adjustment) sends
+  // every block of 1 MiB or more to mmap, returned to the system when freed.
+  mallopt(M_MMAP_THRESHOLD, 1 << 20);
+#endif
+  auto l = load(config, a.model, a.threads, a.quantize, /*with_tokenizer=*/false);  // the server loads its own
+  if (!l) return fail(l.message());
+  auto so = server_options(a, l->path, *l->model);
+  if (!so) return fail(so.message());
+  std::string draft_path;
+  if (!a.draft_model.empty()) {
+    auto p = resolve_model(config, a.draft_model);
+    if (!p) return fail(p.message());
+    draft_path = *p;
+  }
+  auto draft = make_draft_source(a.spec, draft_path, *l->model, so->engine.n_ctx);
+  if (!draft) return fail(draft.message());
+  so->engine.draft = std::move(draft).value();
+  auto pc = serve_prompt_cache(a, l->path, *l->model, so->engine.cache);
+  if (!pc) return fail(pc.message());
+  if (*pc) {
+    so->engine.prompt_cache = std::move(pc).value();
+    so->engine.cache_checkpoint_every = a.cache_checkpoint;
+    so->engine.generation_checkpoint = a.generation_checkpoint;
+  }
+  const std::string model_id = so->model_id;
+  const std::string spec_note = so->engine.draft ? ", speculative " + so->engine.draft->name() + " depth " +
+                                                       std::to_string(a.spec_depth)
+                                                 : "";
+  const int64_t n_ctx = so->engine.n_ctx;
+  auto srv = server::Server::create(std::move(l->model), std::move(so).value());
+  if (!srv) return fail(srv.message());
+  if (Status st = (*srv)->bind(); !st.is_ok()) return fail(st.message());
+  g_server = srv->get();
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+  std::fprintf(stderr,
+               "specula: serving %s as '%s' on http://%s:%d (parallel %d, a request up to %lld tokens, KV budget %lld MiB: "
+               "%s%s%s)\n",
+               l->path.c_str(), model_id.c_str(), a.host.c_str(), (*srv)->port(), a.parallel,
+               static_cast<long long>(n_ctx), static_cast<long long>((*srv)->engine().options().kv_budget >> 20),
+               (*srv)->engine().describe_state().c_str(), a.api_key.empty() ? "" : ", API key required",
+               spec_note.c_str());
+  std::fflush(stderr);
+  (*srv)->serve();
+  g_server = nullptr;
+  std::fprintf(stderr, "specula: server stopped\n");
+  return 0;
+}
+
+void add_serve_flags(CLI::App* cmd, ServeArgs& a) {
+  cmd->add_option("-m,--model", a.model, kModelHelp);
+  cmd->add_option("--host", a.host, "Address to listen on (default 127.0.0.1, loopback only)");
+  cmd->add_option("--port", a.port, "Port (default 8080; 0 = any free port)")->check(CLI::Range(0, 65535));
+  cmd->add_option("--parallel", a.parallel, "Requests decoded together (cache rows, default 4)")->check(CLI::Range(1, 256));
+  cmd->add_option("-c,--ctx", a.ctx,
+                  "Total context in tokens shared by all requests, as llama-server's -c; one request may use all of "
+                  "it (default 4096 x --parallel)")
+      ->check(CLI::Range(int64_t{16}, int64_t{1} << 26));
+  add_cache_options(cmd, a.cache, true);
+  cmd->add_option("--cache-ram", a.cache_ram_mib, "Prompt cache in RAM, MiB (default: a quarter of RAM, at most 8192; 0 = off)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
+  cmd->add_option("--generation-checkpoint", a.generation_checkpoint,
+                  "Store an in-flight generation every N tokens; after a restart (with --cache-dir) an identical "
+                  "request continues it exactly (default 0 = off)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
+  cmd->add_option("--cache-dir", a.cache_dir, "Prompt cache on disk in this folder (survives restarts)");
+  cmd->add_option("--cache-disk", a.cache_disk_mib, "Prompt cache on disk, MiB (default: 4 x --cache-ram, at least 1024)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
+  cmd->add_option("--cache-checkpoint", a.cache_checkpoint,
+                  "For sliding-window and recurrent layers: also store the state every N prompt tokens (default 1024; "
+                  "0 = only at the prompt's end)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
+  cmd->add_option("--api-key", a.api_key, "Require 'Authorization: Bearer KEY' (or 'x-api-key: KEY') on every route but /health");
+  cmd->add_option("--alias", a.alias, "Model id clients send as \"model\" (default: the file name without .gguf)");
+  cmd->add_option("--chat-template-file", a.chat_template_file, "Jinja chat template to use instead of the model's");
+  cmd->add_option("--queue", a.queue, "Requests that may wait for a free row before 429 (default 64)")->check(CLI::Range(0, 100000));
+  cmd->add_option("--step-tokens", a.step_tokens, "Tokens per engine step: decode rows + prompt chunks (default 512)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  cmd->add_option("--max-body", a.max_body, "Largest request body in bytes (default 1 MiB)")
+      ->check(CLI::Range(size_t{1024}, size_t{1} << 30));
+  cmd->add_option("--max-connections", a.max_connections,
+                  "Open connections served at once; more get 503 (default 1024, lowered to fit the descriptor limit)")
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--timeout-header", a.timeout_header,
+                  "Seconds a connection has to send a request's line and headers, from its opening or its last "
+                  "response (default 10)")
+      ->check(CLI::Range(0.1, 3600.0));
+  cmd->add_option("--timeout-body", a.timeout_body, "Seconds a request body may take beyond its size at 64 KiB/s (default 10)")
+      ->check(CLI::Range(0.1, 3600.0));
+  cmd->add_option("--pooling", a.pooling, "Pooling of /v1/embeddings: mean or last (default: the model's pooling_type, else mean)")
+      ->check(CLI::IsMember({"mean", "last"}));
+  cmd->add_option("--timeout-write", a.timeout_write,
+                  "Seconds one response write may take before a client that does not read is dropped (default 30)")
+      ->check(CLI::Range(0.1, 3600.0));
+  cmd->add_option("--log-requests", a.log_requests,
+                  "1: one line per request on stderr (method, path, status, time, tokens, time to first token); 0: none "
+                  "(default 1)")
+      ->check(CLI::Range(0, 1));
+  add_quantize_option(cmd, a.quantize);
+  cmd->add_option("-t,--threads", a.threads, "Threads (default: all cores)")->check(CLI::Range(0, 1024));
+  cmd->add_option("--draft-model", a.draft_model, "Speculative decoding with this draft model (same vocabulary)");
+  cmd->add_option("--spec", a.spec, "Draft source for every request: ngram, draft (needs --draft-model), none");
+  cmd->add_option("--spec-depth", a.spec_depth, "Most drafted tokens per verify step; each request adapts below it (default 4)")
+      ->check(CLI::Range(1, 32));
+  cmd->add_option("--spec-accept", a.spec_accept,
+                  "Acceptance at temperature > 0 with --draft-model: exact (same seed, same text as without) or "
+                  "rejection (rejection sampling with the draft distribution: more drafts accepted, same distribution)")
+      ->check(CLI::IsMember({"exact", "rejection"}));
+  cmd->add_option("--spec-max-batch", a.spec_max_batch, "Speculate only while at most this many requests decode; 0 = always (default 2)")
+      ->check(CLI::Range(0, 1 << 16));
+}
+
+}  // namespace
+
+Verb add_serve(CLI::App& app, const RuntimeConfig& config) {
+  auto a = std::make_shared<ServeArgs>();
+  CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server with continuous batching");
+  add_serve_flags(cmd, *a);
+  return Verb{cmd, [a, &config] { return run_serve(config, *a); }};
+}
+
+}  // namespace specula::cli

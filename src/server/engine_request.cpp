@@ -1,0 +1,167 @@
+// server/engine_request.cpp — see engine_request.h.
+#include "server/engine_request.h"
+
+#include <limits>
+
+#include "chat/prompt.h"
+
+namespace specula::server {
+
+using json = nlohmann::ordered_json;
+
+std::variant<json, ApiError> chat_context(const ServedModel& served, const CompletionParams& c) {
+  const tokenizer::Vocab& vocab = served.tokenizer().vocab();
+  const std::string bos = vocab.valid_id(vocab.bos_id()) ? vocab.text(vocab.bos_id()) : "";
+  const std::string eos = vocab.valid_id(vocab.eos_id()) ? vocab.text(vocab.eos_id()) : "";
+  const json messages = served.chat_template() ? chat::template_messages(*served.chat_template(), c.messages) : c.messages;
+  json ctx = {{"messages", messages}, {"add_generation_prompt", true}, {"bos_token", bos}, {"eos_token", eos}};
+  if (!c.tools.is_null()) {
+    if (served.tool_format() == chat::ToolFormat::kNone)
+      return bad_request("tools",
+                         "this model's chat template has no tool-call format specula can read (supported: Hermes "
+                         "<tool_call> as Qwen2.5 writes, Llama 3.x JSON, Mistral [TOOL_CALLS])");
+    if (c.logprobs >= 0) return bad_request("logprobs", "logprobs together with tools are not supported yet");
+    ctx["tools"] = c.tools;
+  }
+  return ctx;
+}
+
+namespace {
+Result<chat::RenderedPrompt> render(const ServedModel& served, const CompletionParams& c, std::optional<ApiError>* error) {
+  auto ctx = chat_context(served, c);
+  if (auto* e = std::get_if<ApiError>(&ctx)) {
+    *error = *e;
+    return Status::invalid_argument(e->message);
+  }
+  auto rendered = served.chat_template()->render_marked(std::get<json>(ctx));
+  if (!rendered) *error = bad_request("messages", "the chat template failed on these messages: " + rendered.status().user_message());
+  return rendered;
+}
+}  // namespace
+
+std::variant<std::string, ApiError> render_chat_prompt(const ServedModel& served, const CompletionParams& c) {
+  if (served.chat_template() == nullptr) return bad_request("messages", "this model has no chat template");
+  std::optional<ApiError> error;
+  auto rendered = render(served, c, &error);
+  if (error) return *error;
+  return rendered->text;
+}
+
+std::optional<ApiError> build_prompt(const ServedModel& served, const CompletionParams& c, std::vector<int32_t>* ids,
+                                     size_t index) {
+  const tokenizer::Tokenizer& tok = served.tokenizer();
+  const tokenizer::Vocab& vocab = tok.vocab();
+  if (c.endpoint == Endpoint::kCompletions) {
+    const CompletionParams::Prompt& prompt = c.prompts.at(index);
+    if (prompt.is_ids) {
+      *ids = prompt.ids;
+      for (int32_t id : *ids)
+        if (!vocab.valid_id(id))
+          return bad_request("prompt", "token id " + std::to_string(id) + " in 'prompt' is outside the vocabulary [0, " +
+                                           std::to_string(vocab.size()) + ")");
+    } else {
+      *ids = tok.encode_prompt(prompt.text, c.parse_special);
+    }
+  } else {
+    if (served.chat_template() == nullptr)
+      return api_error(StatusCode::kInvalidArgument,
+                       "this model has no chat template (its GGUF metadata holds none); start the server with "
+                       "--chat-template-file FILE, or use /v1/completions",
+                       "messages", "no_chat_template");
+    std::optional<ApiError> error;
+    auto rendered = render(served, c, &error);
+    if (error) return error;
+    // Only the template's own text may yield control tokens; BOS as the template has it.
+    *ids = chat::prompt_ids(tok, *rendered);
+  }
+  if (ids->empty())
+    return bad_request(c.endpoint == Endpoint::kChat ? "messages" : "prompt",
+                       "the prompt is empty (it tokenizes to no tokens)");
+  return std::nullopt;
+}
+
+std::optional<ApiError> compile_constraint(ServedModel& served, const CompletionParams& c,
+                                           std::shared_ptr<TokenConstraint>* out) {
+  ConstraintSpec spec;
+  std::string field = c.constraint_field;
+  if (c.constraint) {
+    spec = *c.constraint;
+  } else if (!c.forced_tool.empty()) {
+    field = "tool_choice";
+    std::string marker = "\"[TOOL_CALLS]\"";
+    const tokenizer::Vocab& vocab = served.tokenizer().vocab();
+    if (const int32_t id = vocab.find("[TOOL_CALLS]"); id >= 0 && vocab.is_control(id))
+      marker = "<[" + std::to_string(id) + "]>";  // llguidance's Lark names a special token by id
+    auto lark = chat::forced_tool_grammar(served.tool_format(), c.tools, c.forced_tool, c.parallel_tool_calls, marker);
+    if (!lark) return bad_request(field, "'tool_choice': " + lark.status().user_message());
+    spec.kind = ConstraintKind::kLark;
+    spec.text = std::move(lark).value();
+  } else {
+    return std::nullopt;
+  }
+  auto vocab = served.grammar_vocab();
+  if (!vocab) return api_error(StatusCode::kInternal, vocab.status().user_message(), field);
+  auto m = TokenConstraint::create(std::move(vocab).value(), spec);
+  if (!m) return bad_request(field, "'" + field + "': " + m.status().user_message());
+  *out = std::move(m).value();
+  return std::nullopt;
+}
+
+std::variant<PreparedRequest, ApiError> prepare_request(ServedModel& served, const CompletionParams& c, size_t index,
+                                                        StatusCode unknown_model) {
+  if (!c.model.empty() && c.model != served.id())
+    return api_error(unknown_model, "model '" + c.model + "' is not served here; this server serves '" + served.id() + "'",
+                     "model", "model_not_found");
+  PreparedRequest out;
+  EngineRequest& er = out.request;
+  std::vector<int32_t> ids;
+  if (auto e = build_prompt(served, c, &ids, index)) return *e;
+  if (auto e = compile_constraint(served, c, &er.constraint)) return *e;
+  // echo: the answer starts with the prompt (as sent; token ids as their text), and with
+  // logprobs the prompt's tokens lead the entries (the first has no logprob: null).
+  const tokenizer::Tokenizer& tok = served.tokenizer();
+  if (c.echo) {
+    const CompletionParams::Prompt& prompt = c.prompts.at(index);
+    if (prompt.is_ids) {
+      auto t = tok.decode(ids, /*remove_special=*/true, /*render_special=*/false);
+      if (t) out.echo_text = std::move(t).value();
+    } else {
+      out.echo_text = prompt.text;
+    }
+    if (c.logprobs >= 0) {
+      er.prompt_logprobs = c.logprobs;
+      TokenLogprob first;
+      first.token = tok.token_to_piece(ids[0], false);
+      first.logprob = std::numeric_limits<float>::quiet_NaN();  // JSON null
+      out.echo_logprobs.push_back(std::move(first));
+    }
+  }
+  er.prompt = std::move(ids);
+  out.n_prompt = static_cast<int64_t>(er.prompt.size());
+  const int64_t n_ctx = served.options().engine.n_ctx;
+  if (c.max_tokens) {
+    er.max_tokens = *c.max_tokens;
+  } else {
+    const int64_t room = n_ctx - out.n_prompt;
+    if (room <= 0)
+      return api_error(StatusCode::kContextOverflow,
+                       "the prompt has " + std::to_string(out.n_prompt) + " tokens; the context holds " +
+                           std::to_string(n_ctx),
+                       c.endpoint == Endpoint::kChat ? "messages" : "prompt");
+    er.max_tokens = static_cast<int32_t>(room);
+  }
+  er.sampling = c.sampling;
+  if (er.sampling.dry_multiplier > 0.0f) er.sampling.dry_breaker_ids = served.dry_breaker_ids(er.sampling.dry_sequence_breakers);
+  if (!c.seed_given) er.sampling.seed = served.random_seed();
+  er.top_logprobs = c.logprobs;
+  er.ignore_eos = c.ignore_eos;
+  er.speculative = c.speculative;
+  if (served.options().engine.generation_checkpoint > 0) {
+    // What shapes the text besides the engine request: the route and the stop strings.
+    er.resume_key = c.endpoint == Endpoint::kChat ? "chat" : "completion";
+    for (const std::string& st : c.stop) er.resume_key += "\x1f" + st;
+  }
+  return out;
+}
+
+}  // namespace specula::server

@@ -1,0 +1,55 @@
+// server/engine_request.h — from a parsed request (server/request.h) to what the engine
+// runs: the prompt's token ids (a completion's text or ids; a chat's messages rendered by
+// the model's template, control tokens only from the template), the compiled
+// structured-output constraint (or the forced tool call's grammar), the sampling
+// parameters with the request's seed (a random one when none was sent) and DRY's breakers
+// as token ids, max_tokens (until the context is full when not given), echo's prompt and
+// prompt logprobs, and the generation-checkpoint key.
+// Shared by every API family; all of it runs on the request's HTTP worker thread.
+// Does not: submit or wait (generation.h), or parse JSON (the family files).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/engine.h"
+#include "server/errors.h"
+#include "server/request.h"
+#include "server/served_model.h"
+
+namespace specula::server {
+
+// The chat template's variables for a chat request (messages, tools, BOS/EOS text).
+std::variant<nlohmann::ordered_json, ApiError> chat_context(const ServedModel& served, const CompletionParams& c);
+
+// The text the model would see for a chat request, before tokenization (/apply-template).
+std::variant<std::string, ApiError> render_chat_prompt(const ServedModel& served, const CompletionParams& c);
+
+// Prompt ids of a parsed request (completions: of its prompt `index`), or why not (no
+// template, the template failed, empty, an id outside the vocabulary).
+std::optional<ApiError> build_prompt(const ServedModel& served, const CompletionParams& c, std::vector<int32_t>* ids,
+                                     size_t index = 0);
+
+// The request's grammar compiled (its first mask included, so an empty language is
+// refused here), or null when it has none; or the 400 that says why not.
+std::optional<ApiError> compile_constraint(ServedModel& served, const CompletionParams& c,
+                                           std::shared_ptr<TokenConstraint>* out);
+
+struct PreparedRequest {
+  EngineRequest request;             // its choice 0's (choice i samples with seed + i)
+  int64_t n_prompt = 0;
+  std::string echo_text;             // echo: the prompt as sent (token ids as their text)
+  std::vector<TokenLogprob> echo_logprobs;  // echo with logprobs: the first prompt token's (null) entry
+};
+
+// Everything above for the prompt `index` of a request (chat: 0); `unknown_model`: the
+// code of a request naming a model this server does not serve (the family's).
+std::variant<PreparedRequest, ApiError> prepare_request(ServedModel& served, const CompletionParams& c, size_t index,
+                                                        StatusCode unknown_model);
+
+}  // namespace specula::server

@@ -1,0 +1,284 @@
+// server/generation.cpp — see generation.h.
+#include "server/generation.h"
+
+#include <chrono>
+
+#include "server/engine_request.h"
+#include "server/json_util.h"
+
+namespace specula::server {
+
+using json = nlohmann::ordered_json;
+
+namespace {
+
+// One choice of an answer.
+struct Choice {
+  PreparedRequest* prepared = nullptr;  // its prompt's request
+  uint64_t seed_offset = 0;             // choice i of one prompt samples with seed + i
+  bool echoed = false;                  // echo: its prompt went out
+  std::shared_ptr<CompletionStream> stream;
+  std::shared_ptr<RequestHandle> handle;
+  AnswerFormat* fmt = nullptr;
+  std::string text;
+  std::vector<TokenLogprob> logprobs;
+  CompletionStream::Update last;  // the final update
+  bool done = false;
+  bool started = false;  // some text or a logprob entry came out
+};
+
+bool failed(const Choice& x) {
+  return x.last.summary.outcome == Outcome::kFailed || x.last.summary.outcome == Outcome::kCancelled;
+}
+
+ApiError submit_error(const Submission& sub) {
+  ApiError e = api_error(sub.status.code(), sub.status.user_message(), sub.param);
+  if (sub.status.code() == StatusCode::kBusy) e.api_code = "queue_full";
+  return e;
+}
+
+bool begin_sse(http::Exchange& ex) {
+  // The probe is an SSE comment: clients ignore it (see http::Exchange::client_gone).
+  return ex.begin_stream(200, "text/event-stream", {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}}, ":\n\n");
+}
+
+// The generation of one answer: its choices (n of one prompt, or one per prompt of a
+// batch) and what the driver needs of the request.
+class Driver {
+ public:
+  Driver(ServedModel& served, const CompletionParams& c, http::Exchange& ex, AnswerFormat& fmt,
+         std::vector<PreparedRequest>& prepared, GenerationLog* log)
+      : served_(served), c_(c), ex_(ex), fmt_(fmt), prepared_(prepared), log_(log) {
+    const bool batch = prepared.size() > 1;
+    const size_t n = batch ? prepared.size() : static_cast<size_t>(c.n);
+    ch_.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+      ch_[i].prepared = &prepared[batch ? i : 0];
+      ch_[i].seed_offset = batch ? 0 : i;
+    }
+  }
+  // However the answer ends (client gone, an error), its unfinished requests stop.
+  ~Driver() {
+    for (Choice& x : ch_)
+      if (x.handle && !x.done) x.handle->cancel();
+    if (log_ == nullptr) return;
+    const Usage u = total_usage();
+    log_->id = id_;
+    log_->prompt_tokens = u.prompt_tokens;
+    log_->cached_tokens = u.cached_tokens;
+    log_->generated_tokens = u.completion_tokens;
+    const RequestSummary& s = ch_[0].last.summary;
+    if (ch_[0].done && s.n_generated > 0) log_->ttft_seconds = s.queue_seconds + s.prefill_seconds;
+    log_->finish = ch_[0].done ? ch_[0].last.finish_reason : "client gone";
+  }
+  void run();
+
+ private:
+  int n() const { return static_cast<int>(ch_.size()); }
+  std::optional<ApiError> clone_grammars();
+  std::optional<ApiError> submit(int i);
+  // Waits up to `ms` for news of choice i and returns its stream events.
+  std::string poll(int i, int ms);
+  // The answer once every choice has finished (non-streamed).
+  void answer_whole();
+  Usage total_usage() const;
+
+  ServedModel& served_;
+  const CompletionParams& c_;
+  http::Exchange& ex_;
+  AnswerFormat& fmt_;
+  std::vector<PreparedRequest>& prepared_;
+  GenerationLog* log_;
+  std::vector<Choice> ch_;
+  std::vector<std::unique_ptr<AnswerFormat>> formats_;  // choices 1..n-1
+  std::vector<std::shared_ptr<TokenConstraint>> grammars_;
+  std::string id_;
+  int64_t created_ = unix_now();
+};
+
+std::optional<ApiError> Driver::clone_grammars() {
+  // Every choice of one prompt gets its grammar from the untouched one, before any of them
+  // runs (a clone made after choice 0 started would start where choice 0 is).
+  grammars_.resize(ch_.size());
+  for (size_t i = 0; i < ch_.size(); ++i) {
+    const auto& g = ch_[i].prepared->request.constraint;
+    if (ch_[i].seed_offset == 0 || !g) {
+      grammars_[i] = g;
+      continue;
+    }
+    auto cl = g->clone();
+    if (!cl) return from_status(cl.status());
+    grammars_[i] = std::move(cl).value();
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> Driver::submit(int i) {
+  Choice& x = ch_[static_cast<size_t>(i)];
+  EngineRequest& prepared = x.prepared->request;
+  const uint64_t seed = prepared.sampling.seed;
+  const bool last_user = i + 1 == n() || ch_[static_cast<size_t>(i) + 1].prepared != x.prepared;
+  EngineRequest r = last_user ? std::move(prepared) : prepared;  // the last choice of a prompt takes it
+  r.sampling.seed = seed + x.seed_offset;
+  r.constraint = grammars_[static_cast<size_t>(i)];
+  x.stream = std::make_shared<CompletionStream>(served_.tokenizer(), c_.stop, c_.logprobs >= 0);
+  Submission sub = served_.engine().submit(std::move(r), x.stream);
+  if (!sub.ok()) return submit_error(sub);
+  x.handle = sub.handle;
+  if (id_.empty()) id_ = fmt_.id_prefix() + std::to_string(sub.handle->id());
+  if (i == 0) {
+    x.fmt = &fmt_;
+  } else {
+    formats_.push_back(fmt_.another());
+    x.fmt = formats_.back().get();
+  }
+  x.fmt->begin(Generation{id_, served_.id(), created_, x.prepared->n_prompt, seed + x.seed_offset, i, &c_},
+               c_.tools.is_null() ? chat::ToolFormat::kNone : served_.tool_format());
+  return std::nullopt;
+}
+
+std::string Driver::poll(int i, int ms) {
+  Choice& x = ch_[static_cast<size_t>(i)];
+  if (served_.stopping.load()) x.handle->cancel();  // shutting down: don't hold it up
+  CompletionStream::Update u = x.stream->wait(std::chrono::milliseconds(ms));
+  std::string events;
+  PreparedRequest& pr = *x.prepared;
+  for (auto& l : u.prompt_logprobs) pr.echo_logprobs.push_back(std::move(l));
+  const bool news = !u.text.empty() || !u.logprobs.empty();
+  if (c_.echo && !x.echoed && (u.finished || news)) {
+    // The prompt goes first, once its logprobs are all in (they precede any token).
+    x.echoed = true;
+    if (c_.stream) {
+      CompletionStream::Update e;
+      e.text = pr.echo_text;
+      if (c_.logprobs >= 0) e.logprobs = std::move(pr.echo_logprobs);
+      events += x.fmt->stream_piece(e);
+    }
+  }
+  if (c_.stream) events += x.fmt->stream_piece(u);
+  x.started = x.started || news;
+  x.text += u.text;
+  for (auto& l : u.logprobs) x.logprobs.push_back(std::move(l));
+  if (u.finished) {
+    x.done = true;
+    if (c_.stream) events += x.fmt->stream_end(u);
+    x.last = std::move(u);
+  }
+  return events;
+}
+
+Usage Driver::total_usage() const {
+  Usage total;
+  for (const Choice& x : ch_) {
+    if (x.seed_offset == 0) {  // each prompt once
+      total.prompt_tokens += x.last.summary.n_prompt;
+      total.cached_tokens += x.last.summary.cached_tokens;
+    }
+    total.completion_tokens += x.last.summary.n_generated;
+    total.spec_rounds += x.last.summary.spec_rounds;
+    total.drafted += x.last.summary.drafted;
+    total.accepted += x.last.summary.accepted;
+  }
+  return total;
+}
+
+void Driver::answer_whole() {
+  for (const Choice& x : ch_) {
+    if (!failed(x)) continue;
+    ApiError e = generation_error(x.last, &c_);
+    if (http_status(e) >= 500)
+      e.message = "generation " + x.last.finish_reason + (x.last.summary.error.empty() ? "" : ": " + without_component_tags(x.last.summary.error));
+    return send_error(ex_, fmt_, e);
+  }
+  for (Choice& x : ch_) {
+    if (!c_.echo) break;
+    PreparedRequest& pr = *x.prepared;
+    x.text = pr.echo_text + x.text;
+    if (c_.logprobs >= 0) {
+      for (auto& l : x.logprobs) pr.echo_logprobs.push_back(std::move(l));
+      x.logprobs = std::move(pr.echo_logprobs);
+    }
+  }
+  std::vector<json> bodies;
+  for (Choice& x : ch_) bodies.push_back(x.fmt->whole(x.text, x.logprobs, x.last));
+  ex_.respond(200, "application/json", dump_json(fmt_.combine(std::move(bodies), total_usage())));
+}
+
+void Driver::run() {
+  if (auto e = clone_grammars()) return send_error(ex_, fmt_, *e);
+  if (auto e = submit(0)) return send_error(ex_, fmt_, *e);
+  const bool streaming = c_.stream;
+  if (streaming && !begin_sse(ex_)) return;
+  std::string pending = streaming ? fmt_.stream_start() : "";
+  if (n() > 1 && ch_[1].prepared == ch_[0].prepared) {
+    // Choice 0 until its first token: its prompt's state is then in the prompt cache,
+    // where the other choices start from.
+    while (!ch_[0].done && !ch_[0].started) {
+      pending += poll(0, 50);
+      if (!ch_[0].started && ex_.client_gone()) return;
+    }
+  }
+  for (int i = 1; i < n(); ++i) {
+    if (auto e = submit(i)) {
+      if (!streaming) return send_error(ex_, fmt_, *e);
+      ex_.write(pending + sse(fmt_.error_body(*e)) + fmt_.stream_close(nullptr));
+      ex_.end_stream();
+      return;
+    }
+  }
+  for (;;) {
+    std::string out = std::move(pending);
+    pending.clear();
+    bool all = true;
+    for (int i = 0; i < n(); ++i) {
+      if (ch_[static_cast<size_t>(i)].done) continue;
+      // One choice: wake for news or to probe the client; several: round-robin.
+      out += poll(i, n() == 1 ? (streaming ? 250 : 100) : (i == 0 ? 20 : 1));
+      all = all && ch_[static_cast<size_t>(i)].done;
+    }
+    if (all && streaming) {
+      // One choice that failed reports no usage (its error event said what happened).
+      const Usage total = total_usage();
+      out += fmt_.stream_close(n() == 1 && failed(ch_[0]) ? nullptr : &total);
+    }
+    if (streaming) {
+      // Nothing new: probe the connection so a vanished client is noticed.
+      if (out.empty() ? ex_.client_gone() : !ex_.write(out)) return;
+    } else if (!all && ex_.client_gone()) {
+      return;  // nobody to answer
+    }
+    if (all) break;
+  }
+  if (streaming) return ex_.end_stream();
+  answer_whole();
+}
+
+}  // namespace
+
+int64_t unix_now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+void send_json(http::Exchange& ex, const json& body) { ex.respond(200, "application/json", dump_json(body)); }
+
+void send_error(http::Exchange& ex, const ApiError& e) {
+  ex.respond(http_status(e), "application/json", dump_json(openai_error_body(e)));
+}
+
+void send_error(http::Exchange& ex, const AnswerFormat& fmt, const ApiError& e) {
+  ex.respond(http_status(e), "application/json", dump_json(fmt.error_body(e)));
+}
+
+void run_generation(ServedModel& served, const CompletionParams& c, http::Exchange& ex, AnswerFormat& fmt,
+                    GenerationLog* log) {
+  std::vector<PreparedRequest> prepared;
+  const size_t n_prompts = c.endpoint == Endpoint::kCompletions ? c.prompts.size() : 1;
+  for (size_t i = 0; i < n_prompts; ++i) {
+    auto p = prepare_request(served, c, i, fmt.unknown_model_code());
+    if (auto* e = std::get_if<ApiError>(&p)) return send_error(ex, fmt, *e);
+    prepared.push_back(std::move(std::get<PreparedRequest>(p)));
+  }
+  Driver(served, c, ex, fmt, prepared, log).run();
+}
+
+}  // namespace specula::server

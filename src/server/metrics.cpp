@@ -1,0 +1,181 @@
+// server/metrics.cpp — see metrics.h.
+#include "server/metrics.h"
+
+#include <charconv>
+#include <cstdio>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <unistd.h>
+
+#include "tokenizer/bpe.h"
+
+namespace specula::server {
+namespace {
+
+// Writes Prometheus' text format: integers exactly, other numbers as the shortest text
+// that reads back as the same double.
+class Writer {
+ public:
+  using Labelled = std::vector<std::pair<std::string, double>>;  // label text -> value
+
+  void counter(const char* name, const char* help, double v) { header(name, help, "counter") += sample(name, "", v); }
+  void counter(const char* name, const char* help, const Labelled& samples) {
+    header(name, help, "counter");
+    for (const auto& [labels, v] : samples) out_ += sample(name, labels, v);
+  }
+  void gauge(const char* name, const char* help, double v) { header(name, help, "gauge") += sample(name, "", v); }
+  void gauge(const char* name, const char* help, const Labelled& samples) {
+    header(name, help, "gauge");
+    for (const auto& [labels, v] : samples) out_ += sample(name, labels, v);
+  }
+  void histogram(const char* name, const char* help, const Histogram& h) {
+    header(name, help, "histogram");
+    uint64_t cum = 0;
+    const std::string bucket = std::string(name) + "_bucket";
+    for (size_t i = 0; i < h.bounds.size(); ++i) {
+      cum += h.counts[i];
+      out_ += sample(bucket.c_str(), "le=\"" + number(h.bounds[i]) + "\"", static_cast<double>(cum));
+    }
+    cum += h.counts.back();
+    out_ += sample(bucket.c_str(), "le=\"+Inf\"", static_cast<double>(cum));
+    out_ += sample((std::string(name) + "_sum").c_str(), "", h.sum);
+    out_ += sample((std::string(name) + "_count").c_str(), "", static_cast<double>(h.count));
+  }
+  std::string take() { return std::move(out_); }
+
+  static std::string number(double v) {
+    if (v == static_cast<double>(static_cast<int64_t>(v)) && v > -9.007199254740992e15 && v < 9.007199254740992e15)
+      return std::to_string(static_cast<int64_t>(v));
+    char buf[64];
+    auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), v);
+    return ec == std::errc() ? std::string(buf, end) : "NaN";
+  }
+
+ private:
+  std::string& header(const char* name, const char* help, const char* type) {
+    out_ += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+    return out_;
+  }
+  static std::string sample(const char* name, const std::string& labels, double v) {
+    return std::string(name) + (labels.empty() ? "" : "{" + labels + "}") + " " + number(v) + "\n";
+  }
+  std::string out_;
+};
+
+double d(uint64_t v) { return static_cast<double>(v); }
+double d(int64_t v) { return static_cast<double>(v); }
+
+void write_requests(Writer& w, const EngineStats& s) {
+  Writer::Labelled outcomes;
+  for (Outcome oc : {Outcome::kStop, Outcome::kLength, Outcome::kCancelled, Outcome::kFailed})
+    outcomes.emplace_back(std::string("outcome=\"") + outcome_name(oc) + "\"", d(s.finished[static_cast<int>(oc)]));
+  outcomes.emplace_back("outcome=\"rejected_invalid\"", d(s.rejected_invalid));
+  outcomes.emplace_back("outcome=\"rejected_busy\"", d(s.rejected_busy));
+  w.counter("specula_requests_total", "Generation requests by outcome (rejected: refused before running).", outcomes);
+}
+
+void write_http(Writer& w, const http::Stats& hs, const std::map<int, uint64_t>& responses_by_status) {
+  Writer::Labelled codes;
+  for (const auto& [code, n] : responses_by_status) codes.emplace_back("code=\"" + std::to_string(code) + "\"", d(n));
+  w.counter("specula_http_responses_total", "HTTP responses by status code.", codes);
+  w.gauge("specula_http_connections_open", "Open client connections.", d(hs.open_connections));
+  w.counter("specula_http_connections_total",
+            "Connections by fate: accepted, refused with 503 over --max-connections, dropped by a deadline, "
+            "refused as malformed (400/413/431).",
+            {{"event=\"accepted\"", d(hs.accepted_total)},
+             {"event=\"refused_over_cap\"", d(hs.refused_over_cap_total)},
+             {"event=\"timed_out\"", d(hs.timed_out_total)},
+             {"event=\"malformed\"", d(hs.malformed_total)}});
+}
+
+void write_engine(Writer& w, const EngineStats& s) {
+  w.counter("specula_prompt_tokens_total", "Prompt tokens admitted.", d(s.prompt_tokens));
+  w.counter("specula_generated_tokens_total", "Tokens sampled.", d(s.generated_tokens));
+  w.counter("specula_steps_total", "Engine steps (one batched forward each).", d(s.steps));
+  w.counter("specula_grammar_masks_total", "Structured-output token masks computed (one per constrained position).",
+            d(s.grammar_masks));
+  w.counter("specula_grammar_mask_seconds_total",
+            "Seconds the grammar worker spent on masks (it runs while the target forward does).", s.grammar_mask_seconds);
+  w.counter("specula_grammar_wait_seconds_total", "Seconds steps waited for grammar masks after their forward.",
+            s.grammar_wait_seconds);
+  w.counter("specula_spec_rounds_total", "Row verify rounds that carried drafted tokens.", d(s.spec_rounds));
+  w.counter("specula_spec_draft_tokens_total", "Drafted tokens proposed to the target.", d(s.drafted));
+  w.counter("specula_spec_accepted_tokens_total", "Drafted tokens the target accepted.", d(s.accepted));
+  w.gauge("specula_spec_acceptance_rate", "Accepted / drafted tokens since start.",
+          s.drafted > 0 ? d(s.accepted) / d(s.drafted) : 0.0);
+  w.gauge("specula_spec_mean_accepted_length", "Accepted drafts per verify round since start.",
+          s.spec_rounds > 0 ? d(s.accepted) / d(s.spec_rounds) : 0.0);
+  w.gauge("specula_queue_depth", "Requests waiting for a row.", d(s.queue_depth));
+  w.gauge("specula_running_rows", "Requests holding a row.", d(s.running_rows));
+  w.gauge("specula_rows", "Rows (--parallel).", s.n_rows);
+  w.gauge("specula_kv_bytes", "Bytes of KV cache and other model state held by running requests.", d(s.kv_bytes));
+  w.gauge("specula_kv_reserved_bytes", "Bytes of model state reserved by running requests (prompt + max_tokens).",
+          d(s.kv_reserved));
+  w.gauge("specula_kv_budget_bytes", "The KV budget (--kv-budget, or from --ctx).", d(s.kv_budget));
+}
+
+void write_prompt_cache(Writer& w, const PromptCacheStats& c) {
+  w.counter("specula_prompt_cache_lookups_total", "Admitted requests that looked up the prompt cache, by result.",
+            {{"result=\"hit\"", d(c.hits)}, {"result=\"miss\"", d(c.misses)}});
+  w.counter("specula_prompt_cache_hit_tokens_total", "Prompt tokens served by the prompt cache (not prefilled).",
+            d(c.hit_tokens));
+  w.counter("specula_prompt_cache_evictions_total", "Entries dropped to keep a tier within its cap.",
+            {{"tier=\"ram\"", d(c.evictions)}, {"tier=\"disk\"", d(c.disk_evictions)}});
+  w.counter("specula_prompt_cache_disk_rejected_total",
+            "Cache files skipped: corrupted, truncated, foreign or old version.", d(c.disk_rejected));
+  w.counter("specula_prompt_cache_disk_io_total", "Entries written to / read back from disk.",
+            {{"op=\"write\"", d(c.disk_writes)}, {"op=\"read\"", d(c.disk_reads)}});
+  w.gauge("specula_prompt_cache_bytes", "Bytes held by the prompt cache, by tier.",
+          {{"tier=\"ram\"", d(c.ram_bytes)}, {"tier=\"disk\"", d(c.disk_bytes)}});
+  w.gauge("specula_prompt_cache_entries", "Entries in the prompt cache, by tier.",
+          {{"tier=\"ram\"", d(c.ram_entries)}, {"tier=\"disk\"", d(c.disk_entries)}});
+  w.gauge("specula_prompt_cache_disk_pending", "Entries waiting to be written.", d(c.disk_pending));
+  w.gauge("specula_prompt_cache_generation_checkpoints",
+          "In-flight generations with a checkpoint (--generation-checkpoint).", d(c.checkpoints));
+}
+
+// Process memory (Prometheus' standard names), from /proc/self/statm.
+void write_process(Writer& w) {
+  long pages_total = 0, pages_resident = 0;
+  if (FILE* fp = std::fopen("/proc/self/statm", "r")) {
+    if (std::fscanf(fp, "%ld %ld", &pages_total, &pages_resident) != 2) pages_total = pages_resident = 0;
+    std::fclose(fp);
+  }
+  const int64_t page = sysconf(_SC_PAGESIZE);
+  w.gauge("process_resident_memory_bytes", "Resident set size of the server process.", d(pages_resident * page));
+  w.gauge("process_virtual_memory_bytes", "Virtual memory size of the server process.", d(pages_total * page));
+  w.gauge("specula_tokenizer_scratch_bytes", "Bytes held by the BPE tokenizer's per-thread merge scratch.",
+          d(static_cast<int64_t>(tokenizer::bpe_scratch_bytes())));
+}
+
+void write_histograms(Writer& w, const EngineStats& s) {
+  w.histogram("specula_step_seconds", "Wall time of one engine step.", s.step_seconds);
+  w.histogram("specula_batch_rows", "Rows in one step's forward.", s.batch_rows);
+  w.histogram("specula_batch_tokens", "Tokens in one step's forward.", s.batch_tokens);
+  w.histogram("specula_time_to_first_token_seconds", "Per request: submitted to its first token (queue + prefill).",
+              s.ttft_seconds);
+  w.histogram("specula_time_per_output_token_seconds", "Per request: decode seconds per token after the first.",
+              s.tpot_seconds);
+  w.histogram("specula_request_latency_seconds", "Per request: submitted to finished (end-to-end).", s.request_seconds);
+  w.histogram("specula_request_prompt_tokens", "Per request: prompt tokens.", s.request_prompt_tokens);
+  w.histogram("specula_request_generation_tokens", "Per request: generated tokens.", s.request_generated_tokens);
+}
+
+}  // namespace
+
+std::string metrics_text(const ServedModel& served, const http::Stats& http_stats,
+                         const std::map<int, uint64_t>& responses_by_status) {
+  const EngineStats s = served.engine().stats();
+  Writer w;
+  write_requests(w, s);
+  write_http(w, http_stats, responses_by_status);
+  write_engine(w, s);
+  if (const auto& cache = served.options().engine.prompt_cache) write_prompt_cache(w, cache->stats());
+  write_process(w);
+  write_histograms(w, s);
+  return w.take();
+}
+
+}  // namespace specula::server

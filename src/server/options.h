@@ -1,0 +1,30 @@
+// server/options.h — what `specula serve` is told at start (its flags): where to listen,
+// limits and deadlines of the connection layer, the served model's id and chat template,
+// the engine's options, and logging.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <string>
+
+#include "engine/engine.h"
+
+namespace specula::server {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8080;                  // 0: any free port (see Server::port())
+  std::string api_key;              // empty: no auth
+  std::string model_id;             // the id clients send as "model"; empty: the model's name
+  std::optional<std::string> chat_template;  // source overriding the model's own (--chat-template-file)
+  size_t max_body_bytes = 1 << 20;  // larger bodies get 413
+  int max_connections = 1024;       // more get 503 (--max-connections)
+  double header_timeout_s = 10;     // request line + headers deadline (--timeout-header)
+  double body_timeout_s = 10;       // body deadline beyond its size at 64 KiB/s (--timeout-body)
+  double write_timeout_s = 30;      // per response write: a client that stops reading is dropped
+  EngineOptions engine;             // rows (--parallel), context, KV budget and cache types, queue
+  bool log_requests = true;         // one line per request on stderr (--log-requests; server.h)
+  std::string pooling;              // embeddings: "mean" | "last"; empty: the model's, else mean
+};
+
+}  // namespace specula::server

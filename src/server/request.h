@@ -1,0 +1,74 @@
+// server/request.h — a generation request as the server's routes hand it to the generation
+// driver (server/generation.h), whatever API family it came from: the prompt (text or
+// ids) or chat messages, tools, sampling, limits, stop strings, output options and a
+// structured-output constraint. Each family's parser (openai_api.h, anthropic_api.h) fills
+// one; prompt.h turns it into token ids and a compiled constraint.
+// Does not: parse JSON, tokenize or talk HTTP.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "grammar/constraint.h"
+#include "sampling/params.h"
+
+namespace specula::server {
+
+enum class Endpoint { kCompletions, kChat };
+
+struct CompletionParams {
+  Endpoint endpoint = Endpoint::kCompletions;
+  std::string model;  // as sent (may be empty when omitted)
+  // completions: the prompts, each as text or as token ids (one, or a batch: then one
+  // choice per prompt, in order)
+  struct Prompt {
+    bool is_ids = false;
+    std::string text;
+    std::vector<int32_t> ids;
+  };
+  std::vector<Prompt> prompts;
+  // chat: messages with content flattened to strings ({role, content} + other fields kept;
+  // an assistant turn's tool_calls[].function.arguments parsed from its JSON string into
+  // an object, as chat templates expect)
+  nlohmann::ordered_json messages;
+  // chat: the tool definitions given to the template (null: none, or tool_choice "none")
+  nlohmann::ordered_json tools;
+  bool parallel_tool_calls = true;  // false: an answer carries at most its first call
+  // absent: until the context is full; 0 (completions): no generation, the prompt is only
+  // prefilled (with echo and logprobs: scored)
+  std::optional<int32_t> max_tokens;
+  std::string max_tokens_field = "max_tokens";  // the field it came from (n_predict, max_completion_tokens)
+  SamplingParams sampling;            // seed filled by the caller when !seed_given
+  bool seed_given = false;
+  std::vector<std::string> stop;      // up to 4 non-empty strings (16 on /v1/messages)
+  bool stream = false;
+  bool include_usage = false;         // stream_options.include_usage
+  int32_t logprobs = -1;              // -1 none; else top alternatives per token (0..20)
+  bool ignore_eos = false;            // llama-server extension
+  // /v1/completions with a text prompt: whether control-token texts in it ("<|im_end|>")
+  // become control tokens (true, llama-server's behaviour) or stay text (false). Chat
+  // messages are always text (only the template makes control tokens).
+  bool parse_special = true;
+  bool speculative = true;            // specula extension: false opts this request out of speculation
+  int32_t n = 1;                      // choices (1..16); choice i samples with seed + i
+  bool echo = false;                  // completions: the answer starts with the prompt (with logprobs: its logprobs too)
+  // Structured output (response_format json_object / json_schema, grammar, json_schema,
+  // regex, choice, or vLLM's guided_* names), and the request field it came from.
+  std::optional<ConstraintSpec> constraint;
+  std::string constraint_field;
+  // chat: tool_choice "required" ("*") or a named function: the answer must be a call.
+  std::string forced_tool;
+};
+
+// One generated token's logprob entry as the APIs report it.
+struct TokenLogprob {
+  std::string token;  // the token's bytes (may be a partial UTF-8 sequence)
+  float logprob = 0.0f;
+  std::vector<std::pair<std::string, float>> top;  // alternatives (bytes, logprob)
+};
+
+}  // namespace specula::server

@@ -1,0 +1,36 @@
+// server/routes.h — the handlers of every route the server answers, each taking what it
+// uses explicitly (the served model, the request, the exchange). server.cpp's route table
+// maps method + path to them. Each runs on an HTTP worker thread and answers exactly once
+// (or not at all when its client has gone).
+//
+//   POST /v1/completions, /completion          handle_completion   (openai_api.cpp)
+//   POST /v1/chat/completions, /chat/completions handle_completion  (openai_api.cpp)
+//   POST /v1/messages, /v1/messages/count_tokens handle_messages    (anthropic_api.cpp)
+//   POST /v1/embeddings, /embeddings           handle_embeddings   (embeddings.cpp)
+//   GET  /v1/models                            handle_models       (side_routes.cpp)
+//   POST /tokenize, /detokenize, /apply-template  handle_tokenize, ... (side_routes.cpp)
+//   POST /admin/cache/flush                    handle_cache_flush  (side_routes.cpp)
+//   GET  /metrics                              metrics_text        (metrics.h)
+//   GET  /health                               server.cpp
+#pragma once
+
+#include "server/generation.h"
+#include "server/http.h"
+#include "server/request.h"
+#include "server/served_model.h"
+
+namespace specula::server {
+
+// The generation routes fill `log` for the request log line.
+void handle_completion(ServedModel& served, const http::Request& req, http::Exchange& ex, Endpoint endpoint,
+                       GenerationLog* log);
+void handle_messages(ServedModel& served, const http::Request& req, http::Exchange& ex, bool count_tokens,
+                     GenerationLog* log);
+void handle_embeddings(ServedModel& served, const http::Request& req, http::Exchange& ex);
+void handle_models(const ServedModel& served, http::Exchange& ex);
+void handle_tokenize(const ServedModel& served, const http::Request& req, http::Exchange& ex);
+void handle_detokenize(const ServedModel& served, const http::Request& req, http::Exchange& ex);
+void handle_apply_template(const ServedModel& served, const http::Request& req, http::Exchange& ex);
+void handle_cache_flush(const ServedModel& served, const http::Request& req, http::Exchange& ex);
+
+}  // namespace specula::server

@@ -1,0 +1,80 @@
+// server/served_model.cpp — see served_model.h.
+#include "server/served_model.h"
+
+#include "chat/prompt.h"
+#include "tokenizer/hf_tokenizer.h"
+#include "sampling/sampler.h"
+
+namespace specula::server {
+
+Result<std::unique_ptr<ServedModel>> ServedModel::create(std::unique_ptr<Model> model, ServerOptions options) {
+  if (model == nullptr) return Status::invalid_argument("[server] no model");
+  std::unique_ptr<ServedModel> s(new ServedModel());
+  auto tok = tokenizer::load_tokenizer(model->file());
+  if (!tok) return tok.status();
+  s->tok_ = std::move(tok).value();
+  if (options.chat_template) {
+    auto t = chat::ChatTemplate::parse(*options.chat_template);
+    if (!t) return Status::error(t.status().code(), "[server] --chat-template-file: " + t.message());
+    s->chat_template_ = std::move(t).value();
+    s->chat_template_origin_ = "file";
+    s->tool_format_ = chat::tool_format_of(*options.chat_template);
+  } else if (auto src = chat::chat_template_from_gguf(model->file())) {
+    auto t = chat::ChatTemplate::parse(*src);
+    if (!t) return Status::error(t.status().code(), "[server] the model's chat template: " + t.message());
+    s->chat_template_ = std::move(t).value();
+    s->chat_template_origin_ = "model metadata";
+    s->tool_format_ = chat::tool_format_of(*src);
+  }
+  if (options.model_id.empty()) options.model_id = model->info().name.empty() ? "model" : model->info().name;
+  if (options.engine.eog_ids.empty()) options.engine.eog_ids = chat::end_of_generation_ids(s->tok_->vocab(), model->file());
+  s->sampling_defaults_ = model_sampling_defaults(model->file());
+  auto engine = Engine::create(*model, options.engine);
+  if (!engine) return engine.status();
+  s->engine_ = std::move(engine).value();
+  // Embedding pooling: --pooling, else the model's {arch}.pooling_type when it is mean (1)
+  // or last (3), else mean.
+  if (!options.pooling.empty()) {
+    s->default_pooling_ = options.pooling;
+  } else if (const gguf::Value* pt = model->file().find(model->info().architecture + ".pooling_type")) {
+    const uint64_t v = pt->u != 0 ? pt->u : static_cast<uint64_t>(pt->i);
+    if (v == 3) s->default_pooling_ = "last";
+  }
+  s->model_ = std::move(model);
+  s->options_ = std::move(options);
+  return s;
+}
+
+ServedModel::~ServedModel() {
+  engine_.reset();  // finishes what still runs before the model goes
+}
+
+Result<std::shared_ptr<const GrammarVocab>> ServedModel::grammar_vocab() {
+  std::lock_guard<std::mutex> lock(grammar_mu_);
+  if (!grammar_vocab_) {
+    auto v = GrammarVocab::create(*tok_, static_cast<int32_t>(model_->info().n_vocab), options_.engine.eog_ids);
+    if (!v) return v.status();
+    grammar_vocab_ = std::move(v).value();
+  }
+  return grammar_vocab_;
+}
+
+std::vector<std::vector<int32_t>> ServedModel::dry_breaker_ids(const std::vector<std::string>& breakers) {
+  std::lock_guard<std::mutex> lock(dry_mu_);
+  auto it = dry_breakers_.find(breakers);
+  if (it == dry_breakers_.end()) {
+    if (dry_breakers_.size() >= 64) dry_breakers_.clear();  // bounded: clients choose the lists
+    auto ids = dry_breaker_ids_from_strings(
+        breakers, tok_->vocab().size(), [&](int32_t id) { return tok_->token_to_piece(id, true); },
+        [&](std::string_view s) { return tok_->encode(s, false, false); });
+    it = dry_breakers_.emplace(breakers, std::move(ids)).first;
+  }
+  return it->second;
+}
+
+uint64_t ServedModel::random_seed() {
+  std::lock_guard<std::mutex> lock(seed_mu_);
+  return seed_rng_() >> 1;
+}
+
+}  // namespace specula::server

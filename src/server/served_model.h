@@ -1,0 +1,83 @@
+// server/served_model.h — the model a server serves and what every route shares: the
+// model, its tokenizer, chat template and tool-call format, its sampling and embedding
+// pooling defaults, the engine that runs it, and caches built on first use (the grammar
+// vocabulary, DRY's breaker ids per list); a source of random seeds; and the stop flag
+// handlers poll while they wait.
+// Created once by Server::create; shared by every handler thread: the members are set
+// before the first request and never change, the caches take their own locks.
+// Owns: the model (last to go), the tokenizer, the template, the engine.
+// Does not: route, parse or answer requests (server.cpp and the API family files do).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "chat/chat_template.h"
+#include "chat/tool_calls.h"
+#include "engine/engine.h"
+#include "grammar/constraint.h"
+#include "model/model.h"
+#include "sampling/params.h"
+#include "server/options.h"
+#include "specula/status.h"
+#include "tokenizer/tokenizer.h"
+
+namespace specula::server {
+
+class ServedModel {
+ public:
+  // Builds tokenizer, chat template and engine for `model`. Errors: tokenizer or template
+  // errors, engine options. options.model_id is filled in when empty.
+  static Result<std::unique_ptr<ServedModel>> create(std::unique_ptr<Model> model, ServerOptions options);
+  ~ServedModel();
+
+  const ServerOptions& options() const { return options_; }
+  const std::string& id() const { return options_.model_id; }
+  Model& model() const { return *model_; }
+  const tokenizer::Tokenizer& tokenizer() const { return *tok_; }
+  const chat::ChatTemplate* chat_template() const { return chat_template_ ? &*chat_template_ : nullptr; }
+  const std::string& chat_template_origin() const { return chat_template_origin_; }  // "model metadata" / "file"
+  chat::ToolFormat tool_format() const { return tool_format_; }
+  const SamplingDefaults& sampling_defaults() const { return sampling_defaults_; }  // generation_config.json
+  const std::string& default_pooling() const { return default_pooling_; }
+  Engine& engine() const { return *engine_; }
+
+  // Structured outputs: the vocabulary as llguidance sees it, built at the first use.
+  Result<std::shared_ptr<const GrammarVocab>> grammar_vocab();
+  // DRY's sequence breakers as token ids, per breaker list (one pass over the vocabulary
+  // each; the last 64 lists are kept).
+  std::vector<std::vector<int32_t>> dry_breaker_ids(const std::vector<std::string>& breakers);
+  // A seed for a request that sent none: in [0, 2^63), so a client can send it back.
+  uint64_t random_seed();
+
+  // Set by Server::stop(): waiting handlers cancel their requests and answer.
+  std::atomic<bool> stopping{false};
+
+ private:
+  ServedModel() = default;
+  ServerOptions options_;
+  std::unique_ptr<Model> model_;  // declared before the engine: goes last
+  std::unique_ptr<tokenizer::Tokenizer> tok_;
+  std::optional<chat::ChatTemplate> chat_template_;
+  std::string chat_template_origin_;
+  chat::ToolFormat tool_format_ = chat::ToolFormat::kNone;
+  SamplingDefaults sampling_defaults_;
+  std::string default_pooling_ = "mean";
+  std::unique_ptr<Engine> engine_;
+
+  std::mutex grammar_mu_;
+  std::shared_ptr<const GrammarVocab> grammar_vocab_;
+  std::mutex dry_mu_;
+  std::map<std::vector<std::string>, std::vector<std::vector<int32_t>>> dry_breakers_;
+  std::mutex seed_mu_;
+  std::mt19937_64 seed_rng_{std::random_device{}()};
+};
+
+}  // namespace specula::server

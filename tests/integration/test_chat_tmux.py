@@ -1,0 +1,129 @@
+#!/usr/bin/env python3
+"""tests/integration/test_chat_tmux.py — `specula chat` used as a person uses it: in a real
+terminal (tmux), typing with send-keys and reading the screen with capture-pane.
+
+Checks, on Gemma 3 270M with the committed Gemma chat template:
+  - the prompt appears; a typed line gets a streamed answer and a new prompt;
+  - the second turn starts from the first turn's state (--verbose: its prompt tokens are
+    mostly cached) and carries the history (more prompt tokens than the first);
+  - /clear forgets it (the next turn's prompt is short again);
+  - Ctrl-C during a long answer (--ignore-eos) stops the answer, prints [stopped] and
+    returns to the prompt; the program goes on and answers the next line;
+  - Ctrl-C at the prompt clears the line and does not end the program;
+  - /exit ends it with status 0; Ctrl-D (end of input) too.
+Skips (exit 77) without the model or tmux.
+"""
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+
+import specula_server as S
+
+
+def tmux(*args, check=True):
+    return subprocess.run(["tmux", *args], capture_output=True, text=True, check=check)
+
+
+class Pane:
+    def __init__(self, name, command):
+        self.name = name
+        tmux("new-session", "-d", "-s", name, "-x", "220", "-y", "200",
+             f"{command}; echo EXITED=$?; sleep 60")
+
+    def screen(self):
+        return tmux("capture-pane", "-p", "-J", "-S", "-2000", "-t", self.name).stdout
+
+    def send(self, *keys):
+        tmux("send-keys", "-t", self.name, *keys)
+
+    def type_line(self, text):
+        self.send("-l", text)
+        self.send("Enter")
+
+    def wait(self, pred, what, timeout=120):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            s = self.screen()
+            if pred(s):
+                return s
+            time.sleep(0.2)
+        raise S.TestFailure(f"timed out waiting for {what}; screen:\n{self.screen()[-3000:]}")
+
+    def prompts(self, s=None):
+        return (s if s is not None else self.screen()).count(">>> ")
+
+    def close(self):
+        tmux("kill-session", "-t", self.name, check=False)
+
+
+def stats(screen):
+    """(prompt tokens, cached) of every answer, from --verbose lines."""
+    return [(int(a), int(b)) for a, b in re.findall(r"\[(\d+) prompt tokens \((\d+) cached\)", screen)]
+
+
+def main():
+    model = S.require_model()
+    if shutil.which("tmux") is None:
+        S.skip("tmux not installed (scripts/install_deps.sh installs it)")
+    cli = S.cli_path()
+    base = [cli, "chat", "-m", model, "--chat-template-file", S.gemma_template(), "-t", "1", "-c", "2048"]
+    name = f"specula_chat_test_{os.getpid()}"
+
+    # A conversation: answers, history through the prompt cache, /clear, /exit.
+    pane = Pane(name, " ".join(shlex.quote(a) for a in base + ["--greedy", "-n", "24", "--verbose"]))
+    try:
+        pane.wait(lambda s: pane.prompts(s) >= 1, "the first prompt")
+        pane.type_line("Say hello in French.")
+        s = pane.wait(lambda s: pane.prompts(s) >= 2 and len(stats(s)) >= 1, "the first answer")
+        answer = s.split("Say hello in French.", 1)[1].split(">>> ", 1)[0]
+        S.check(answer.strip(), f"no answer text on screen:\n{s}")
+        pane.type_line("And in German?")
+        s = pane.wait(lambda s: pane.prompts(s) >= 3 and len(stats(s)) >= 2, "the second answer")
+        (n1, c1), (n2, c2) = stats(s)[:2]
+        S.check(n2 > n1, f"the second turn's prompt ({n2} tokens) does not hold the first ({n1})")
+        S.check(c2 >= n1, f"the second turn reused {c2} cached tokens, want at least the first prompt's {n1}")
+        pane.type_line("/clear")
+        pane.wait(lambda s: "conversation was cleared" in s and pane.prompts(s) >= 4, "/clear")
+        pane.type_line("And in German?")
+        s = pane.wait(lambda s: len(stats(s)) >= 3, "the answer after /clear")
+        n3, _ = stats(s)[2]
+        S.check(n3 < n2, f"after /clear the prompt has {n3} tokens, not fewer than {n2}")
+        pane.wait(lambda s: pane.prompts(s) >= 5, "the prompt after /clear's answer")
+        pane.type_line("/exit")
+        pane.wait(lambda s: "EXITED=0" in s, "exit status 0 after /exit", timeout=30)
+    finally:
+        pane.close()
+
+    # Ctrl-C: during an answer it stops the answer only; at the prompt it clears the line.
+    pane = Pane(name, " ".join(shlex.quote(a) for a in base + ["--ignore-eos", "-n", "1500", "--temp", "0.7",
+                                                                   "--seed", "1"]))
+    try:
+        pane.wait(lambda s: pane.prompts(s) >= 1, "the first prompt")
+        pane.type_line("Tell me a long story.")
+        pane.wait(lambda s: len(s.split("Tell me a long story.", 1)[-1].strip()) > 40, "the answer to start")
+        pane.send("C-c")
+        s = pane.wait(lambda s: "[stopped]" in s and pane.prompts(s) >= 2, "[stopped] and a new prompt", timeout=30)
+        S.check("EXITED" not in s, f"Ctrl-C ended the program:\n{s[-2000:]}")
+        pane.send("-l", "half a line")
+        pane.send("C-c")
+        s = pane.wait(lambda s: "cleared the line" in s and pane.prompts(s) >= 3, "Ctrl-C at the prompt", timeout=30)
+        S.check("EXITED" not in s, f"Ctrl-C at the prompt ended the program:\n{s[-2000:]}")
+        pane.type_line("Hi")
+        s = pane.wait(lambda s: s.count("[stopped]") >= 1 and pane.prompts(s) >= 3 and "Hi" in s.split("cleared the line")[-1],
+                      "the next line typed")
+        time.sleep(2)  # a few tokens of the (long) answer
+        pane.send("C-c")
+        pane.wait(lambda s: s.count("[stopped]") >= 2 and pane.prompts(s) >= 4, "the second answer stopped", timeout=30)
+        pane.send("C-d")
+        pane.wait(lambda s: "EXITED=0" in s, "exit status 0 after Ctrl-D", timeout=30)
+    finally:
+        pane.close()
+    return "conversation, history via the prompt cache, /clear, Ctrl-C during an answer and at the prompt, /exit, Ctrl-D"
+
+
+if __name__ == "__main__":
+    S.run_main("chat_tmux", main)
