@@ -11,7 +11,7 @@
 // longer fits the context, its oldest turns are dropped (the system prompt stays).
 // Does not: edit lines (no readline; the terminal's own line editing applies), or load
 // and save sessions.
-#include <pthread.h>
+#include <poll.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -45,44 +45,49 @@ struct ChatArgs {
   CacheArgs cache;
 };
 
+// Ctrl-C: before the session starts (loading the model) it ends the program, as usual;
+// during the session it only sets the flag, which the prompt and the answer poll (whatever
+// thread the signal lands on).
 std::atomic<bool> g_interrupted{false};
-void on_sigint(int) { g_interrupted.store(true); }
-
-// SIGINT sets the flag and interrupts the main thread's blocked read (no SA_RESTART); it
-// never ends the program. Threads started while it is blocked (the model's pool, the
-// engine's loop) keep it blocked, so only the main thread receives it.
-void block_sigint(bool block) {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  pthread_sigmask(block ? SIG_BLOCK : SIG_UNBLOCK, &set, nullptr);
+std::atomic<bool> g_session{false};
+void on_sigint(int) {
+  if (!g_session.load()) {  // die of the signal, so that a shell sees why
+    signal(SIGINT, SIG_DFL);
+    raise(SIGINT);
+    return;
+  }
+  g_interrupted.store(true);
 }
 void install_sigint() {
   struct sigaction sa {};
   sa.sa_handler = on_sigint;
   sigemptyset(&sa.sa_mask);
-  sa.sa_flags = 0;
+  sa.sa_flags = SA_RESTART;
   sigaction(SIGINT, &sa, nullptr);
-  block_sigint(false);
 }
 
 enum class Read { kLine, kInterrupted, kEnd };
 
-// One line from stdin (without its newline).
+// One line from stdin (without its newline and a CRLF's carriage return); polls so that a
+// Ctrl-C is seen at once.
 Read read_line(std::string& line) {
   line.clear();
   for (;;) {
+    if (g_interrupted.exchange(false)) return Read::kInterrupted;
+    pollfd pfd{STDIN_FILENO, POLLIN, 0};
+    const int ready = ::poll(&pfd, 1, 100);
+    if (ready == 0 || (ready < 0 && errno == EINTR)) continue;
     char c;
     const ssize_t n = ::read(STDIN_FILENO, &c, 1);
     if (n == 1) {
-      if (c == '\n') return Read::kLine;
+      if (c == '\n') {
+        if (!line.empty() && line.back() == '\r') line.pop_back();
+        return Read::kLine;
+      }
       line += c;
       continue;
     }
-    if (n < 0 && errno == EINTR) {
-      if (g_interrupted.exchange(false)) return Read::kInterrupted;
-      continue;
-    }
+    if (n < 0 && errno == EINTR) continue;
     return line.empty() ? Read::kEnd : Read::kLine;
   }
 }
@@ -147,8 +152,13 @@ class ChatSession {
     messages_ = json::array();
     if (!a_.system.empty()) messages_.push_back({{"role", "system"}, {"content", a_.system}});
   }
-  // The conversation's prompt ids; drops the oldest turns while it does not fit.
-  Result<std::vector<int32_t>> prompt();
+  // The prompt ids of `messages`; drops its oldest turns while it does not leave room for
+  // an answer (the caller keeps the trimmed list only when this succeeds).
+  Result<std::vector<int32_t>> prompt(json& messages) const;
+  // Tokens kept free for the answer when trimming.
+  int64_t answer_room() const {
+    return std::min<int64_t>(a_.n_predict > 0 ? a_.n_predict : 64, n_ctx_ / 2);
+  }
   void answer(const std::string& user_text);
 
   const ChatArgs& a_;
@@ -159,38 +169,40 @@ class ChatSession {
   json messages_;
 };
 
-Result<std::vector<int32_t>> ChatSession::prompt() {
+Result<std::vector<int32_t>> ChatSession::prompt(json& messages) const {
   const tokenizer::Vocab& vocab = l_.tok->vocab();
   for (;;) {
-    json ctx = {{"messages", messages_},
+    json ctx = {{"messages", messages},
                 {"add_generation_prompt", true},
                 {"bos_token", vocab.valid_id(vocab.bos_id()) ? vocab.text(vocab.bos_id()) : ""},
                 {"eos_token", vocab.valid_id(vocab.eos_id()) ? vocab.text(vocab.eos_id()) : ""}};
     auto rendered = tpl_.render_marked(ctx);
     if (!rendered) return rendered.status();
     std::vector<int32_t> ids = chat::prompt_ids(*l_.tok, *rendered);
-    if (static_cast<int64_t>(ids.size()) + 16 <= n_ctx_) return ids;
+    if (static_cast<int64_t>(ids.size()) + answer_room() <= n_ctx_) return ids;
     // Too long: drop the oldest turn after the system prompt (a user turn and its answer).
-    const size_t first = !messages_.empty() && messages_[0]["role"] == "system" ? 1 : 0;
-    if (messages_.size() <= first + 1)
-      return Status::error(StatusCode::kContextOverflow, "[chat] this message alone does not fit the context of " +
-                                                             std::to_string(n_ctx_) + " tokens (raise --ctx)");
-    messages_.erase(messages_.begin() + static_cast<std::ptrdiff_t>(first));
-    if (messages_.size() > first && messages_[first]["role"] == "assistant")
-      messages_.erase(messages_.begin() + static_cast<std::ptrdiff_t>(first));
-    std::fprintf(stderr, "[the oldest turn was dropped to fit the context]\n");
+    const size_t first = !messages.empty() && messages[0]["role"] == "system" ? 1 : 0;
+    if (messages.size() <= first + 1)
+      return Status::error(StatusCode::kContextOverflow, "[chat] this message does not fit the context of " +
+                                                             std::to_string(n_ctx_) + " tokens with room for an answer "
+                                                             "(raise --ctx); the conversation is kept");
+    messages.erase(messages.begin() + static_cast<std::ptrdiff_t>(first));
+    if (messages.size() > first && messages[first]["role"] == "assistant")
+      messages.erase(messages.begin() + static_cast<std::ptrdiff_t>(first));
   }
 }
 
 void ChatSession::answer(const std::string& user_text) {
-  messages_.push_back({{"role", "user"}, {"content", user_text}});
-  auto ids = prompt();
+  json messages = messages_;
+  messages.push_back({{"role", "user"}, {"content", user_text}});
+  auto ids = prompt(messages);
   if (!ids) {
     std::fprintf(stderr, "specula: %s\n", ids.message().c_str());
-    messages_.erase(messages_.end() - 1);
     return;
   }
-  auto sampling = a_.sampling.resolve(model_sampling_defaults(l_.model->file()));
+  if (messages.size() < messages_.size() + 1)
+    std::fprintf(stderr, "[the oldest turns were dropped to fit the context]\n");
+  auto sampling = a_.sampling.resolve(model_sampling_defaults(l_.model->file()), l_.tok.get());
   if (!sampling) {
     std::fprintf(stderr, "specula: %s\n", sampling.message().c_str());
     return;
@@ -206,9 +218,9 @@ void ChatSession::answer(const std::string& user_text) {
   Submission sub = engine_->submit(std::move(req), sink);
   if (!sub.ok()) {
     std::fprintf(stderr, "specula: %s\n", sub.status.message().c_str());
-    messages_.erase(messages_.end() - 1);
     return;
   }
+  messages_ = std::move(messages);
   const RequestSummary s = sink->wait(*sub.handle);
   std::fputs("\n", stdout);
   if (s.outcome == Outcome::kCancelled) std::fputs("[stopped]\n", stdout);
@@ -223,7 +235,8 @@ void ChatSession::answer(const std::string& user_text) {
 }
 
 int ChatSession::run() {
-  install_sigint();
+  g_interrupted.store(false);
+  g_session.store(true);
   std::fprintf(stderr, "specula chat with %s. /exit or Ctrl-D ends, /clear forgets, /help lists the commands.\n",
                l_.model->info().name.c_str());
   std::string line, text;
@@ -231,7 +244,10 @@ int ChatSession::run() {
     std::fputs(text.empty() ? ">>> " : "... ", stdout);
     std::fflush(stdout);
     const Read r = read_line(line);
-    if (r == Read::kEnd) break;
+    if (r == Read::kEnd) {
+      if (!text.empty()) answer(text);  // a continued line ended by Ctrl-D
+      break;
+    }
     if (r == Read::kInterrupted) {
       std::fputs("\n(Ctrl-C cleared the line; /exit or Ctrl-D ends)\n", stdout);
       text.clear();
@@ -276,7 +292,8 @@ Result<chat::ChatTemplate> chat_template(const ChatArgs& a, const Model& model) 
 }
 
 int run_chat(const RuntimeConfig& config, const ChatArgs& a) {
-  block_sigint(true);  // until the session runs (see install_sigint)
+  install_sigint();
+  if (auto check = a.sampling.resolve({}, nullptr); !check) return fail(check.message());  // before loading
   auto l = load(config, a.model, a.threads, a.quantize);
   if (!l) return fail(l.message());
   Model& model = *l->model;

@@ -1,6 +1,7 @@
 // cli/common.cpp — see common.h.
 #include "cli/common.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -9,6 +10,7 @@
 #include <random>
 
 #include "cli/hub.h"
+#include "sampling/sampler.h"
 #include "state/kv_codec.h"
 #include "tokenizer/hf_tokenizer.h"
 
@@ -149,7 +151,8 @@ void SamplingFlags::add(CLI::App* cmd) {
   cmd->add_flag("--greedy", greedy_, "Greedy decoding (same as --temp 0)");
 }
 
-Result<SamplingParams> SamplingFlags::resolve(const SamplingDefaults& model_defaults) const {
+Result<SamplingParams> SamplingFlags::resolve(const SamplingDefaults& model_defaults,
+                                              const tokenizer::Tokenizer* tok) const {
   SamplingParams p = params_;
   model_defaults.apply(p);
   for (const auto& [f, o] : options_)
@@ -164,7 +167,7 @@ Result<SamplingParams> SamplingFlags::resolve(const SamplingDefaults& model_defa
     const long long id = digits ? std::strtoll(id_text.c_str(), nullptr, 10) : -1;
     const std::string value = k == std::string::npos ? "" : s.substr(k + 1);
     double bias = value == "inf" ? std::numeric_limits<double>::infinity() : std::strtod(value.c_str(), &end);
-    if (s[k] == '-') bias = -bias;
+    if (k != std::string::npos && s[k] == '-') bias = -bias;
     const bool ok = id >= 0 && id <= std::numeric_limits<int32_t>::max() && !value.empty() &&
                     (value == "inf" ? bias < 0 : (*end == '\0' && bias >= -100 && bias <= 100));
     if (!ok)
@@ -172,10 +175,22 @@ Result<SamplingParams> SamplingFlags::resolve(const SamplingDefaults& model_defa
                                       ": want TOKEN_ID+BIAS or TOKEN_ID-BIAS, BIAS in [0, 100] or -inf (a ban)");
     p.logit_bias.push_back({static_cast<int32_t>(id), static_cast<float>(bias)});
   }
-  for (const auto& [f, o] : options_)
-    if (f->kind == SamplingKind::kStrings && o->count() > 0 && p.dry_sequence_breakers == std::vector<std::string>{"none"})
-      p.dry_sequence_breakers.clear();  // llama.cpp: "none" clears the list
+  for (const auto& [f, o] : options_) {
+    if (f->kind != SamplingKind::kStrings || o->count() == 0) continue;
+    auto& list = p.*std::get<std::vector<std::string> SamplingParams::*>(f->member);
+    if (list == std::vector<std::string>{"none"}) {
+      list.clear();  // llama.cpp: "none" clears the list
+      continue;
+    }
+    if (list.size() > 64 || std::count(list.begin(), list.end(), std::string()) > 0)
+      return Status::invalid_argument(std::string("[cli] ") + f->cli + ": at most 64 non-empty strings");
+  }
   normalize_request_sampling(p);
+  // DRY's breakers as token ids, as the server derives them (sampler.h).
+  if (p.dry_multiplier > 0.0f && tok != nullptr)
+    p.dry_breaker_ids = dry_breaker_ids_from_strings(
+        p.dry_sequence_breakers, tok->vocab().size(), [&](int32_t id) { return tok->token_to_piece(id, true); },
+        [&](std::string_view s) { return tok->encode(s, false, false); });
   if (greedy_) p.temperature = 0.0f;
   bool seed_given = false;
   for (const auto& [f, o] : options_) seed_given |= f->kind == SamplingKind::kSeed && o->count() > 0;

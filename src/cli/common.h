@@ -83,9 +83,10 @@ class SamplingFlags {
  public:
   void add(CLI::App* cmd);
   // The request's parameters: the flags given, the model's own defaults for the others
-  // (generation_config.json), the request-level rules, and a random seed when none was
-  // given. Errors: a malformed --logit-bias.
-  Result<SamplingParams> resolve(const SamplingDefaults& model_defaults) const;
+  // (generation_config.json), the request-level rules, DRY's breakers as token ids of
+  // `tok` (null: none yet — for checking the flags before a model loads), and a random
+  // seed when none was given. Errors: a malformed --logit-bias or breaker list.
+  Result<SamplingParams> resolve(const SamplingDefaults& model_defaults, const tokenizer::Tokenizer* tok) const;
 
  private:
   SamplingParams params_ = api_default_sampling(SamplingApi::kOpenAi);

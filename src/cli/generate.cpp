@@ -111,6 +111,7 @@ void report(const GenerateArgs& a, const Loaded& l, const Engine& engine, const 
 }
 
 int run_generate(const RuntimeConfig& config, const GenerateArgs& a) {
+  if (auto check = a.sampling.resolve({}, nullptr); !check) return fail(check.message());  // before loading
   auto l = load(config, a.model, a.threads, a.quantize);
   if (!l) return fail(l.message());
   Model& model = *l->model;
@@ -147,7 +148,7 @@ int run_generate(const RuntimeConfig& config, const GenerateArgs& a) {
   EngineRequest req;
   req.prompt = ids;
   req.max_tokens = static_cast<int32_t>(std::min<int64_t>(a.n_predict, n_ctx - static_cast<int64_t>(ids.size())));
-  auto sampling = a.sampling.resolve(model_sampling_defaults(model.file()));
+  auto sampling = a.sampling.resolve(model_sampling_defaults(model.file()), l->tok.get());
   if (!sampling) return fail(sampling.message());
   req.sampling = std::move(sampling).value();
   auto sink = std::make_shared<PrintSink>(*l->tok);

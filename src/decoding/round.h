@@ -21,9 +21,9 @@
 // target takes them), otherwise the source's drafts are cut where they leave the grammar;
 // the masks of every window position (the state after the pending token and each draft)
 // are computed on a worker thread while the target forward runs, and applied to the
-// logits (disallowed ids -> -inf) before the walk — so the sampler chain sees
-// grammar mask -> logit bias -> penalties -> top-k -> top-p -> min-p -> temperature ->
-// draw, and logprobs are those of the masked logits. After the walk the grammar consumes
+// logits (disallowed ids -> -inf) before the walk — so the sampler chain
+// (sampling/sampler.h) starts from the grammar mask, and logprobs are those of the masked
+// logits. After the walk the grammar consumes
 // the emitted tokens; a grammar that is complete ends the row as an end-of-generation
 // token would (ignore_eos does not apply). Constrained + speculative output equals
 // constrained plain output token for token (same masks at the same positions).

@@ -1,4 +1,4 @@
-// engine/engine.cpp — see scheduler.h.
+// engine/engine.cpp — see engine.h.
 #include "engine/engine.h"
 
 #include <algorithm>

@@ -11,9 +11,13 @@
 // checked by tests/sampling/params_test.cpp); and a model's own defaults
 // (model_sampling_defaults, from generation_config.json).
 // Adding a sampling field: a member of SamplingParams, its row in sampling_fields()
-// (sampling/params.cpp), its check in validate(), and its algorithm in sampling/sampler.cpp.
-// The OpenAI and Anthropic parsers (server/sampling_fields.cpp), the CLI flags
-// (cli/common.cpp), the generation key and the docs table follow from the row.
+// (sampling/params.cpp), its check in validate(), and its algorithm in sampling/sampler.cpp
+// (with its step in the chain list of sampler.h). The OpenAI parser (every row has an
+// OpenAI spelling), the Anthropic parser (for a row with a kAnthropic spelling), the CLI
+// flags (cli/common.cpp), the generation key and docs/API.md's table follow from the row
+// (regenerate the table: SPECULA_UPDATE_DOCS=1 build/release/specula_tests
+// --gtest_filter=SamplingFields.DocsTableIsCurrent). A draft model samples its drafts with
+// a copy of the request's parameters (decoding/draft.cpp), so a new field reaches it too.
 // Does not: sample (sampler.h), parse JSON or flags, or tokenize (DRY's breaker strings
 // become token ids in the request layer, sampler.h dry_breaker_ids_from_strings).
 #pragma once
@@ -165,7 +169,8 @@ struct SamplingField {
   std::string text(const SamplingParams& p) const;
 };
 
-// Every field, in SamplingParams' order. Built once; never changes.
+// Every field, in the order docs/API.md lists them and the generation key hashes them
+// (not the struct's). Built once; never changes.
 const std::vector<SamplingField>& sampling_fields();
 // The field named `name`, or null.
 const SamplingField* find_sampling_field(const std::string& name);

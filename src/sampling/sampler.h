@@ -1,7 +1,7 @@
 // sampling/sampler.h — the per-request token sampler (its parameters: sampling/params.h): its own
 // seeded RNG stream, penalty history, and the sampling chain over one logits row.
 //
-// Owns: parameter validation, the chain (logit bias -> penalties -> DRY -> greedy,
+// Owns: the chain (logit bias -> penalties -> DRY -> greedy,
 // or top-nσ -> top-k -> top-p -> min-p -> XTC -> temperature -> draw), the RNG
 // (xoshiro256** seeded by splitmix64, identical on every machine/compiler),
 // top_logprobs for OpenAI-style logprobs, and llama.cpp's preprocessing of DRY

@@ -107,16 +107,26 @@ std::optional<ApiError> compile_constraint(ServedModel& served, const Completion
   return std::nullopt;
 }
 
-std::variant<PreparedRequest, ApiError> prepare_request(ServedModel& served, const CompletionParams& c, size_t index,
-                                                        StatusCode unknown_model) {
+std::optional<ApiError> check_request(const ServedModel& served, const CompletionParams& c, StatusCode unknown_model) {
   if (!c.model.empty() && c.model != served.id())
     return api_error(unknown_model, "model '" + c.model + "' is not served here; this server serves '" + served.id() + "'",
                      "model", "model_not_found");
+  const EngineOptions& eo = served.options().engine;
+  const size_t most = static_cast<size_t>(eo.n_rows) + static_cast<size_t>(std::max(eo.max_queue, 0));
+  if (c.prompts.size() > most)
+    return bad_request("prompt", "'prompt' holds " + std::to_string(c.prompts.size()) + " prompts; this server runs " +
+                                     std::to_string(eo.n_rows) + " at once and queues " + std::to_string(eo.max_queue) +
+                                     " (--parallel, --queue): send at most " + std::to_string(most) + " per request");
+  return std::nullopt;
+}
+
+std::variant<PreparedRequest, ApiError> prepare_request(ServedModel& served, const CompletionParams& c, size_t index,
+                                                        std::shared_ptr<TokenConstraint> constraint, uint64_t seed) {
   PreparedRequest out;
   EngineRequest& er = out.request;
   std::vector<int32_t> ids;
   if (auto e = build_prompt(served, c, &ids, index)) return *e;
-  if (auto e = compile_constraint(served, c, &er.constraint)) return *e;
+  er.constraint = std::move(constraint);
   // echo: the answer starts with the prompt (as sent; token ids as their text), and with
   // logprobs the prompt's tokens lead the entries (the first has no logprob: null).
   const tokenizer::Tokenizer& tok = served.tokenizer();
@@ -141,6 +151,13 @@ std::variant<PreparedRequest, ApiError> prepare_request(ServedModel& served, con
   const int64_t n_ctx = served.options().engine.n_ctx;
   if (c.max_tokens) {
     er.max_tokens = *c.max_tokens;
+    // (the engine checks it too; here the error names the field the client sent)
+    if (out.n_prompt + er.max_tokens > n_ctx)
+      return api_error(StatusCode::kContextOverflow,
+                       "the prompt (" + std::to_string(out.n_prompt) + " tokens) + " + c.max_tokens_field + " (" +
+                           std::to_string(er.max_tokens) + ") = " + std::to_string(out.n_prompt + er.max_tokens) +
+                           " exceeds the context of " + std::to_string(n_ctx) + " tokens",
+                       c.max_tokens_field);
   } else {
     const int64_t room = n_ctx - out.n_prompt;
     if (room <= 0)
@@ -152,7 +169,7 @@ std::variant<PreparedRequest, ApiError> prepare_request(ServedModel& served, con
   }
   er.sampling = c.sampling;
   if (er.sampling.dry_multiplier > 0.0f) er.sampling.dry_breaker_ids = served.dry_breaker_ids(er.sampling.dry_sequence_breakers);
-  if (!c.seed_given) er.sampling.seed = served.random_seed();
+  er.sampling.seed = seed;
   er.top_logprobs = c.logprobs;
   er.ignore_eos = c.ignore_eos;
   er.speculative = c.speculative;

@@ -47,9 +47,15 @@ struct PreparedRequest {
   std::vector<TokenLogprob> echo_logprobs;  // echo with logprobs: the first prompt token's (null) entry
 };
 
-// Everything above for the prompt `index` of a request (chat: 0); `unknown_model`: the
-// code of a request naming a model this server does not serve (the family's).
+// Everything above for the prompt `index` of a request (chat: 0), with `constraint` (the
+// request's compiled grammar, or a clone of it for every prompt but one; null: none) and
+// `seed` (the request's: the client's, or one random seed for all its prompts).
 std::variant<PreparedRequest, ApiError> prepare_request(ServedModel& served, const CompletionParams& c, size_t index,
-                                                        StatusCode unknown_model);
+                                                        std::shared_ptr<TokenConstraint> constraint, uint64_t seed);
+
+// The checks of a request as a whole before any prompt is prepared: the model it names
+// (`unknown_model`: the family's code for a model this server does not serve), and that
+// a batch of prompts fits the engine's rows and queue at once.
+std::optional<ApiError> check_request(const ServedModel& served, const CompletionParams& c, StatusCode unknown_model);
 
 }  // namespace specula::server

@@ -61,15 +61,7 @@ class Driver {
   ~Driver() {
     for (Choice& x : ch_)
       if (x.handle && !x.done) x.handle->cancel();
-    if (log_ == nullptr) return;
-    const Usage u = total_usage();
-    log_->id = id_;
-    log_->prompt_tokens = u.prompt_tokens;
-    log_->cached_tokens = u.cached_tokens;
-    log_->generated_tokens = u.completion_tokens;
-    const RequestSummary& s = ch_[0].last.summary;
-    if (ch_[0].done && s.n_generated > 0) log_->ttft_seconds = s.queue_seconds + s.prefill_seconds;
-    log_->finish = ch_[0].done ? ch_[0].last.finish_reason : "client gone";
+    if (log_ != nullptr) fill_log();
   }
   void run();
 
@@ -82,6 +74,9 @@ class Driver {
   // The answer once every choice has finished (non-streamed).
   void answer_whole();
   Usage total_usage() const;
+  // The request log's fields (cancelled choices are waited for, briefly, for their counts).
+  void fill_log();
+  std::string ended_;  // why the driver stopped before every choice finished ("" = they did)
 
   ServedModel& served_;
   const CompletionParams& c_;
@@ -167,6 +162,28 @@ std::string Driver::poll(int i, int ms) {
   return events;
 }
 
+void Driver::fill_log() {
+  // A choice cancelled just now reports its counts at the engine's next step.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
+  for (Choice& x : ch_) {
+    while (x.handle && !x.done && std::chrono::steady_clock::now() < deadline) {
+      CompletionStream::Update u = x.stream->wait(std::chrono::milliseconds(20));
+      if (u.finished) {
+        x.done = true;
+        x.last = std::move(u);
+      }
+    }
+  }
+  const Usage u = total_usage();
+  log_->id = id_;
+  log_->prompt_tokens = u.prompt_tokens;
+  log_->cached_tokens = u.cached_tokens;
+  log_->generated_tokens = u.completion_tokens;
+  const RequestSummary& s = ch_[0].last.summary;
+  if (ch_[0].done && s.n_generated > 0) log_->ttft_seconds = s.queue_seconds + s.prefill_seconds;
+  log_->finish = !ended_.empty() ? ended_ : ch_[0].done ? ch_[0].last.finish_reason : "unfinished";
+}
+
 Usage Driver::total_usage() const {
   Usage total;
   for (const Choice& x : ch_) {
@@ -206,7 +223,10 @@ void Driver::answer_whole() {
 
 void Driver::run() {
   if (auto e = clone_grammars()) return send_error(ex_, fmt_, *e);
-  if (auto e = submit(0)) return send_error(ex_, fmt_, *e);
+  if (auto e = submit(0)) {
+    ended_ = "refused";
+    return send_error(ex_, fmt_, *e);
+  }
   const bool streaming = c_.stream;
   if (streaming && !begin_sse(ex_)) return;
   std::string pending = streaming ? fmt_.stream_start() : "";
@@ -215,11 +235,15 @@ void Driver::run() {
     // where the other choices start from.
     while (!ch_[0].done && !ch_[0].started) {
       pending += poll(0, 50);
-      if (!ch_[0].started && ex_.client_gone()) return;
+      if (!ch_[0].started && ex_.client_gone()) {
+        ended_ = "client gone";
+        return;
+      }
     }
   }
   for (int i = 1; i < n(); ++i) {
     if (auto e = submit(i)) {
+      ended_ = "refused";
       if (!streaming) return send_error(ex_, fmt_, *e);
       ex_.write(pending + sse(fmt_.error_body(*e)) + fmt_.stream_close(nullptr));
       ex_.end_stream();
@@ -243,8 +267,12 @@ void Driver::run() {
     }
     if (streaming) {
       // Nothing new: probe the connection so a vanished client is noticed.
-      if (out.empty() ? ex_.client_gone() : !ex_.write(out)) return;
+      if (out.empty() ? ex_.client_gone() : !ex_.write(out)) {
+        ended_ = "client gone";
+        return;
+      }
     } else if (!all && ex_.client_gone()) {
+      ended_ = "client gone";
       return;  // nobody to answer
     }
     if (all) break;
@@ -271,10 +299,22 @@ void send_error(http::Exchange& ex, const AnswerFormat& fmt, const ApiError& e) 
 
 void run_generation(ServedModel& served, const CompletionParams& c, http::Exchange& ex, AnswerFormat& fmt,
                     GenerationLog* log) {
+  if (auto e = check_request(served, c, fmt.unknown_model_code())) return send_error(ex, fmt, *e);
+  // One grammar compiled (prompts after the first get clones) and one seed for the request:
+  // the answer reports it, and sending it back reproduces every prompt's text.
+  std::shared_ptr<TokenConstraint> grammar;
+  if (auto e = compile_constraint(served, c, &grammar)) return send_error(ex, fmt, *e);
+  const uint64_t seed = c.seed_given ? c.sampling.seed : served.random_seed();
   std::vector<PreparedRequest> prepared;
   const size_t n_prompts = c.endpoint == Endpoint::kCompletions ? c.prompts.size() : 1;
   for (size_t i = 0; i < n_prompts; ++i) {
-    auto p = prepare_request(served, c, i, fmt.unknown_model_code());
+    std::shared_ptr<TokenConstraint> g = grammar;
+    if (grammar && i > 0) {
+      auto cl = grammar->clone();
+      if (!cl) return send_error(ex, fmt, from_status(cl.status()));
+      g = std::move(cl).value();
+    }
+    auto p = prepare_request(served, c, i, std::move(g), seed);
     if (auto* e = std::get_if<ApiError>(&p)) return send_error(ex, fmt, *e);
     prepared.push_back(std::move(std::get<PreparedRequest>(p)));
   }

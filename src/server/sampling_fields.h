@@ -3,7 +3,8 @@
 // API's own where it differs), into SamplingParams. The parsers of both API families call
 // it; a new sampling field needs no change here.
 // Does not: apply the request-level rules (normalize_request_sampling runs after the
-// whole body is read) or tokenize DRY's breakers (prompt.h does, per model).
+// whole body is read) or tokenize DRY's breakers (ServedModel::dry_breaker_ids does, per
+// model, in engine_request.cpp).
 #pragma once
 
 #include <optional>

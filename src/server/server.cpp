@@ -47,7 +47,11 @@ class RecordingExchange : public http::Exchange {
     status_ = status;
     return ex_.begin_stream(status, content_type, extra, std::move(probe));
   }
-  bool write(std::string_view data) override { return ex_.write(data); }
+  bool write(std::string_view data) override {
+    const bool ok = ex_.write(data);
+    gone_ = gone_ || !ok;
+    return ok;
+  }
   void end_stream() override { ex_.end_stream(); }
   bool client_gone() override {
     gone_ = gone_ || ex_.client_gone();

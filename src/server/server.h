@@ -3,13 +3,7 @@
 // batched engine with its speculation and prompt cache) and the HTTP connection layer
 // (server/http.h), and routes each request to its handler (server/routes.h):
 //
-//   POST /v1/completions, /v1/chat/completions     OpenAI (openai_api.h); llama-server's
-//   POST /completion, /chat/completions              aliases of the same
-//   POST /v1/messages, /v1/messages/count_tokens   Anthropic (anthropic_api.h)
-//   POST /v1/embeddings, /embeddings               embeddings
-//   POST /tokenize, /detokenize, /apply-template   llama-server's tokenizer routes
-//   GET  /v1/models, /health, /metrics             model list, liveness, Prometheus text
-//   POST /admin/cache/flush                        the prompt cache's durability point
+// (server/routes.h lists every route and its handler; docs/API.md describes them.)
 //
 // With an API key every route except /health needs `Authorization: Bearer KEY` or
 // `x-api-key: KEY` (401 otherwise). Every error answer is a 4xx/5xx in the shape of the

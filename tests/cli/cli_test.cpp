@@ -169,6 +169,14 @@ TEST_F(CliModel, SamplingFlagsFromTheFieldTable) {
   EXPECT_NE(plain.out, banned.out);
   EXPECT_EQ(banned.out.find("is the"), std::string::npos) << banned.out;
   EXPECT_NE(run(base + " --temp 3", true).code, 0);  // the API's range: [0, 2]
+  // DRY's breakers become token ids as on the server: "." ends the repeats, "none" nothing.
+  const std::string dry = "generate -p 'The cat sat on the mat. The cat sat on the mat. The cat sat on the mat. The cat' "
+                          "-n 20 --greedy -t 1 --dry-multiplier 2 --dry-allowed-length 2 --dry-sequence-breaker ";
+  CliRun none = run(dry + "none", true), dot = run(dry + ".", true);
+  EXPECT_EQ(none.code, 0);
+  EXPECT_EQ(dot.code, 0);
+  EXPECT_NE(none.out, dot.out);
+  EXPECT_NE(run(dry + "''").code, 0);  // an empty breaker
 }
 
 TEST_F(CliModel, TokenizeJsonPrintsIds) {

@@ -17,6 +17,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -31,8 +32,10 @@ def tmux(*args, check=True):
 class Pane:
     def __init__(self, name, command):
         self.name = name
+        # The shell ignores Ctrl-C (the chat sets its own handler), so that it stays to
+        # print the exit status.
         tmux("new-session", "-d", "-s", name, "-x", "220", "-y", "200",
-             f"{command}; echo EXITED=$?; sleep 60")
+             f"trap '' INT; {command}; echo EXITED=$?; sleep 60")
 
     def screen(self):
         return tmux("capture-pane", "-p", "-J", "-S", "-2000", "-t", self.name).stdout
@@ -122,7 +125,36 @@ def main():
         pane.wait(lambda s: "EXITED=0" in s, "exit status 0 after Ctrl-D", timeout=30)
     finally:
         pane.close()
-    return "conversation, history via the prompt cache, /clear, Ctrl-C during an answer and at the prompt, /exit, Ctrl-D"
+    # Ctrl-C while the model loads ends the program (killed by SIGINT), as usual. (When the
+    # load is over before the signal lands, the session took it: nothing to judge then.)
+    p = subprocess.Popen(base, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    time.sleep(0.15)
+    p.send_signal(signal.SIGINT)
+    try:
+        code = p.wait(20)
+        S.check(code == -signal.SIGINT, f"Ctrl-C during the load: exit {code}")
+        load_judged = True
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+        err = p.stderr.read().decode("utf-8", "replace")
+        S.check("specula chat with" in err, f"Ctrl-C during the load neither ended the program nor the load: {err}")
+        load_judged = False
+
+    # A message too long for the context is refused, and the conversation is kept (stdin
+    # from a pipe: a script can drive the chat too).
+    long_line = "word " * 300
+    r = subprocess.run(base[:-1] + ["200", "--greedy", "-n", "8", "--verbose"], capture_output=True, timeout=300,
+                       input=("My name is Bob\n" + long_line + "\nWhat is my name?\n").encode())
+    err = r.stderr.decode("utf-8", "replace")
+    S.check(r.returncode == 0, f"chat over a pipe exited {r.returncode}: {err[-2000:]}")
+    S.check("does not fit the context" in err and "the conversation is kept" in err, f"no refusal: {err[-2000:]}")
+    counts = stats(err)
+    S.check(len(counts) == 2 and counts[1][0] > counts[0][0] and counts[1][1] >= counts[0][0],
+            f"the turn after the refused message lost the conversation: {counts}")
+    return ("conversation, history via the prompt cache, /clear, Ctrl-C during an answer, at the prompt and "
+            f"during the load ({'judged' if load_judged else 'the load was over first'}), /exit, Ctrl-D, a message too "
+            "long for the context")
 
 
 if __name__ == "__main__":

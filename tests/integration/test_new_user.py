@@ -97,9 +97,19 @@ def test_scoring(srv):
     check(np0["usage"]["completion_tokens"] == 0, f"n_predict 0: {np0['usage']}")
     st, _, data = srv.post("/completion", {"prompt": "Hello", "n_predict": -7})
     ss.check_error_body(st, data, 400, "n_predict -7", "n_predict")
-    st, _, data = srv.post("/completion", {"prompt": "Hello", "n_predict": 100000})
-    e = ss.check_error_body(st, data, 400, "n_predict beyond the context")
-    check(e["code"] == "context_length_exceeded", f"context error code {e}")
+    for field in ("n_predict", "max_completion_tokens", "max_tokens"):
+        st, _, data = srv.post("/completion", {"prompt": "Hello", field: 100000})
+        e = ss.check_error_body(st, data, 400, f"{field} beyond the context", field)
+        check(e["code"] == "context_length_exceeded" and field in e["message"], f"context error {e}")
+    # A batch: one seed reproduces every prompt; one larger than rows + queue is a 400.
+    body = {"prompt": ["Once upon a time", "My favourite food is"], "max_tokens": 8, "temperature": 1.0}
+    first = ok(srv, C, body)
+    again = ok(srv, C, dict(body, seed=first["seed"]))
+    check([c["text"] for c in again["choices"]] == [c["text"] for c in first["choices"]],
+          f"the reported seed {first['seed']} does not reproduce the batch")
+    st, _, data = srv.post(C, {"prompt": ["x"] * 64, "max_tokens": 1})
+    e = ss.check_error_body(st, data, 400, "a batch over rows + queue", "prompt")
+    check("--queue" in e["message"], f"the batch error does not say why: {e['message']!r}")
     return greedy
 
 
@@ -198,7 +208,7 @@ def run():
     gemma = ss.require_model()
     numbered = os.path.join(ss.fixtures_dir(), "chat_templates", "numbered.jinja")
     results = []
-    with ss.Server("--chat-template-file", ss.gemma_template(), "--parallel", "2", "--ctx", "1024") as srv:
+    with ss.Server("--chat-template-file", ss.gemma_template(), "--parallel", "2", "--ctx", "1024", "--queue", "8") as srv:
         gemma_items(srv, results)
 
     def format_template():

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <set>
 #include <string>
@@ -115,8 +116,9 @@ TEST(SamplingFields, TheGenerationKeyFollowsTheTable) {
   EXPECT_NE(generation_key_bytes(biased), k0);
 }
 
-// docs/API.md's sampling table is the table's own rendering (regenerate it from the
-// failure message, or from the file this test writes next to the build).
+// docs/API.md's sampling table is the table's own rendering. To regenerate it after a
+// change to the table: SPECULA_UPDATE_DOCS=1 build/release/specula_tests
+// --gtest_filter=SamplingFields.DocsTableIsCurrent (it rewrites the lines between the markers).
 TEST(SamplingFields, DocsTableIsCurrent) {
   const std::string path = std::string(SPECULA_FIXTURES_DIR) + "/../../docs/API.md";
   std::ifstream in(path);
@@ -128,9 +130,14 @@ TEST(SamplingFields, DocsTableIsCurrent) {
   ASSERT_NE(a, std::string::npos) << "docs/API.md lacks the marker " << begin;
   ASSERT_NE(b, std::string::npos);
   const std::string table = sampling_fields_markdown();
-  std::ofstream("sampling_fields.md") << table;
+  const char* update = std::getenv("SPECULA_UPDATE_DOCS");
+  if (update != nullptr && std::string(update) == "1") {
+    std::ofstream(path, std::ios::binary) << doc.substr(0, a + begin.size()) + table + doc.substr(b);
+    return;
+  }
   EXPECT_EQ(doc.substr(a + begin.size(), b - a - begin.size()), table)
-      << "docs/API.md's sampling table is stale; the current one:\n"
+      << "docs/API.md's sampling table is stale (SPECULA_UPDATE_DOCS=1 build/release/specula_tests "
+         "--gtest_filter=SamplingFields.DocsTableIsCurrent rewrites it); the current one:\n"
       << table;
 }
 
