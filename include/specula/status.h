@@ -37,26 +37,6 @@ enum class StatusCode : uint8_t {
   kCancelled,         // cancelled by the caller or a shutdown
   kInternal,          // the engine failed (a bug, or a failure nobody classified)
 };
-// "invalid_argument", "not_found", ... (for logs and tests).
-inline const char* status_code_name(StatusCode c) {
-  switch (c) {
-    case StatusCode::kOk: return "ok";
-    case StatusCode::kInvalidArgument: return "invalid_argument";
-    case StatusCode::kNotFound: return "not_found";
-    case StatusCode::kTooLarge: return "too_large";
-    case StatusCode::kContextOverflow: return "context_overflow";
-    case StatusCode::kBusy: return "busy";
-    case StatusCode::kUnavailable: return "unavailable";
-    case StatusCode::kUnimplemented: return "unimplemented";
-    case StatusCode::kUnauthenticated: return "unauthenticated";
-    case StatusCode::kPermissionDenied: return "permission_denied";
-    case StatusCode::kTimeout: return "timeout";
-    case StatusCode::kCancelled: return "cancelled";
-    case StatusCode::kInternal: return "internal";
-  }
-  return "internal";
-}
-
 class Status {
  public:
   Status() = default;  // ok
@@ -71,7 +51,6 @@ class Status {
   }
   static Status invalid_argument(std::string message) { return error(StatusCode::kInvalidArgument, std::move(message)); }
   static Status not_found(std::string message) { return error(StatusCode::kNotFound, std::move(message)); }
-  static Status unimplemented(std::string message) { return error(StatusCode::kUnimplemented, std::move(message)); }
   static Status unavailable(std::string message) { return error(StatusCode::kUnavailable, std::move(message)); }
   static Status internal(std::string message) { return error(StatusCode::kInternal, std::move(message)); }
   bool is_ok() const { return code_ == StatusCode::kOk; }

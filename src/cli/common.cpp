@@ -187,10 +187,7 @@ Result<SamplingParams> SamplingFlags::resolve(const SamplingDefaults& model_defa
   }
   normalize_request_sampling(p);
   // DRY's breakers as token ids, as the server derives them (sampler.h).
-  if (p.dry_multiplier > 0.0f && tok != nullptr)
-    p.dry_breaker_ids = dry_breaker_ids_from_strings(
-        p.dry_sequence_breakers, tok->vocab().size(), [&](int32_t id) { return tok->token_to_piece(id, true); },
-        [&](std::string_view s) { return tok->encode(s, false, false); });
+  if (p.dry_multiplier > 0.0f && tok != nullptr) p.dry_breaker_ids = dry_breaker_ids_from_strings(p.dry_sequence_breakers, *tok);
   if (greedy_) p.temperature = 0.0f;
   bool seed_given = false;
   for (const auto& [f, o] : options_) seed_given |= f->kind == SamplingKind::kSeed && o->count() > 0;

@@ -711,4 +711,11 @@ std::vector<std::vector<int32_t>> dry_breaker_ids_from_strings(
   return {out.begin(), out.end()};
 }
 
+std::vector<std::vector<int32_t>> dry_breaker_ids_from_strings(const std::vector<std::string>& breakers,
+                                                               const tokenizer::Tokenizer& tok) {
+  return dry_breaker_ids_from_strings(
+      breakers, tok.vocab().size(), [&](int32_t id) { return tok.token_to_piece(id, true); },
+      [&](std::string_view s) { return tok.encode(s, false, false); });
+}
+
 }  // namespace specula

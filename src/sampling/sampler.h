@@ -10,7 +10,8 @@
 // decoding, typical/mirostat/dynamic-temperature samplers,
 // speculative rejection sampling (it exposes `probabilities` and `uniform` so
 // decoding/speculative builds that on top), tokenize (DRY's breakers come in as
-// token ids computed by the caller), or read the environment.
+// token ids, computed once per list by the caller with dry_breaker_ids_from_strings),
+// or read the environment.
 //
 // Chain order follows llama.cpp's default (common/common.h,
 // `common_params_sampling::samplers` = penalties, dry, top_n_sigma, top_k,
@@ -78,6 +79,7 @@
 
 #include "sampling/params.h"
 #include "specula/status.h"
+#include "tokenizer/tokenizer.h"
 
 namespace specula {
 
@@ -229,5 +231,10 @@ std::vector<std::vector<int32_t>> dry_breaker_ids_from_strings(
     const std::vector<std::string>& breakers, int32_t n_vocab,
     const std::function<std::string(int32_t)>& token_text,
     const std::function<std::vector<int32_t>(std::string_view)>& tokenize);
+
+// The same with a model's tokenizer: token text as llama.cpp's detokenize({id}, true),
+// tokenization without BOS or special parsing. What the server and the CLI call.
+std::vector<std::vector<int32_t>> dry_breaker_ids_from_strings(const std::vector<std::string>& breakers,
+                                                               const tokenizer::Tokenizer& tok);
 
 }  // namespace specula

@@ -121,12 +121,11 @@ std::optional<ApiError> check_request(const ServedModel& served, const Completio
 }
 
 std::variant<PreparedRequest, ApiError> prepare_request(ServedModel& served, const CompletionParams& c, size_t index,
-                                                        std::shared_ptr<TokenConstraint> constraint, uint64_t seed) {
+                                                        uint64_t seed) {
   PreparedRequest out;
   EngineRequest& er = out.request;
   std::vector<int32_t> ids;
   if (auto e = build_prompt(served, c, &ids, index)) return *e;
-  er.constraint = std::move(constraint);
   // echo: the answer starts with the prompt (as sent; token ids as their text), and with
   // logprobs the prompt's tokens lead the entries (the first has no logprob: null).
   const tokenizer::Tokenizer& tok = served.tokenizer();

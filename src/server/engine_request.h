@@ -47,11 +47,11 @@ struct PreparedRequest {
   std::vector<TokenLogprob> echo_logprobs;  // echo with logprobs: the first prompt token's (null) entry
 };
 
-// Everything above for the prompt `index` of a request (chat: 0), with `constraint` (the
-// request's compiled grammar, or a clone of it for every prompt but one; null: none) and
-// `seed` (the request's: the client's, or one random seed for all its prompts).
+// The engine request of the prompt `index` of a request (chat: 0) with `seed` (the
+// request's: the client's, or one random seed for all its prompts); its constraint is left
+// to the caller (one compiled grammar per request, a clone per choice).
 std::variant<PreparedRequest, ApiError> prepare_request(ServedModel& served, const CompletionParams& c, size_t index,
-                                                        std::shared_ptr<TokenConstraint> constraint, uint64_t seed);
+                                                        uint64_t seed);
 
 // The checks of a request as a whole before any prompt is prepared: the model it names
 // (`unknown_model`: the family's code for a model this server does not serve), and that

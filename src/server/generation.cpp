@@ -46,9 +46,11 @@ bool begin_sse(http::Exchange& ex) {
 // batch) and what the driver needs of the request.
 class Driver {
  public:
+  // `grammar`: the request's compiled constraint (null: none); every choice but the first
+  // gets a clone of it.
   Driver(ServedModel& served, const CompletionParams& c, http::Exchange& ex, AnswerFormat& fmt,
-         std::vector<PreparedRequest>& prepared, GenerationLog* log)
-      : served_(served), c_(c), ex_(ex), fmt_(fmt), prepared_(prepared), log_(log) {
+         std::vector<PreparedRequest>& prepared, std::shared_ptr<TokenConstraint> grammar, GenerationLog* log)
+      : served_(served), c_(c), ex_(ex), fmt_(fmt), grammar_(std::move(grammar)), log_(log) {
     const bool batch = prepared.size() > 1;
     const size_t n = batch ? prepared.size() : static_cast<size_t>(c.n);
     ch_.resize(n);
@@ -82,7 +84,7 @@ class Driver {
   const CompletionParams& c_;
   http::Exchange& ex_;
   AnswerFormat& fmt_;
-  std::vector<PreparedRequest>& prepared_;
+  std::shared_ptr<TokenConstraint> grammar_;
   GenerationLog* log_;
   std::vector<Choice> ch_;
   std::vector<std::unique_ptr<AnswerFormat>> formats_;  // choices 1..n-1
@@ -92,16 +94,15 @@ class Driver {
 };
 
 std::optional<ApiError> Driver::clone_grammars() {
-  // Every choice of one prompt gets its grammar from the untouched one, before any of them
-  // runs (a clone made after choice 0 started would start where choice 0 is).
+  // Every choice gets its grammar from the untouched one, before any of them runs (a clone
+  // made after choice 0 started would start where choice 0 is).
   grammars_.resize(ch_.size());
-  for (size_t i = 0; i < ch_.size(); ++i) {
-    const auto& g = ch_[i].prepared->request.constraint;
-    if (ch_[i].seed_offset == 0 || !g) {
-      grammars_[i] = g;
+  for (size_t i = 0; i < ch_.size() && grammar_; ++i) {
+    if (i == 0) {
+      grammars_[0] = grammar_;
       continue;
     }
-    auto cl = g->clone();
+    auto cl = grammar_->clone();
     if (!cl) return from_status(cl.status());
     grammars_[i] = std::move(cl).value();
   }
@@ -300,7 +301,7 @@ void send_error(http::Exchange& ex, const AnswerFormat& fmt, const ApiError& e) 
 void run_generation(ServedModel& served, const CompletionParams& c, http::Exchange& ex, AnswerFormat& fmt,
                     GenerationLog* log) {
   if (auto e = check_request(served, c, fmt.unknown_model_code())) return send_error(ex, fmt, *e);
-  // One grammar compiled (prompts after the first get clones) and one seed for the request:
+  // One grammar compiled (the Driver clones it per choice) and one seed for the request:
   // the answer reports it, and sending it back reproduces every prompt's text.
   std::shared_ptr<TokenConstraint> grammar;
   if (auto e = compile_constraint(served, c, &grammar)) return send_error(ex, fmt, *e);
@@ -308,17 +309,11 @@ void run_generation(ServedModel& served, const CompletionParams& c, http::Exchan
   std::vector<PreparedRequest> prepared;
   const size_t n_prompts = c.endpoint == Endpoint::kCompletions ? c.prompts.size() : 1;
   for (size_t i = 0; i < n_prompts; ++i) {
-    std::shared_ptr<TokenConstraint> g = grammar;
-    if (grammar && i > 0) {
-      auto cl = grammar->clone();
-      if (!cl) return send_error(ex, fmt, from_status(cl.status()));
-      g = std::move(cl).value();
-    }
-    auto p = prepare_request(served, c, i, std::move(g), seed);
+    auto p = prepare_request(served, c, i, seed);
     if (auto* e = std::get_if<ApiError>(&p)) return send_error(ex, fmt, *e);
     prepared.push_back(std::move(std::get<PreparedRequest>(p)));
   }
-  Driver(served, c, ex, fmt, prepared, log).run();
+  Driver(served, c, ex, fmt, prepared, std::move(grammar), log).run();
 }
 
 }  // namespace specula::server

@@ -64,10 +64,7 @@ std::vector<std::vector<int32_t>> ServedModel::dry_breaker_ids(const std::vector
   auto it = dry_breakers_.find(breakers);
   if (it == dry_breakers_.end()) {
     if (dry_breakers_.size() >= 64) dry_breakers_.clear();  // bounded: clients choose the lists
-    auto ids = dry_breaker_ids_from_strings(
-        breakers, tok_->vocab().size(), [&](int32_t id) { return tok_->token_to_piece(id, true); },
-        [&](std::string_view s) { return tok_->encode(s, false, false); });
-    it = dry_breakers_.emplace(breakers, std::move(ids)).first;
+    it = dry_breakers_.emplace(breakers, dry_breaker_ids_from_strings(breakers, *tok_)).first;
   }
   return it->second;
 }

@@ -107,6 +107,9 @@ def test_scoring(srv):
     again = ok(srv, C, dict(body, seed=first["seed"]))
     check([c["text"] for c in again["choices"]] == [c["text"] for c in first["choices"]],
           f"the reported seed {first['seed']} does not reproduce the batch")
+    # A batch with a grammar: one compiled, a clone per prompt, each text in the language.
+    g = ok(srv, C, {"prompt": ["Number:", "Code:"], "max_tokens": 8, "regex": "[0-9]{3}", "temperature": 0})
+    check(all(re.fullmatch("[0-9]{3}", c["text"]) for c in g["choices"]), f"batch with regex: {g['choices']}")
     st, _, data = srv.post(C, {"prompt": ["x"] * 64, "max_tokens": 1})
     e = ss.check_error_body(st, data, 400, "a batch over rows + queue", "prompt")
     check("--queue" in e["message"], f"the batch error does not say why: {e['message']!r}")
