@@ -25,8 +25,17 @@ import time
 import specula_server as S
 
 
+# A tmux server of the test's own (its own socket), kept alive by a session that only
+# sleeps: killing a pane's session must not end the server, or the next new-session can
+# race the server's exit ("server exited unexpectedly").
+SOCKET = f"specula_test_{os.getpid()}"
+
+
 def tmux(*args, check=True):
-    return subprocess.run(["tmux", *args], capture_output=True, text=True, check=check)
+    r = subprocess.run(["tmux", "-L", SOCKET, *args], capture_output=True, text=True)
+    if check and r.returncode != 0:
+        raise S.TestFailure(f"tmux {' '.join(args[:2])} exited {r.returncode}: {r.stderr.strip()}")
+    return r
 
 
 class Pane:
@@ -74,10 +83,16 @@ def main():
         S.skip("tmux not installed (scripts/install_deps.sh installs it)")
     cli = S.cli_path()
     base = [cli, "chat", "-m", model, "--chat-template-file", S.gemma_template(), "-t", "1", "-c", "2048"]
-    name = f"specula_chat_test_{os.getpid()}"
+    tmux("new-session", "-d", "-s", "keeper", "sleep 3600")
+    try:
+        return conversation(base)
+    finally:
+        tmux("kill-server", check=False)
 
+
+def conversation(base):
     # A conversation: answers, history through the prompt cache, /clear, /exit.
-    pane = Pane(name, " ".join(shlex.quote(a) for a in base + ["--greedy", "-n", "24", "--verbose"]))
+    pane = Pane("talk", " ".join(shlex.quote(a) for a in base + ["--greedy", "-n", "24", "--verbose"]))
     try:
         pane.wait(lambda s: pane.prompts(s) >= 1, "the first prompt")
         pane.type_line("Say hello in French.")
@@ -102,7 +117,7 @@ def main():
         pane.close()
 
     # Ctrl-C: during an answer it stops the answer only; at the prompt it clears the line.
-    pane = Pane(name, " ".join(shlex.quote(a) for a in base + ["--ignore-eos", "-n", "1500", "--temp", "0.7",
+    pane = Pane("ctrl_c", " ".join(shlex.quote(a) for a in base + ["--ignore-eos", "-n", "1500", "--temp", "0.7",
                                                                    "--seed", "1"]))
     try:
         pane.wait(lambda s: pane.prompts(s) >= 1, "the first prompt")
