@@ -4,7 +4,7 @@
 # Benchmark, nlohmann-json, CLI11, PCRE2 (BPE pre-tokenizer regexes), Boost 1.74 headers (Beast/Asio:
 # the HTTP server), cpp-httplib (the unit tests' HTTP client), zlib (prompt cache
 # checksums), OpenSSL (sha256 of downloads, https), utf8proc (Unicode normalization for tokenizer.json normalizers), Python 3 with pip, tmux (the
-# interactive `specula chat` test drives a terminal).
+# interactive `specula chat` test drives a terminal), Node.js with npm (the JS package).
 # Idempotent: a fast no-op (one dpkg-query) when everything is present; runs
 # `apt-get update` at most once, and only when something is missing.
 # Does NOT install Python packages (see tools/install_reference.sh) or models
@@ -29,6 +29,16 @@ done
 if ! command -v python3 >/dev/null 2>&1 || ! python3 -c "import pip" >/dev/null 2>&1; then
   status=$(dpkg-query -W -f='${Status}' python3-pip 2>/dev/null || true)
   [[ "$status" == "install ok installed" ]] || missing+=(python3-pip)
+fi
+
+# Node.js and npm (the npm package js/ and its tests; Bun comes from npm as a dev
+# dependency): Debian's, only when no `node` / `npm` works (they may come from elsewhere,
+# e.g. NodeSource's nodejs, which bundles npm and conflicts with Debian's npm package).
+if ! command -v node >/dev/null 2>&1; then
+  missing+=(nodejs)
+fi
+if ! command -v npm >/dev/null 2>&1; then
+  missing+=(npm)
 fi
 
 # Rust (cargo, rustc >= 1.87) builds the llguidance crate (structured outputs,

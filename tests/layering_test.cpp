@@ -17,7 +17,7 @@ namespace fs = std::filesystem;
 const std::map<std::string, int> kLayer = {
     {"specula", -1}, {"core", 0},     {"formats", 1}, {"jinja", 1},    {"tokenizer", 2}, {"kernels", 2},
     {"chat", 3},    {"ops", 3},      {"state", 4},   {"model", 5},    {"grammar", 5},   {"sampling", 6},
-    {"decoding", 7}, {"engine", 8},  {"server", 9},  {"cli", 10},
+    {"decoding", 7}, {"engine", 8},  {"server", 9},  {"capi", 10},  {"cli", 11},
 };
 
 fs::path repo_root() { return fs::path(SPECULA_FIXTURES_DIR).parent_path().parent_path(); }

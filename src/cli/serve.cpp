@@ -11,7 +11,7 @@
 #endif
 
 #include "cli/common.h"
-#include "engine/setup.h"
+#include "server/model_config.h"
 #include "server/server.h"
 
 namespace specula::cli {
@@ -41,64 +41,55 @@ void on_signal(int) {
   if (g_server != nullptr) g_server->stop();
 }
 
-// The server's options from the flags (model-dependent ones: the context).
-Result<server::ServerOptions> server_options(const ServeArgs& a, const std::string& path, const Model& model) {
+// The connection layer's options from the flags (the model's and engine's come from
+// model_config()).
+server::ServerOptions connection_options(const ServeArgs& a) {
   server::ServerOptions so;
   so.host = a.host;
   so.port = a.port;
   so.api_key = a.api_key;
-  so.model_id = a.alias.empty() ? std::filesystem::path(path).stem().string() : a.alias;
   so.max_body_bytes = a.max_body;
   so.max_connections = a.max_connections;
   so.header_timeout_s = a.timeout_header;
   so.write_timeout_s = a.timeout_write;
   so.body_timeout_s = a.timeout_body;
-  so.pooling = a.pooling;
   so.log_requests = a.log_requests != 0;
+  return so;
+}
+
+// The served model's set-up from the flags (server/model_config.h, shared with the library).
+Result<server::ModelConfig> model_config(const RuntimeConfig& config, const ServeArgs& a) {
+  server::ModelConfig mc;
+  mc.model_id = a.alias;
   if (!a.chat_template_file.empty()) {
     std::ifstream in(a.chat_template_file, std::ios::binary);
     if (!in) return Status::not_found("[cli] cannot read --chat-template-file " + a.chat_template_file);
     std::ostringstream ss;
     ss << in.rdbuf();
-    so.chat_template = ss.str();
+    mc.chat_template = ss.str();
   }
-  // --ctx is the total of all requests' tokens (llama-server's -c): the KV budget holds
-  // that many tokens, and one request may use up to all of it (at most the model's
-  // training context).
-  const int64_t n_ctx_train = model.info().n_ctx_train;
-  const int64_t total_ctx = a.ctx > 0 ? a.ctx : int64_t{4096} * a.parallel;
-  EngineOptions& eo = so.engine;
-  eo.n_rows = a.parallel;
-  eo.n_ctx = n_ctx_train > 0 ? std::min<int64_t>(total_ctx, n_ctx_train) : total_ctx;
-  eo.total_ctx = total_ctx;
-  eo.cache = a.cache.options();
-  eo.kv_budget = a.cache.budget;
-  eo.step_tokens = std::max<int64_t>(a.step_tokens, a.parallel);
-  eo.max_queue = a.queue;
-  eo.spec_depth = a.spec_depth;
-  eo.spec_max_batch = a.spec_max_batch;
-  eo.spec_rejection = a.spec_accept == "rejection";
-  return so;
-}
-
-// The prompt cache: a RAM tier (default: default_prompt_cache_ram_mib()) and an optional
-// disk tier; null when both are off.
-Result<std::shared_ptr<PromptCache>> serve_prompt_cache(const ServeArgs& a, const std::string& path, const Model& model,
-                                                        const CacheOptions& cache) {
-  const int64_t ram = a.cache_ram_mib < 0 ? default_prompt_cache_ram_mib() : a.cache_ram_mib;
-  if (ram == 0 && a.cache_dir.empty()) {
-    if (a.generation_checkpoint > 0)
-      return Status::invalid_argument("[cli] --generation-checkpoint needs the prompt cache (--cache-ram or --cache-dir)");
-    return std::shared_ptr<PromptCache>();
+  mc.parallel = a.parallel;
+  mc.ctx = a.ctx;
+  mc.cache = a.cache.options();
+  mc.kv_budget = a.cache.budget;
+  mc.step_tokens = a.step_tokens;
+  mc.queue = a.queue;
+  mc.spec = a.spec;
+  if (!a.draft_model.empty()) {
+    auto p = resolve_model(config, a.draft_model);
+    if (!p) return p.status();
+    mc.draft_model = *p;
   }
-  PromptCacheOptions po;
-  po.ram_bytes = ram << 20;
-  po.dir = a.cache_dir;
-  po.disk_bytes = a.cache_disk_mib << 20;
-  po.fingerprint = prompt_cache_fingerprint(path, model, cache);
-  auto pc = PromptCache::create(po);
-  if (!pc) return pc.status();
-  return std::shared_ptr<PromptCache>(std::move(pc).value());
+  mc.spec_depth = a.spec_depth;
+  mc.spec_max_batch = a.spec_max_batch;
+  mc.spec_rejection = a.spec_accept == "rejection";
+  mc.cache_ram_mib = a.cache_ram_mib;
+  mc.cache_disk_mib = a.cache_disk_mib;
+  mc.cache_dir = a.cache_dir;
+  mc.cache_checkpoint = a.cache_checkpoint;
+  mc.generation_checkpoint = a.generation_checkpoint;
+  mc.pooling = a.pooling;
+  return mc;
 }
 
 int run_serve(const RuntimeConfig& config, const ServeArgs& a) {
@@ -110,32 +101,17 @@ int run_serve(const RuntimeConfig& config, const ServeArgs& a) {
   // every block of 1 MiB or more to mmap, returned to the system when freed.
   mallopt(M_MMAP_THRESHOLD, 1 << 20);
 #endif
+  auto mc = model_config(config, a);
+  if (!mc) return fail(mc.message());
   auto l = load(config, a.model, a.threads, a.quantize, /*with_tokenizer=*/false);  // the server loads its own
   if (!l) return fail(l.message());
-  auto so = server_options(a, l->path, *l->model);
-  if (!so) return fail(so.message());
-  std::string draft_path;
-  if (!a.draft_model.empty()) {
-    auto p = resolve_model(config, a.draft_model);
-    if (!p) return fail(p.message());
-    draft_path = *p;
-  }
-  auto draft = make_draft_source(a.spec, draft_path, *l->model, so->engine.n_ctx);
-  if (!draft) return fail(draft.message());
-  so->engine.draft = std::move(draft).value();
-  auto pc = serve_prompt_cache(a, l->path, *l->model, so->engine.cache);
-  if (!pc) return fail(pc.message());
-  if (*pc) {
-    so->engine.prompt_cache = std::move(pc).value();
-    so->engine.cache_checkpoint_every = a.cache_checkpoint;
-    so->engine.generation_checkpoint = a.generation_checkpoint;
-  }
-  const std::string model_id = so->model_id;
-  const std::string spec_note = so->engine.draft ? ", speculative " + so->engine.draft->name() + " depth " +
-                                                       std::to_string(a.spec_depth)
-                                                 : "";
-  const int64_t n_ctx = so->engine.n_ctx;
-  auto srv = server::Server::create(std::move(l->model), std::move(so).value());
+  auto served = server::open_served_model(std::move(l->model), l->path, *mc, connection_options(a));
+  if (!served) return fail(served.message());
+  const std::string model_id = (*served)->id();
+  const EngineOptions& eo = (*served)->engine().options();
+  const std::string spec_note = eo.draft ? ", speculative " + eo.draft->name() + " depth " + std::to_string(a.spec_depth) : "";
+  const int64_t n_ctx = eo.n_ctx;
+  auto srv = server::Server::create(std::move(served).value());
   if (!srv) return fail(srv.message());
   if (Status st = (*srv)->bind(); !st.is_ok()) return fail(st.message());
   g_server = srv->get();

@@ -6,7 +6,7 @@
 
 namespace specula {
 
-Result<std::vector<float>> embed(Engine& engine, std::span<const int32_t> ids, Pooling pooling) {
+Result<std::vector<float>> embed(Engine& engine, std::span<const int32_t> ids, Pooling pooling, bool normalize) {
   const ModelInfo& info = engine.model().info();
   const int64_t n = static_cast<int64_t>(ids.size());
   if (n == 0) return Status::invalid_argument("[embeddings] no tokens");
@@ -53,7 +53,7 @@ Result<std::vector<float>> embed(Engine& engine, std::span<const int32_t> ids, P
       if (pooling == Pooling::kMean) acc[static_cast<size_t>(e)] /= static_cast<double>(n);
       norm += acc[static_cast<size_t>(e)] * acc[static_cast<size_t>(e)];
     }
-    norm = norm > 0 ? 1.0 / std::sqrt(norm) : 0.0;
+    norm = !normalize ? 1.0 : norm > 0 ? 1.0 / std::sqrt(norm) : 0.0;
     for (int64_t e = 0; e < E; ++e) out[static_cast<size_t>(e)] = static_cast<float>(acc[static_cast<size_t>(e)] * norm);
   });
   if (!ran) return Status::unavailable("[embeddings] the engine is shutting down");

@@ -6,8 +6,12 @@
 namespace specula::server {
 
 CompletionStream::CompletionStream(const tokenizer::Tokenizer& tokenizer, std::vector<std::string> stop,
-                                   bool want_logprobs)
-    : tokenizer_(&tokenizer), detok_(tokenizer), stop_(std::move(stop)), want_logprobs_(want_logprobs) {
+                                   bool want_logprobs, bool want_ids)
+    : tokenizer_(&tokenizer),
+      detok_(tokenizer),
+      stop_(std::move(stop)),
+      want_logprobs_(want_logprobs),
+      want_ids_(want_ids) {
   stop_.erase(std::remove(stop_.begin(), stop_.end(), std::string()), stop_.end());
 }
 
@@ -24,6 +28,10 @@ void CompletionStream::release(size_t n) {
 bool CompletionStream::on_tokens(std::span<const TokenEvent> events) {
   std::lock_guard<std::mutex> lock(mu_);
   for (const TokenEvent& ev : events) {
+    if (want_ids_) {
+      out_.token_ids.push_back(ev.id);
+      if (want_logprobs_) out_.token_logprobs.push_back(ev.logprob);
+    }
     auto piece = detok_.push(ev.id);
     std::string text = piece ? std::move(piece).value() : std::string();
     if (want_logprobs_) {
@@ -115,7 +123,8 @@ void CompletionStream::on_prompt_logprobs(std::span<const TokenEvent> events) {
 CompletionStream::Update CompletionStream::wait(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait_for(lock, timeout, [&] {
-    return out_.finished || !out_.text.empty() || !out_.logprobs.empty() || !out_.prompt_logprobs.empty();
+    return out_.finished || !out_.text.empty() || !out_.logprobs.empty() || !out_.prompt_logprobs.empty() ||
+           !out_.token_ids.empty();
   });
   Update u = std::move(out_);
   out_ = Update{};

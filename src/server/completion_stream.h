@@ -1,6 +1,7 @@
-// server/completion_stream.h — the consumer of one server request: turns the engine's
-// tokens into text (streaming detokenizer: always valid UTF-8), applies stop strings and
-// hands text + logprob entries to the HTTP thread through a small mailbox.
+// server/completion_stream.h — the consumer of one request (the server's, or the library's
+// typed request): turns the engine's tokens into text (streaming detokenizer: always valid
+// UTF-8), applies stop strings and hands text + logprob entries (and, asked, token ids) to
+// the waiting thread through a small mailbox.
 //
 // Stop strings are matched across token boundaries: text that could still be the start of
 // a stop string is held back, so a stop string is never emitted, not even partly; when one
@@ -28,8 +29,11 @@ namespace specula::server {
 class CompletionStream : public RequestSink {
  public:
   // `tokenizer` must outlive the stream. stop: non-empty strings. want_logprobs: collect
-  // TokenLogprob entries.
-  CompletionStream(const tokenizer::Tokenizer& tokenizer, std::vector<std::string> stop, bool want_logprobs);
+  // TokenLogprob entries. want_ids: also hand out every token id as it comes (and its
+  // logprob), waking wait() for them even while their text is held back (the library's
+  // typed requests; the HTTP answers carry text only).
+  CompletionStream(const tokenizer::Tokenizer& tokenizer, std::vector<std::string> stop, bool want_logprobs,
+                   bool want_ids = false);
 
   bool on_tokens(std::span<const TokenEvent> events) override;
   void on_prompt_logprobs(std::span<const TokenEvent> events) override;
@@ -39,6 +43,8 @@ class CompletionStream : public RequestSink {
     std::string text;                     // newly released text (valid UTF-8)
     std::vector<TokenLogprob> logprobs;   // newly released entries
     std::vector<TokenLogprob> prompt_logprobs;  // prompt tokens' entries (EngineRequest::prompt_logprobs)
+    std::vector<int32_t> token_ids;       // want_ids: the tokens generated since the last update
+    std::vector<float> token_logprobs;    // ... and their logprobs (when want_logprobs)
     bool finished = false;
     RequestSummary summary;               // when finished
     std::string finish_reason;            // "stop" | "length" | "cancelled" | "failed" when finished
@@ -55,6 +61,7 @@ class CompletionStream : public RequestSink {
   tokenizer::StreamingDetokenizer detok_;
   std::vector<std::string> stop_;
   bool want_logprobs_;
+  bool want_ids_;
   bool stopped_by_string_ = false;
   std::string stopped_by_;  // the stop string that ended the output
 

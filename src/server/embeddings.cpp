@@ -1,7 +1,8 @@
 // server/embeddings.cpp — POST /v1/embeddings (and llama-server's /embeddings):
 // {"input": text | [texts] | [ids] | [[ids]], "encoding_format": "float" | "base64",
 // "dimensions": N, "pooling": "mean" | "last" (specula extension; default: the GGUF's
-// {arch}.pooling_type when it says mean or last, else mean)} -> OpenAI's list of
+// {arch}.pooling_type when it says mean or last, else mean), "normalize": true | false
+// (specula extension; false: the pooled vector without L2 normalisation)} -> OpenAI's list of
 // embeddings, computed by engine/embeddings.h (BOS added; control text not parsed). One
 // input per turn of the engine loop: decoding rows step between them. `dimensions` keeps
 // the first N values and L2-normalises them again, as OpenAI documents for its models that
@@ -93,11 +94,16 @@ void handle_embeddings(ServedModel& served, const http::Request& req, http::Exch
   auto parsed = parse_body_object(req.body);
   if (auto* e = std::get_if<ApiError>(&parsed)) return send_error(ex, *e);
   const json& j = std::get<json>(parsed);
-  if (auto e = only_fields(j, {"input", "model", "encoding_format", "pooling", "user", "dimensions"}, "/v1/embeddings"))
+  if (auto e = only_fields(j, {"input", "model", "encoding_format", "pooling", "user", "dimensions", "normalize"}, "/v1/embeddings"))
     return send_error(ex, *e);
   std::optional<int64_t> dimensions;
   FieldReader p{j, std::nullopt};
   if (!p.integer("dimensions", 1, served.model().info().n_embd, &dimensions)) return send_error(ex, *p.error);
+  bool normalize = true;
+  p.boolean("normalize", &normalize);
+  if (p.error) return send_error(ex, *p.error);
+  if (dimensions && !normalize)
+    return send_error(ex, bad_request("normalize", "'dimensions' shortens a normalised embedding; it needs 'normalize': true"));
   if (j.contains("model") && !j["model"].is_null() && j["model"] != served.id())
     return send_error(ex, api_error(StatusCode::kInvalidArgument,
                                     "model " + shown(j["model"]) + " is not served here; this server serves '" +
@@ -122,7 +128,7 @@ void handle_embeddings(ServedModel& served, const http::Request& req, http::Exch
   json data = json::array();
   for (size_t k = 0; k < inputs.size(); ++k) {
     if (ex.client_gone()) return;  // nobody to answer
-    auto v = embed(served.engine(), inputs[k], pooling == "last" ? Pooling::kLast : Pooling::kMean);
+    auto v = embed(served.engine(), inputs[k], pooling == "last" ? Pooling::kLast : Pooling::kMean, normalize);
     if (!v) {
       if (v.status().code() == StatusCode::kUnavailable)
         return send_error(ex, api_error(StatusCode::kUnavailable, "the server is shutting down"));

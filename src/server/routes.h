@@ -21,6 +21,12 @@
 
 namespace specula::server {
 
+// The API routes, the table above but /health and /metrics (the HTTP server's own): runs
+// the handler of req.method + req.path and returns true (a known path with another method:
+// a 405 answer); false, answering nothing, when no API route has that path. The server's
+// route table and the library's calls (capi/) both come here.
+bool route_api(ServedModel& served, const http::Request& req, http::Exchange& ex, GenerationLog* log);
+
 // The generation routes fill `log` for the request log line.
 void handle_completion(ServedModel& served, const http::Request& req, http::Exchange& ex, Endpoint endpoint,
                        GenerationLog* log);

@@ -1,10 +1,12 @@
-// server/served_model.h — the model a server serves and what every route shares: the
+// server/served_model.h — the model a front door serves (the HTTP server, and the library:
+// capi/ hands out a ServedModel as its specula_model) and what every route shares: the
 // model, its tokenizer, chat template and tool-call format, its sampling and embedding
 // pooling defaults, the engine that runs it, and caches built on first use (the grammar
 // vocabulary, DRY's breaker ids per list); a source of random seeds; and the stop flag
 // handlers poll while they wait.
-// Created once by Server::create; shared by every handler thread: the members are set
-// before the first request and never change, the caches take their own locks.
+// Created once (open_served_model, server/model_config.h); shared by every handler thread
+// and library call: the members are set before the first request and never change, the
+// caches take their own locks.
 // Owns: the model (last to go), the tokenizer, the template, the engine.
 // Does not: route, parse or answer requests (server.cpp and the API family files do).
 #pragma once

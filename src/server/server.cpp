@@ -75,8 +75,13 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 Result<std::unique_ptr<Server>> Server::create(std::unique_ptr<Model> model, ServerOptions options) {
   auto served = ServedModel::create(std::move(model), std::move(options));
   if (!served) return served.status();
+  return create(std::move(served).value());
+}
+
+Result<std::unique_ptr<Server>> Server::create(std::unique_ptr<ServedModel> served) {
+  if (served == nullptr) return Status::invalid_argument("[server] no model");
   std::unique_ptr<Server> s(new Server());
-  s->served_ = std::move(served).value();
+  s->served_ = std::move(served);
   const ServerOptions& opt = s->served_->options();
   http::Options ho;
   ho.host = opt.host;
@@ -173,26 +178,14 @@ void Server::dispatch(const http::Request& req, http::Exchange& raw) {
   std::fputs(line.c_str(), stderr);
 }
 
-void Server::route(const http::Request& req, http::Exchange& ex, GenerationLog* gen) {
-  if (req.path != "/health" && !authorized(req, ex)) return;
-  ServedModel& m = *served_;
+bool route_api(ServedModel& m, const http::Request& req, http::Exchange& ex, GenerationLog* gen) {
   struct Route {
     const char* method;
     const char* path;
     std::function<void()> run;
   };
   const Route routes[] = {
-      {"GET", "/health", [&] { ex.respond(200, "application/json", R"({"status":"ok"})"); }},
       {"GET", "/v1/models", [&] { handle_models(m, ex); }},
-      {"GET", "/metrics",
-       [&] {
-         std::map<int, uint64_t> by_status;
-         {
-           std::lock_guard<std::mutex> lock(counters_mu_);
-           by_status = responses_by_status_;
-         }
-         ex.respond(200, "text/plain; version=0.0.4", metrics_text(m, http_->stats(), by_status));
-       }},
       {"POST", "/v1/completions", [&] { handle_completion(m, req, ex, Endpoint::kCompletions, gen); }},
       {"POST", "/v1/chat/completions", [&] { handle_completion(m, req, ex, Endpoint::kChat, gen); }},
       {"POST", "/completion", [&] { handle_completion(m, req, ex, Endpoint::kCompletions, gen); }},  // llama-server
@@ -210,14 +203,41 @@ void Server::route(const http::Request& req, http::Exchange& ex, GenerationLog* 
   for (const Route& r : routes) {
     if (req.path != r.path) continue;
     path_known = true;
-    if (req.method == r.method) return r.run();
+    if (req.method == r.method) {
+      r.run();
+      return true;
+    }
   }
-  if (path_known) {
-    ApiError e = bad_request("", "method " + req.method + " not allowed on " + req.path);
-    e.http_override = 405;
-    return send_error_for(req, ex, e);
+  if (!path_known) return false;
+  ApiError e = bad_request("", "method " + req.method + " not allowed on " + req.path);
+  e.http_override = 405;
+  send_error_for(req, ex, e);
+  return true;
+}
+
+void Server::route(const http::Request& req, http::Exchange& ex, GenerationLog* gen) {
+  if (req.path != "/health" && !authorized(req, ex)) return;
+  ServedModel& m = *served_;
+  if (req.path == "/health" || req.path == "/metrics") {
+    if (req.method != "GET") {
+      ApiError e = bad_request("", "method " + req.method + " not allowed on " + req.path);
+      e.http_override = 405;
+      return send_error_for(req, ex, e);
+    }
+    if (req.path == "/health") {
+      ex.respond(200, "application/json", R"({"status":"ok"})");
+      return;
+    }
+    std::map<int, uint64_t> by_status;
+    {
+      std::lock_guard<std::mutex> lock(counters_mu_);
+      by_status = responses_by_status_;
+    }
+    ex.respond(200, "text/plain; version=0.0.4", metrics_text(m, http_->stats(), by_status));
+    return;
   }
-  send_error_for(req, ex, api_error(StatusCode::kNotFound, "no route for " + req.method + " " + req.path));
+  if (!route_api(m, req, ex, gen))
+    send_error_for(req, ex, api_error(StatusCode::kNotFound, "no route for " + req.method + " " + req.path));
 }
 
 }  // namespace specula::server

@@ -48,6 +48,9 @@ class Server {
   // Takes the model; builds tokenizer, chat template and engine. Errors: tokenizer or
   // template errors, engine options.
   static Result<std::unique_ptr<Server>> create(std::unique_ptr<Model> model, ServerOptions options);
+  // Serves a model already set up (server/model_config.h: open_served_model); its
+  // options' connection fields (host, port, limits, API key) apply.
+  static Result<std::unique_ptr<Server>> create(std::unique_ptr<ServedModel> served);
   ~Server();
 
   // Binds and serves until stop(). Errors: the address cannot be bound.
