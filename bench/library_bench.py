@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""bench/library_bench.py — the Python library against the server on the same work: N
-concurrent generations (default 8) of max_tokens each, greedy, with distinct prompts,
-(a) from N Python threads on one specula.Engine, (b) from N HTTP clients against
-`specula serve` with the same engine options; rounds alternate. Prints aggregate generated
-tokens per second of each and their ratio, and checks the texts are equal.
+"""bench/library_bench.py — the libraries against the server on the same work: N concurrent
+generations (default 8) of max_tokens each, greedy, with distinct prompts, (a) from N Python
+threads on one specula.Engine, (b) from N concurrent generations on one JS Model under Node
+(bench/library_bench.mjs; --no-js to skip), (c) from N HTTP clients against `specula serve`
+with the same engine options; the three alternate within each round. Prints each one's
+aggregate generated tokens per second, the ratios to the server's, and checks every text
+equals the server's.
 
   python3 bench/library_bench.py [--model PATH] [-n 8] [--tokens 128] [--rounds 3]
 
@@ -74,6 +76,7 @@ def main():
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("-t", "--threads", type=int, default=0)
+    ap.add_argument("--no-js", action="store_true")
     a = ap.parse_args()
     prompts = PROMPTS[:a.n]
     ctx = a.n * 1024
@@ -88,20 +91,38 @@ def main():
         m = re.search(r"on http://127\.0\.0\.1:(\d+)", line)
         port = int(m.group(1)) if m else None
     engine = Engine(a.model, n_parallel=a.n, n_ctx=ctx, n_threads=a.threads, cache_ram_mib=0)
+    js = None
+    if not a.no_js:
+        js = subprocess.Popen(["node", os.path.join(ROOT, "bench", "library_bench.mjs"), a.model, str(a.n), str(a.tokens),
+                               str(a.rounds), str(a.threads), json.dumps(PROMPTS)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert js.stdout.readline().strip() == "ready"
     print(f"machine: {system_info()}, {os.cpu_count()} cores; model {os.path.basename(a.model)}; "
-          f"{a.n} concurrent x {a.tokens} tokens, greedy")
-    lib_rates, http_rates = [], []
+          f"{a.n} concurrent x {a.tokens} tokens, greedy", flush=True)
+    rates = {"python": [], "js": [], "server": []}
     for r in range(a.rounds):
-        lr, lt = run_threads(engine, prompts, a.tokens)
+        pr, pt = run_threads(engine, prompts, a.tokens)
         hr, ht = run_http(port, prompts, a.tokens)
-        assert lt == ht, "the library's texts differ from the server's"
-        lib_rates.append(lr)
-        http_rates.append(hr)
-        print(f"round {r + 1}: library {lr:.1f} tok/s, server {hr:.1f} tok/s, ratio {lr / hr:.3f}")
-    lib, http = sorted(lib_rates)[len(lib_rates) // 2], sorted(http_rates)[len(http_rates) // 2]
-    print(f"median: library {lib:.1f} tok/s, server {http:.1f} tok/s, library/server {lib / http:.3f}; "
-          "texts equal in every round")
+        assert pt == ht, "the Python library's texts differ from the server's"
+        rates["python"].append(pr)
+        rates["server"].append(hr)
+        line = f"round {r + 1}: python {pr:.1f} tok/s, server {hr:.1f} tok/s"
+        if js is not None:
+            js.stdin.write("go\n")
+            js.stdin.flush()
+            got = json.loads(js.stdout.readline())
+            assert got["texts"] == ht, "the JS library's texts differ from the server's"
+            rates["js"].append(got["rate"])
+            line += f", js {got['rate']:.1f} tok/s"
+        print(line, flush=True)
+    med = {k: sorted(v)[len(v) // 2] for k, v in rates.items() if v}
+    print("median: " + ", ".join(f"{k} {v:.1f} tok/s" for k, v in med.items()) +
+          f"; python/server {med['python'] / med['server']:.3f}" +
+          (f", js/server {med['js'] / med['server']:.3f}" if "js" in med else "") + "; texts equal in every round")
     engine.close()
+    if js is not None:
+        js.stdin.close()
+        js.wait(60)
     server.terminate()
     server.wait(30)
 
