@@ -42,6 +42,10 @@ class ModelNotFound(SpeculaError, ValueError):
     """No model file at that path (a ValueError, as llama-cpp-python raises)."""
 
 
+class Unimplemented(SpeculaError, NotImplementedError):
+    """A valid request (or file) for something specula does not implement (yet)."""
+
+
 class Busy(SpeculaError):
     """The engine's queue is full; retry later."""
 
@@ -56,6 +60,7 @@ _BY_STATUS = {
     _lib.ERR_CONTEXT_OVERFLOW: ContextOverflow,
     _lib.ERR_BUSY: Busy,
     _lib.ERR_UNAVAILABLE: Closed,
+    _lib.ERR_UNIMPLEMENTED: Unimplemented,
 }
 
 

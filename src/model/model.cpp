@@ -78,7 +78,7 @@ Result<std::unique_ptr<Model>> load_model(const std::string& path, const ModelOp
   if (it == registry().end()) {
     std::string known;
     for (const auto& [k, v] : registry()) known += (known.empty() ? "" : ", ") + k;
-    return Status::error("[model] unsupported architecture '" + *arch + "' in " + path +
+    return Status::error(StatusCode::kUnimplemented, "[model] unsupported architecture '" + *arch + "' in " + path +
                          " (supported: " + known + ")");
   }
   ModelContext ctx;

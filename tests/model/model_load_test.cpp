@@ -225,6 +225,7 @@ TEST(ModelLoad, UnsupportedArchitectureIsNamed) {
   ASSERT_FALSE(m.is_ok());
   EXPECT_NE(m.message().find("unsupported architecture 'mamba9'"), std::string::npos) << m.message();
   EXPECT_NE(m.message().find("gemma3"), std::string::npos) << m.message();  // lists what is supported
+  EXPECT_EQ(m.status().code(), StatusCode::kUnimplemented);  // a valid file of a family not implemented
 }
 
 TEST(ModelLoad, MissingKeyIsNamed) {
