@@ -134,8 +134,9 @@ const abandoned = new FinalizationRegistry((handle) => {
 });
 
 class Generation {
-  constructor(handle, signal) {
+  constructor(handle, signal, model) {
     this._handle = handle;
+    this._model = model;  // kept: a model collected while it runs would cancel it
     this._text = [];
     this._tokens = [];
     this._logprobs = null;
@@ -227,7 +228,7 @@ class Generation {
 }
 
 // A call's answer: a whole JSON body, or (stream: true) an async iterable of its events.
-async function* callEvents(call) {
+async function* callEvents(call, model) {  // eslint-disable-line no-unused-vars -- model: kept alive
   try {
     for (;;) {
       const ev = await call.next();
@@ -292,7 +293,7 @@ class Model {
     } catch (e) {
       throw wrap(e);
     }
-    return new Generation(handle, options.signal);
+    return new Generation(handle, options.signal, this);
   }
 
   tokenize(text, { addSpecial = true, parseSpecial = false } = {}) {
@@ -332,7 +333,7 @@ class Model {
     } catch (e) {
       throw wrap(e);
     }
-    const events = callEvents(c);
+    const events = callEvents(c, this);
     if (body && body.stream) return events;
     return (async () => {
       for await (const ev of events) return ev;

@@ -2,7 +2,8 @@
 """tools/make_python_fixtures.py — llama-cpp-python (llama.cpp) as the oracle of the Python
 package's tests (python/tests/): writes tests/fixtures/python/llama_cpp_reference.json with,
 per model (Gemma 3 270M, Qwen2.5-Coder 0.5B Instruct, from ~/.cache/specula/models):
-  - tokenize: llama-cpp-python's ids for a set of texts (add_bos=True, special=False);
+  - tokenize: llama-cpp-python's ids for a set of texts (add_bos=True, special=False), and
+    its detokenize of those ids (special=False and True);
   - completions: for a set of prompts, the greedy continuation (max_tokens 32, temperature 0)
     with, per generated token, its text, the margin between the two most likely tokens and
     the runner-up's text (logprobs=2), so that a test can tell a real difference from a
@@ -52,8 +53,13 @@ def main():
                        ("qwen25_coder_05b", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")]:
         path = os.path.join(MODELS, file)
         llm = Llama(model_path=path, n_ctx=2048, n_threads=2, logits_all=True, verbose=False)
-        m = {"file": file, "tokenize": [{"text": t, "ids": llm.tokenize(t.encode(), add_bos=True, special=False)}
-                                        for t in TEXTS],
+        tok = []
+        for t in TEXTS:
+            ids = llm.tokenize(t.encode(), add_bos=True, special=False)
+            tok.append({"text": t, "ids": ids,
+                        "detokenize": llm.detokenize(ids).decode("utf-8", "replace"),
+                        "detokenize_special": llm.detokenize(ids, special=True).decode("utf-8", "replace")})
+        m = {"file": file, "tokenize": tok,
              "completions": completions(llm)}
         llm.close()
         if name.startswith("qwen"):

@@ -104,7 +104,7 @@ typedef struct specula_model_params {
   int32_t n_parallel;           /* requests decoded together (state rows), 1..256; default 4 */
   int64_t n_ctx;                /* total tokens of all requests (llama-server's -c); one request may
                                    use all of it, at most the model's training context;
-                                   0: 4096 x n_parallel */
+                                   0: 4096 x n_parallel; -1: the training context x n_parallel */
   const char* cache_type_k;     /* K cache type: f16 (default), q8_0, q4_0, tq3..tq5 (NULL: f16) */
   const char* cache_type_v;     /* V cache type (NULL: f16) */
   int64_t kv_delay;             /* delayed quantization: newest N positions kept in f16; 0: off */
@@ -158,9 +158,11 @@ SPECULA_API int32_t specula_model_token_eos(const specula_model* model);   /* -1
 SPECULA_API int32_t specula_model_token_is_eog(const specula_model* model, int32_t token);
 /* The id requests name (model_id or the file name); valid while the model lives. */
 SPECULA_API const char* specula_model_id(const specula_model* model);
-/* {"id", "path", "architecture", "name", "n_params", "n_vocab", "n_ctx", "n_ctx_train", "n_embd",
- *  "n_layer", "chat_template" (source or null), "tool_format", "kv_layouts", "metadata"
- *  (GGUF keys -> values, arrays shortened)} as JSON; free with specula_free. */
+/* {"id", "path", "architecture", "name", "n_vocab", "n_ctx", "n_ctx_train", "n_embd",
+ *  "n_layer", "n_parallel", "chat_template" (where the template came from: "model metadata",
+ *  "file", or null when there is none), "kv_layouts", "system_info", "metadata" (the GGUF's
+ *  scalar keys -> their values as text, as llama-cpp-python's Llama.metadata; arrays left
+ *  out)} as JSON; free with specula_free. */
 SPECULA_API specula_status specula_model_info_json(const specula_model* model, char** out_json);
 
 /* The engine's counters now, as JSON: {"running_rows", "queue_depth", "n_rows", "steps",
@@ -178,10 +180,12 @@ SPECULA_API specula_status specula_model_stats_json(const specula_model* model, 
 SPECULA_API specula_status specula_tokenize(const specula_model* model, const char* text, size_t text_len,
                                             int32_t add_special, int32_t parse_special, int32_t** out_tokens,
                                             size_t* n_tokens);
-/* The text of tokens[0..n_tokens): remove_special drops BOS/EOS, render_special writes
- * control tokens' text. A cut multi-byte character becomes U+FFFD. *out_text (free with
- * specula_free) is NUL-terminated; *out_len (may be NULL) its length. Errors:
- * SPECULA_ERR_INVALID_ARGUMENT (an id outside [0, n_vocab): the message names it). */
+/* The bytes of tokens[0..n_tokens), as llama.cpp's llama_detokenize: remove_special drops
+ * BOS/EOS, render_special writes control tokens' text. The bytes are the tokens' pieces
+ * (a character cut at the end stays cut; a tokenizer.json model replaces invalid bytes by
+ * U+FFFD). *out_text (free with specula_free) is NUL-terminated; *out_len (may be NULL) its
+ * length. Errors: SPECULA_ERR_INVALID_ARGUMENT (an id outside [0, n_vocab): the message
+ * names it). */
 SPECULA_API specula_status specula_detokenize(const specula_model* model, const int32_t* tokens, size_t n_tokens,
                                               int32_t remove_special, int32_t render_special, char** out_text,
                                               size_t* out_len);
@@ -213,7 +217,7 @@ typedef struct specula_request_params {
   const char* messages_json;         /* ... or chat messages (JSON array), rendered by the template */
   const char* tools_json;            /* with messages: tool definitions (JSON array; NULL: none) */
   int32_t max_tokens;                /* tokens to generate at most; -1: until the context is full;
-                                        0: prefill only */
+                                        0 (a prompt, not messages): prefill only */
   float temperature;                 /* NAN: default; 0: greedy */
   float top_p;                       /* NAN: default */
   int32_t top_k;                     /* -1: default; 0: off */
@@ -223,7 +227,7 @@ typedef struct specula_request_params {
   float frequency_penalty;           /* NAN: default (0) */
   int32_t has_seed;                  /* 1: use `seed`; 0: a random seed */
   uint64_t seed;
-  const char* const* stop;           /* stop strings (up to 16): the text ends before one */
+  const char* const* stop;           /* stop strings (up to 64): the text ends before one */
   size_t n_stop;
   int32_t logprobs;                  /* -1: none; 0..20: each token's logprob (+ k alternatives in
                                         options_json's answer shape; here the token's own) */
@@ -289,8 +293,11 @@ SPECULA_API void specula_request_free(specula_request* request);
 /* Called by specula_generate on the calling thread for every update; return 0 to cancel. */
 typedef int32_t (*specula_update_callback)(const specula_request_update* update, void* user_data);
 /* specula_request_start + next until finished, calling `callback` for each update (NULL:
- * none); *final_update (may be NULL) gets the last one, whose pointers stay valid until
- * the next specula_generate on this thread. Errors: those of specula_request_start. */
+ * none) on the calling thread; *final_update (may be NULL; its struct_size set) gets the
+ * last one, copied: its pointers stay valid until the next specula_generate on this thread.
+ * The request is freed before it returns. Errors: those of specula_request_start, and
+ * SPECULA_ERR_INVALID_ARGUMENT for a final_update whose struct_size is wrong (checked
+ * first). */
 SPECULA_API specula_status specula_generate(specula_model* model, const specula_request_params* params,
                                             specula_update_callback callback, void* user_data,
                                             specula_request_update* final_update);

@@ -1,7 +1,9 @@
 // js/src/addon.cpp — the Node-API addon of the `specula` npm package (loads in Node and Bun):
 // the C API (include/specula/specula.h) as JS objects. Blocking calls (loading a model, waiting
 // for a request's or a call's next update) run on the libuv thread pool (AsyncWorker) and
-// resolve promises; waits are bounded (kWaitMs) so a pool thread never sits on one request.
+// resolve promises; waits are bounded (kWaitMs) so a pool thread never sits long on one
+// request (the pool has 4 threads unless UV_THREADPOOL_SIZE says more: with many more
+// generations at once than that, their updates take turns on it).
 // A handle's state is shared with its workers: close() while a wait is in flight only cancels,
 // and the worker frees the handle when it comes back — no use after free. The JS API (index.js)
 // validates arguments and wraps these in TypeScript idiom; nothing here is public API.
@@ -19,7 +21,7 @@
 
 namespace {
 
-constexpr int32_t kWaitMs = 100;
+constexpr int32_t kWaitMs = 50;
 
 Napi::Error specula_error(Napi::Env env, specula_status st) {
   Napi::Error e = Napi::Error::New(env, specula_last_error());
@@ -34,9 +36,15 @@ struct ModelState {
   specula_model* model = nullptr;  // null once closed
 };
 
+// The classes' constructors, per environment (the main thread and each worker thread that
+// loads the addon have their own).
+struct AddonData {
+  Napi::FunctionReference model, request, call;
+};
+AddonData& data(Napi::Env env) { return *env.GetInstanceData<AddonData>(); }
+
 class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
  public:
-  static Napi::FunctionReference ctor;
   static void Init(Napi::Env env, Napi::Object exports);
   explicit ModelWrap(const Napi::CallbackInfo& info);
   ~ModelWrap() override { close_now(); }
@@ -67,7 +75,6 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
 
   std::shared_ptr<ModelState> state_ = std::make_shared<ModelState>();
 };
-Napi::FunctionReference ModelWrap::ctor;
 
 ModelWrap::ModelWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<ModelWrap>(info) {
   if (info.Length() == 1 && info[0].IsExternal()) state_->model = info[0].As<Napi::External<specula_model>>().Data();
@@ -135,7 +142,7 @@ class LoadWorker : public Napi::AsyncWorker {
       deferred_.Reject(e.Value());
       return;
     }
-    deferred_.Resolve(ModelWrap::ctor.New({Napi::External<specula_model>::New(env, model_)}));
+    deferred_.Resolve(data(env).model.New({Napi::External<specula_model>::New(env, model_)}));
   }
   void OnError(const Napi::Error& e) override { deferred_.Reject(e.Value()); }
 
@@ -264,7 +271,6 @@ struct Update {
 
 class RequestWrap : public Napi::ObjectWrap<RequestWrap> {
  public:
-  static Napi::FunctionReference ctor;
   static void Init(Napi::Env env, Napi::Object exports);
   explicit RequestWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<RequestWrap>(info) {
     if (info.Length() == 1 && info[0].IsExternal()) state_->req = info[0].As<Napi::External<specula_request>>().Data();
@@ -295,7 +301,6 @@ class RequestWrap : public Napi::ObjectWrap<RequestWrap> {
     return info.Env().Undefined();
   }
 };
-Napi::FunctionReference RequestWrap::ctor;
 
 class NextWorker : public Napi::AsyncWorker {
  public:
@@ -480,7 +485,7 @@ Napi::Value ModelWrap::StartRequest(const Napi::CallbackInfo& info) {
     st = specula_request_start(handle(env), &p, &r);
   }
   if (st != SPECULA_OK) throw specula_error(env, st);
-  return RequestWrap::ctor.New({Napi::External<specula_request>::New(env, r)});
+  return data(env).request.New({Napi::External<specula_request>::New(env, r)});
 }
 
 // ---- calls ----------------------------------------------------------------------------
@@ -493,7 +498,6 @@ struct CallState {
 
 class CallWrap : public Napi::ObjectWrap<CallWrap> {
  public:
-  static Napi::FunctionReference ctor;
   static void Init(Napi::Env env, Napi::Object exports);
   explicit CallWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<CallWrap>(info) {
     if (info.Length() == 1 && info[0].IsExternal()) state_->call = info[0].As<Napi::External<specula_call>>().Data();
@@ -522,7 +526,6 @@ class CallWrap : public Napi::ObjectWrap<CallWrap> {
     return info.Env().Undefined();
   }
 };
-Napi::FunctionReference CallWrap::ctor;
 
 class CallNextWorker : public Napi::AsyncWorker {
  public:
@@ -599,7 +602,7 @@ Napi::Value ModelWrap::StartCall(const Napi::CallbackInfo& info) {
     st = specula_call_start(handle(env), method.c_str(), path.c_str(), has_body ? body.data() : nullptr, body.size(), &c);
   }
   if (st != SPECULA_OK) throw specula_error(env, st);
-  return CallWrap::ctor.New({Napi::External<specula_call>::New(env, c)});
+  return data(env).call.New({Napi::External<specula_call>::New(env, c)});
 }
 
 void ModelWrap::Init(Napi::Env env, Napi::Object exports) {
@@ -613,7 +616,7 @@ void ModelWrap::Init(Napi::Env env, Napi::Object exports) {
                                   InstanceMethod("startRequest", &ModelWrap::StartRequest),
                                   InstanceMethod("startCall", &ModelWrap::StartCall),
                                   InstanceMethod("close", &ModelWrap::Close)});
-  ctor = Napi::Persistent(f);
+  data(env).model = Napi::Persistent(f);
   exports.Set("NativeModel", f);
 }
 
@@ -621,7 +624,7 @@ void RequestWrap::Init(Napi::Env env, Napi::Object exports) {
   Napi::Function f = DefineClass(env, "NativeRequest",
                                  {InstanceMethod("next", &RequestWrap::Next), InstanceMethod("cancel", &RequestWrap::Cancel),
                                   InstanceMethod("close", &RequestWrap::Close)});
-  ctor = Napi::Persistent(f);
+  data(env).request = Napi::Persistent(f);
   exports.Set("NativeRequest", f);
 }
 
@@ -629,11 +632,12 @@ void CallWrap::Init(Napi::Env env, Napi::Object exports) {
   Napi::Function f = DefineClass(env, "NativeCall",
                                  {InstanceMethod("next", &CallWrap::Next), InstanceMethod("cancel", &CallWrap::Cancel),
                                   InstanceMethod("close", &CallWrap::Close)});
-  ctor = Napi::Persistent(f);
+  data(env).call = Napi::Persistent(f);
   exports.Set("NativeCall", f);
 }
 
 Napi::Object InitAll(Napi::Env env, Napi::Object exports) {
+  env.SetInstanceData(new AddonData());  // deleted with the environment
   ModelWrap::Init(env, exports);
   RequestWrap::Init(env, exports);
   CallWrap::Init(env, exports);

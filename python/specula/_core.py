@@ -156,25 +156,32 @@ class Model:
 
     # Metadata.
     def n_ctx(self) -> int:
-        return lib.specula_model_n_ctx(self._handle())
+        with self._lock:
+            return lib.specula_model_n_ctx(self._handle())
 
     def n_vocab(self) -> int:
-        return lib.specula_model_n_vocab(self._handle())
+        with self._lock:
+            return lib.specula_model_n_vocab(self._handle())
 
     def n_embd(self) -> int:
-        return lib.specula_model_n_embd(self._handle())
+        with self._lock:
+            return lib.specula_model_n_embd(self._handle())
 
     def token_bos(self) -> int:
-        return lib.specula_model_token_bos(self._handle())
+        with self._lock:
+            return lib.specula_model_token_bos(self._handle())
 
     def token_eos(self) -> int:
-        return lib.specula_model_token_eos(self._handle())
+        with self._lock:
+            return lib.specula_model_token_eos(self._handle())
 
     def is_eog(self, token: int) -> bool:
-        return bool(lib.specula_model_token_is_eog(self._handle(), int(token)))
+        with self._lock:
+            return bool(lib.specula_model_token_is_eog(self._handle(), int(token)))
 
     def model_id(self) -> str:
-        return lib.specula_model_id(self._handle()).decode()
+        with self._lock:
+            return lib.specula_model_id(self._handle()).decode()
 
     def info(self) -> dict:
         out = ctypes.c_void_p()
@@ -219,6 +226,16 @@ class Model:
             raise_status(st)
         return _lib.take_string(out, n.value)
 
+    def token_to_piece(self, token: int, render_special: bool) -> bytes:
+        out = ctypes.c_void_p()
+        n = ctypes.c_size_t()
+        with self._lock:
+            st = lib.specula_token_to_piece(self._handle(), int(token), int(render_special), ctypes.byref(out),
+                                            ctypes.byref(n))
+        if st != _lib.OK:
+            raise_status(st)
+        return _lib.take_string(out, n.value)
+
     def apply_chat_template(self, messages: list, tools: Optional[list] = None) -> tuple[str, list[int]]:
         text = ctypes.c_void_p()
         ids = ctypes.POINTER(ctypes.c_int32)()
@@ -240,7 +257,7 @@ class Model:
                                         0 if data is None else len(data), ctypes.byref(ptr))
         if st != _lib.OK:
             raise_status(st)
-        return Call(ptr)
+        return Call(ptr, self)
 
 
 def _dumps(obj: Any, what: str) -> bytes:
@@ -264,8 +281,9 @@ def _id_array(tokens) -> ctypes.Array:
 class Call:
     """A running route: its events, polled; cancel() is the client hanging up."""
 
-    def __init__(self, ptr: ctypes.c_void_p):
+    def __init__(self, ptr: ctypes.c_void_p, model: "Model"):
         self._ptr = ptr
+        self._model = model  # a model collected while its calls run would cancel them
         self._ev = _lib.CallEvent()
         self._ev.struct_size = ctypes.sizeof(_lib.CallEvent)
 

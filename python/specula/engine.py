@@ -62,8 +62,9 @@ class Request:
     """A running request: iterate it (or `async for`) for TokenEvents; result() waits for the
     end. One consumer at a time; cancel() from anywhere."""
 
-    def __init__(self, ptr: ctypes.c_void_p):
+    def __init__(self, ptr: ctypes.c_void_p, model: Model):
         self._ptr = ptr
+        self._model = model  # kept: a model collected while its requests run would cancel them
         self._lock = threading.Lock()         # one consumer polls at a time
         self._handle_lock = threading.Lock()  # cancel() against close() freeing the handle
         self._upd = _lib.RequestUpdate()
@@ -283,7 +284,7 @@ class Engine:
             st = lib.specula_request_start(self.model._handle(), ctypes.byref(p), ctypes.byref(ptr))
         if st != _lib.OK:
             raise_status(st)
-        return Request(ptr)
+        return Request(ptr, self.model)
 
     def generate(self, prompt: Union[str, Sequence[int], None] = None, **kwargs: Any) -> Completion:
         """submit() and wait for the end."""

@@ -28,7 +28,7 @@ import os
 import random
 from typing import Any, Dict, Iterator, List, Optional, Union
 
-from ._core import InvalidArgument, Model
+from ._core import ContextOverflow, InvalidArgument, Model
 
 LLAMA_DEFAULT_SEED = 0xFFFFFFFF
 
@@ -85,12 +85,11 @@ class Llama:
         self.model_path = os.fspath(model_path) if isinstance(model_path, os.PathLike) else model_path
         self.verbose = verbose
         self._embedding = embedding
-        self._seed = seed
+        self._seed = seed or LLAMA_DEFAULT_SEED
         params: Dict[str, Any] = dict(extra)
         params["n_threads"] = 0 if n_threads is None or n_threads <= 0 else n_threads
         params["n_parallel"] = n_parallel
-        if n_ctx > 0:
-            params["n_ctx"] = n_ctx * n_parallel
+        params["n_ctx"] = n_ctx * n_parallel if n_ctx > 0 else -1  # 0: the model's training context
         params["cache_type_k"] = _kv_type(type_k, "type_k")
         params["cache_type_v"] = _kv_type(type_v, "type_v")
         if chat_template is not None:
@@ -133,11 +132,15 @@ class Llama:
         return self._model.tokenize(text, add_bos, special)
 
     def detokenize(self, tokens: List[int], prev_tokens: Optional[List[int]] = None, special: bool = False) -> bytes:
-        if prev_tokens:
-            whole = self._model.detokenize(list(prev_tokens) + list(tokens), False, special)
-            head = self._model.detokenize(list(prev_tokens), False, special)
-            return whole[len(head):]
-        return self._model.detokenize(tokens, False, special)
+        """As llama-cpp-python's: the tokens' pieces (control tokens' text with special),
+        one leading space dropped when the first token is BOS; prev_tokens is accepted and,
+        as there, not used."""
+        if isinstance(tokens, (str, bytes)) or not all(isinstance(t, int) and not isinstance(t, bool) for t in tokens):
+            raise TypeError("tokens must be a list of token ids")
+        out = b"".join(self._model.token_to_piece(t, special) for t in tokens)
+        if tokens and tokens[0] == self.token_bos() and out[:1] == b" ":
+            out = out[1:]
+        return out
 
     # -- generation -----------------------------------------------------------------
     def __call__(self, prompt: Union[str, List[int]], *args: Any, **kwargs: Any):
@@ -159,6 +162,8 @@ class Llama:
             prompt = prompt.decode("utf-8")
         if not isinstance(prompt, (str, list)):
             raise TypeError(f"prompt must be a str or a list of token ids, not {type(prompt).__name__}")
+        n_prompt = len(prompt) if isinstance(prompt, list) else len(self._model.tokenize(prompt.encode("utf-8"), True, True))
+        max_tokens = self._fit(n_prompt, max_tokens)
         body: Dict[str, Any] = {"prompt": prompt, "echo": echo}
         body.update(self._sampling(max_tokens, temperature, top_p, min_p, typical_p, stop, frequency_penalty,
                                    presence_penalty, repeat_penalty, top_k, seed, tfs_z, mirostat_mode, mirostat_tau,
@@ -188,6 +193,13 @@ class Llama:
                 tool_choice = {"type": "function", "function": function_call}
             elif function_call in ("auto", "none"):
                 tool_choice = function_call
+        if max_tokens is not None and max_tokens > 0:
+            try:
+                ids = self._model.apply_chat_template(messages, tools if tool_choice != "none" else None)[1]
+            except Exception:  # noqa: BLE001 — the request itself will say what is wrong
+                ids = None
+            if ids is not None:
+                max_tokens = self._fit(len(ids), max_tokens)
         body: Dict[str, Any] = {"messages": messages}
         if tools is not None:
             body["tools"] = tools
@@ -230,6 +242,17 @@ class Llama:
                 "usage": {"prompt_tokens": n, "total_tokens": n}}
 
     # -- helpers --------------------------------------------------------------------
+    def _fit(self, n_prompt: int, max_tokens: Optional[int]) -> Optional[int]:
+        """As llama-cpp-python: a prompt that fills the context is an error; max_tokens is cut
+        to what is left of it."""
+        n_ctx = self.n_ctx()
+        if n_prompt >= n_ctx:
+            raise ContextOverflow(f"Requested tokens ({n_prompt}) exceed context window of {n_ctx}",
+                                  "context_overflow", "prompt")
+        if max_tokens is None or max_tokens <= 0:
+            return None
+        return min(max_tokens, n_ctx - n_prompt)
+
     def _sampling(self, max_tokens, temperature, top_p, min_p, typical_p, stop, frequency_penalty, presence_penalty,
                   repeat_penalty, top_k, seed, tfs_z, mirostat_mode, mirostat_tau, mirostat_eta, grammar,
                   logit_bias) -> Dict[str, Any]:
@@ -246,9 +269,10 @@ class Llama:
             b.update({"mirostat": mirostat_mode, "mirostat_tau": mirostat_tau, "mirostat_eta": mirostat_eta})
         if stop:
             b["stop"] = [stop] if isinstance(stop, str) else list(stop)
-        if seed is None and self._seed != LLAMA_DEFAULT_SEED:
-            seed = self._seed
-        b["seed"] = seed if seed is not None else random.getrandbits(63)
+        # As llama-cpp-python: a call's seed becomes the model's; without one, the next seed
+        # is drawn from the model's (so a run of calls is reproducible from the constructor's).
+        self._seed = seed if seed is not None else random.Random(self._seed).randint(0, 2**32)
+        b["seed"] = self._seed
         if grammar is not None:
             if isinstance(grammar, str):
                 b["grammar"] = grammar
@@ -270,8 +294,8 @@ class Llama:
         return answer
 
     def _stream(self, path: str, body: Dict[str, Any], name: str) -> Iterator[Dict[str, Any]]:
-        # The call starts before the first next(), as llama-cpp-python's generator starts
-        # its work on first use: errors in the request raise on first iteration.
+        # The call starts at the first next(), as llama-cpp-python's generator starts its
+        # work on first use: errors in the request raise on the first iteration.
         call = self._model.call("POST", path, body)
         for chunk in call.stream():
             if "model" in chunk:

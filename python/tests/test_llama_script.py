@@ -30,7 +30,7 @@ def test_script_with_only_the_import_changed(qwen_path, reference, tmp_path):
         assert first_difference(got[k], want[k]) == -1, (k, got[k], want[k])
     assert got["completion_finish"] == want["completion_finish"]
     assert got["completion_usage"] == want["completion_usage"]
-    assert got["chat_stream"] == got["chat"]
+    assert got["chat_stream"] == got["chat"] == want["chat_stream"]
     assert got["chat_role"] == "assistant"
     assert got["tool_name"] == "get_weather" == want["tool_name"]
     assert isinstance(got["tool_arguments"].get("city"), str)

@@ -386,7 +386,13 @@ void fill_update(specula_request* r, specula_request_update* u) {
   u->accepted_tokens = s.accepted;
 }
 
-thread_local std::unique_ptr<specula_request, void (*)(specula_request*)> g_generate_last{nullptr, specula_request_free};
+// specula_generate's final update, copied: the request is freed before it returns.
+struct FinalUpdate {
+  std::vector<int32_t> tokens;
+  std::vector<float> logprobs;
+  std::string text, finish_reason, stop_sequence, error;
+};
+thread_local FinalUpdate g_generate_final;
 
 }  // namespace
 
@@ -740,9 +746,12 @@ void specula_request_free(specula_request* r) {
 
 specula_status specula_generate(specula_model* m, const specula_request_params* params, specula_update_callback callback,
                                 void* user_data, specula_request_update* final_update) {
+  if (final_update != nullptr && final_update->struct_size != sizeof(specula_request_update))
+    return fail(SPECULA_ERR_INVALID_ARGUMENT, "final_update.struct_size must be sizeof(specula_request_update) = " +
+                                                  std::to_string(sizeof(specula_request_update)));
   specula_request* r = nullptr;
   if (specula_status st = specula_request_start(m, params, &r); st != SPECULA_OK) return st;
-  g_generate_last.reset(r);
+  std::unique_ptr<specula_request, void (*)(specula_request*)> owned(r, specula_request_free);
   specula_request_update u;
   u.struct_size = sizeof(u);
   for (;;) {
@@ -752,9 +761,23 @@ specula_status specula_generate(specula_model* m, const specula_request_params* 
     if (u.finished) break;
   }
   if (final_update != nullptr) {
-    if (final_update->struct_size != sizeof(specula_request_update))
-      return fail(SPECULA_ERR_INVALID_ARGUMENT, "final_update.struct_size must be sizeof(specula_request_update)");
-    *final_update = u;
+    return guarded([&]() -> specula_status {
+      FinalUpdate& f = g_generate_final;
+      f.tokens.assign(u.tokens, u.tokens + u.n_tokens);
+      f.logprobs.assign(u.logprobs != nullptr ? u.logprobs : nullptr, u.logprobs != nullptr ? u.logprobs + u.n_tokens : nullptr);
+      f.text.assign(u.text, u.text_len);
+      f.finish_reason = u.finish_reason;
+      f.stop_sequence = u.stop_sequence != nullptr ? u.stop_sequence : "";
+      f.error = u.error != nullptr ? u.error : "";
+      *final_update = u;
+      final_update->tokens = f.tokens.data();
+      final_update->logprobs = u.logprobs != nullptr ? f.logprobs.data() : nullptr;
+      final_update->text = f.text.c_str();
+      final_update->finish_reason = f.finish_reason.c_str();
+      final_update->stop_sequence = u.stop_sequence != nullptr ? f.stop_sequence.c_str() : nullptr;
+      final_update->error = u.error != nullptr ? f.error.c_str() : nullptr;
+      return SPECULA_OK;
+    });
   }
   return SPECULA_OK;
 }

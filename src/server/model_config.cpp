@@ -22,7 +22,7 @@ Status check_config(const ModelConfig& c) {
   };
   const Range ranges[] = {
       {"parallel", c.parallel, 1, 256},
-      {"ctx", c.ctx, 0, int64_t{1} << 26},
+      {"ctx", c.ctx, -1, int64_t{1} << 26},
       {"kv_budget", c.kv_budget, 0, int64_t{1} << 50},
       {"step_tokens", c.step_tokens, 1, int64_t{1} << 20},
       {"queue", c.queue, 0, 100000},
@@ -35,7 +35,7 @@ Status check_config(const ModelConfig& c) {
   };
   for (const Range& r : ranges)
     if (r.v < r.lo || r.v > r.hi) return out_of_range(r.field, r.v, r.lo, r.hi);
-  if (c.ctx != 0 && c.ctx < 16) return out_of_range("ctx", c.ctx, 16, int64_t{1} << 26);
+  if (c.ctx > 0 && c.ctx < 16) return out_of_range("ctx", c.ctx, 16, int64_t{1} << 26);
   if (!c.pooling.empty() && c.pooling != "mean" && c.pooling != "last")
     return Status::invalid_argument("[server] pooling '" + c.pooling + "': use mean or last");
   return Status::ok();
@@ -73,7 +73,8 @@ Result<std::unique_ptr<ServedModel>> open_served_model(std::unique_ptr<Model> mo
   // holds that many tokens, and one request may use up to all of it (at most the model's
   // training context).
   const int64_t n_ctx_train = model->info().n_ctx_train;
-  const int64_t total_ctx = c.ctx > 0 ? c.ctx : int64_t{4096} * c.parallel;
+  const int64_t per_row = c.ctx < 0 && n_ctx_train > 0 ? n_ctx_train : 4096;
+  const int64_t total_ctx = c.ctx > 0 ? c.ctx : per_row * c.parallel;
   EngineOptions& eo = so.engine;
   eo.n_rows = c.parallel;
   eo.n_ctx = n_ctx_train > 0 ? std::min<int64_t>(total_ctx, n_ctx_train) : total_ctx;

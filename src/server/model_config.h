@@ -26,7 +26,8 @@ struct ModelConfig {
   std::optional<std::string> chat_template;  // Jinja source replacing the model's own
   int parallel = 4;                          // requests decoded together (state rows), 1..256
   // Total tokens all requests hold together (llama-server's -c); one request may use all
-  // of it, at most the model's training context. 0: 4096 x parallel.
+  // of it, at most the model's training context. 0: 4096 x parallel; -1: the training
+  // context (4096 when the model does not say) x parallel.
   int64_t ctx = 0;
   CacheOptions cache;                        // K/V cache types, delayed quantization
   int64_t kv_budget = 0;                     // bytes of state all rows may hold; 0: from ctx

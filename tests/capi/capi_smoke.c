@@ -169,6 +169,14 @@ int main(int argc, char** argv) {
   rp.ignore_eos = 1;
   st = specula_request_start(model, &rp, &req);
   CHECK(st == SPECULA_OK, "long request");
+  {
+    /* Partway: after its first tokens. */
+    specula_request_update u;
+    u.struct_size = sizeof u;
+    while ((st = specula_request_next(req, 1000, &u)) == SPECULA_ERR_TIMEOUT) {
+    }
+    CHECK(st == SPECULA_OK && u.n_tokens > 0 && !u.finished, "first tokens of the long request");
+  }
   specula_request_cancel(req);
   for (;;) {
     specula_request_update u;
