@@ -50,7 +50,11 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
   ~ModelWrap() override { close_now(); }
 
   specula_model* handle(Napi::Env env) {
-    if (state_->model == nullptr) throw Napi::Error::New(env, "the model is closed");
+    if (state_->model == nullptr) {
+      Napi::Error e = Napi::Error::New(env, "the model is closed");
+      e.Set("code", Napi::String::New(env, "unavailable"));
+      throw e;
+    }
     return state_->model;
   }
 

@@ -71,6 +71,7 @@ test('bad input: clear errors, no crash', async () => {
   await assert.rejects(Model.load(QWEN, { nParallel: 'four' }), TypeError);
   await assert.rejects(Model.load(QWEN, { nParallel: 100000 }), (e) => e instanceof SpeculaError && /parallel/.test(e.message));
   await assert.rejects(Model.load(42), TypeError);
+  await assert.rejects(Model.load('/etc/hostname'), (e) => e instanceof SpeculaError && e.code === 'invalid_argument' && /GGUF/.test(e.message));
 });
 
 test('load', async () => {
@@ -185,8 +186,8 @@ test('a closed model', async () => {
   qwen.close();
   const r = await g.result;
   assert.equal(r.finishReason, 'cancelled');
-  assert.throws(() => qwen.generate({ prompt: 'x' }), /closed/);
-  assert.throws(() => qwen.tokenize('x'), /closed/);
+  assert.throws(() => qwen.generate({ prompt: 'x' }), (e) => /closed/.test(e.message) && e.code === 'unavailable');
+  assert.throws(() => qwen.tokenize('x'), (e) => /closed/.test(e.message) && e.code === 'unavailable');
   qwen.close();
 });
 

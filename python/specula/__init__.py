@@ -6,7 +6,8 @@
 Both run on libspecula (the C API, include/specula/specula.h) through ctypes: the GIL is
 released while the engine works.
 """
-from ._core import Busy, Closed, ContextOverflow, InvalidArgument, ModelNotFound, SpeculaError, Unimplemented
+from ._core import (Busy, Closed, ContextOverflow, InvalidArgument, ModelNotFound, NotFound, SpeculaError,
+                    Unimplemented)
 from ._lib import lib as _native
 from .engine import Completion, Engine, Request, TokenEvent
 from .llama import LLAMA_DEFAULT_SEED, Llama
@@ -22,5 +23,6 @@ def system_info() -> str:
 
 
 __all__ = ["Llama", "Engine", "Request", "TokenEvent", "Completion", "LlamaGrammar", "LlamaPromptLookupDecoding",
-           "SpeculaError", "InvalidArgument", "ContextOverflow", "ModelNotFound", "Unimplemented", "Busy", "Closed",
+           "SpeculaError", "InvalidArgument", "ContextOverflow", "NotFound", "ModelNotFound", "Unimplemented", "Busy",
+           "Closed",
            "LLAMA_DEFAULT_SEED", "system_info", "__version__"]

@@ -38,7 +38,11 @@ class ContextOverflow(InvalidArgument):
     """The prompt (+ max_tokens) does not fit the context."""
 
 
-class ModelNotFound(SpeculaError, ValueError):
+class NotFound(SpeculaError, LookupError):
+    """A named thing does not exist (a route of a call, a file the parameters name)."""
+
+
+class ModelNotFound(NotFound, ValueError):
     """No model file at that path (a ValueError, as llama-cpp-python raises)."""
 
 
@@ -82,7 +86,9 @@ def raise_answer(http_status: int, body: bytes) -> None:
         message, param, code = body.decode("utf-8", "replace"), None, None
     if http_status == 400 and code == "context_length_exceeded":
         cls = ContextOverflow
-    elif http_status in (400, 404, 405, 413, 422):
+    elif http_status == 404:
+        cls = NotFound
+    elif http_status in (400, 405, 413, 422):
         cls = InvalidArgument
     elif http_status == 429:
         cls = Busy

@@ -299,8 +299,13 @@ class Engine:
         c = self.model.call(method, path, body)
         return c.stream() if body and body.get("stream") else c.whole()
 
-    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = False) -> List[int]:
-        return self.model.tokenize(text.encode("utf-8"), add_special, parse_special)
+    def tokenize(self, text: Union[str, bytes], add_special: bool = True, parse_special: bool = False) -> List[int]:
+        """Token ids of text (str, or UTF-8 bytes)."""
+        if isinstance(text, str):
+            text = text.encode("utf-8")
+        if not isinstance(text, (bytes, bytearray)):
+            raise TypeError(f"tokenize takes a str or bytes, not {type(text).__name__}")
+        return self.model.tokenize(bytes(text), add_special, parse_special)
 
     def detokenize(self, tokens: Sequence[int], render_special: bool = False) -> str:
         return self.model.detokenize(list(tokens), False, render_special).decode("utf-8", "replace")

@@ -26,9 +26,11 @@ def test_missing_model():
 def test_not_a_model(tmp_path):
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(b"GGUF" + os.urandom(200))
-    with pytest.raises(specula.SpeculaError) as e:
+    with pytest.raises(ValueError) as e:  # as llama-cpp-python: a file that is not a model
         Llama(str(bad))
-    assert "gguf" in str(e.value).lower()
+    assert "gguf" in str(e.value).lower() and isinstance(e.value, specula.InvalidArgument)
+    with pytest.raises(specula.InvalidArgument, match="config.json"):
+        Llama(str(tmp_path))  # a folder that is not a model folder
 
 
 def test_unknown_option(qwen_path):
@@ -89,6 +91,16 @@ def test_engine_bad_requests(qwen_path):
     e.close()
     with pytest.raises(specula.Closed):
         e.submit("x")
+
+
+def test_unknown_route_and_bytes(qwen_path):
+    e = Engine(qwen_path, n_parallel=1, n_ctx=512, n_threads=2, cache_ram_mib=0)
+    with pytest.raises(specula.NotFound, match="no route"):
+        e.call("/v1/nothing", {})
+    assert e.tokenize(b"Hello") == e.tokenize("Hello")
+    with pytest.raises(TypeError):
+        e.tokenize(42)
+    e.close()
 
 
 def test_closed_model(qwen_path):

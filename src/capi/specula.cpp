@@ -485,6 +485,10 @@ specula_status specula_model_load(const char* path, const specula_model_params* 
         return fail(SPECULA_ERR_INVALID_ARGUMENT, "quantize '" + mo.quantize + "': use q8_0 or q4_k");
     }
     auto model = specula::load_model(path, mo);
+    // A file that does not load is the caller's input (a malformed or foreign file, a value
+    // out of range in its metadata), whatever the layer below classified it as.
+    if (!model && model.status().code() == StatusCode::kInternal)
+      return fail(SPECULA_ERR_INVALID_ARGUMENT, model.status().user_message());
     if (!model) return fail(model.status());
     srv::ServerOptions base;
     base.log_requests = false;

@@ -156,7 +156,7 @@ class Parser {
   bool has(uint64_t n) const { return n <= remaining(); }
 
   Status truncated(const std::string& ctx, const std::string& what) const {
-    return Status::error("[gguf] " + ctx + ": " + what + " truncated at byte " + str_u64(pos_) +
+    return Status::invalid_argument("[gguf] " + ctx + ": " + what + " truncated at byte " + str_u64(pos_) +
                          " (file size " + str_u64(size_) + ")");
   }
 
@@ -172,7 +172,7 @@ class Parser {
     uint64_t len = 0;
     SPECULA_RETURN_IF_ERROR(read(ctx, what, &len));
     if (!has(len)) {
-      return Status::error("[gguf] " + ctx + ": " + what + " of " + str_u64(len) +
+      return Status::invalid_argument("[gguf] " + ctx + ": " + what + " of " + str_u64(len) +
                            " bytes truncated at byte " + str_u64(pos_) + " (file size " +
                            str_u64(size_) + ")");
     }
@@ -198,7 +198,7 @@ Status Parser::read_value(const std::string& ctx, ValueType t, int depth, Value*
       const size_t n = value_type_size(t);
       if (!has(n)) return truncated(ctx, std::string(value_type_name(t)) + " value");
       if (t == ValueType::BOOL && p_[pos_] > 1)  // the spec's bool is one byte, 0 or 1
-        return Status::error("[gguf] " + ctx + ": bool value " + std::to_string(p_[pos_]) + " at byte " +
+        return Status::invalid_argument("[gguf] " + ctx + ": bool value " + std::to_string(p_[pos_]) + " at byte " +
                              str_u64(pos_) + " is neither 0 nor 1");
       Value s = scalar_from_raw(t, p_ + pos_);
       v->u = s.u;
@@ -212,13 +212,13 @@ Status Parser::read_value(const std::string& ctx, ValueType t, int depth, Value*
 
 Status Parser::read_array(const std::string& ctx, int depth, Value* v) {
   if (depth >= kMaxArrayDepth) {
-    return Status::error("[gguf] " + ctx + ": arrays nested deeper than " +
+    return Status::invalid_argument("[gguf] " + ctx + ": arrays nested deeper than " +
                          std::to_string(kMaxArrayDepth) + " levels at byte " + str_u64(pos_));
   }
   uint32_t et = 0;
   SPECULA_RETURN_IF_ERROR(read(ctx, "array element type", &et));
   if (!valid_value_type(et)) {
-    return Status::error("[gguf] " + ctx + ": unknown array element type " + std::to_string(et) +
+    return Status::invalid_argument("[gguf] " + ctx + ": unknown array element type " + std::to_string(et) +
                          " at byte " + str_u64(pos_ - 4));
   }
   const auto elem = static_cast<ValueType>(et);
@@ -258,7 +258,7 @@ Status Parser::read_array(const std::string& ctx, int depth, Value* v) {
     if (elem == ValueType::BOOL)
       for (size_t k = 0; k < bytes; ++k)
         if (p_[pos_ + k] > 1)
-          return Status::error("[gguf] " + ctx + " [" + std::to_string(k) + "]: bool value " +
+          return Status::invalid_argument("[gguf] " + ctx + " [" + std::to_string(k) + "]: bool value " +
                                std::to_string(p_[pos_ + k]) + " at byte " + str_u64(pos_ + k) +
                                " is neither 0 nor 1");
     v->raw.assign(p_ + pos_, p_ + pos_ + bytes);
@@ -270,10 +270,10 @@ Status Parser::read_array(const std::string& ctx, int depth, Value* v) {
 Status Parser::run(GgufFile& f) {
   f.size_ = size_;
   if (size_ < 4) {
-    return Status::error("[gguf] not a GGUF file (only " + str_u64(size_) + " bytes)");
+    return Status::invalid_argument("[gguf] not a GGUF file (only " + str_u64(size_) + " bytes)");
   }
   if (std::memcmp(p_, "GGUF", 4) != 0) {
-    return Status::error("[gguf] not a GGUF file (magic '" +
+    return Status::invalid_argument("[gguf] not a GGUF file (magic '" +
                          escape(std::string_view(reinterpret_cast<const char*>(p_), 4), 4) + "')");
   }
   pos_ = 4;
@@ -281,15 +281,15 @@ Status Parser::run(GgufFile& f) {
   uint32_t version = 0;
   SPECULA_RETURN_IF_ERROR(read(hdr, "version", &version));
   if (version == 1) {
-    return Status::error("[gguf] GGUF version 1 is not supported (only versions 2 and 3)");
+    return Status::invalid_argument("[gguf] GGUF version 1 is not supported (only versions 2 and 3)");
   }
   if (version != 2 && version != 3) {
     const uint32_t swapped = __builtin_bswap32(version);
     if (swapped == 2 || swapped == 3) {
-      return Status::error("[gguf] big-endian GGUF file (version " + std::to_string(swapped) +
+      return Status::invalid_argument("[gguf] big-endian GGUF file (version " + std::to_string(swapped) +
                            ") is not supported");
     }
-    return Status::error("[gguf] unsupported GGUF version " + std::to_string(version) +
+    return Status::invalid_argument("[gguf] unsupported GGUF version " + std::to_string(version) +
                          " (only versions 2 and 3)");
   }
   f.version_ = version;
@@ -300,12 +300,12 @@ Status Parser::run(GgufFile& f) {
   // u64 name length + u32 n_dims + one u64 dim + u32 type + u64 offset.
   constexpr uint64_t kMinKv = 8 + 4 + 1, kMinTensor = 8 + 4 + 8 + 4 + 8;
   if (kv_count > remaining() / kMinKv) {
-    return Status::error("[gguf] header: kv_count " + str_u64(kv_count) +
+    return Status::invalid_argument("[gguf] header: kv_count " + str_u64(kv_count) +
                          " cannot fit in the remaining " + str_u64(remaining()) +
                          " bytes (file size " + str_u64(size_) + ")");
   }
   if (tensor_count > (remaining() - kv_count * kMinKv) / kMinTensor) {
-    return Status::error("[gguf] header: tensor_count " + str_u64(tensor_count) +
+    return Status::invalid_argument("[gguf] header: tensor_count " + str_u64(tensor_count) +
                          " cannot fit in the remaining " + str_u64(remaining()) +
                          " bytes (file size " + str_u64(size_) + ")");
   }
@@ -319,13 +319,13 @@ Status Parser::run(GgufFile& f) {
     uint32_t type = 0;
     SPECULA_RETURN_IF_ERROR(read(ctx, "value type", &type));
     if (!valid_value_type(type)) {
-      return Status::error("[gguf] " + ctx + ": unknown value type " + std::to_string(type) +
+      return Status::invalid_argument("[gguf] " + ctx + ": unknown value type " + std::to_string(type) +
                            " at byte " + str_u64(pos_ - 4));
     }
     Value v;
     SPECULA_RETURN_IF_ERROR(read_value(ctx, static_cast<ValueType>(type), 0, &v));
     auto [it, inserted] = f.kv_.emplace(key, std::move(v));
-    if (!inserted) return Status::error("[gguf] " + ctx + ": duplicate key");
+    if (!inserted) return Status::invalid_argument("[gguf] " + ctx + ": duplicate key");
     f.keys_.push_back(std::move(key));
   }
 
@@ -339,11 +339,11 @@ Status Parser::run(GgufFile& f) {
     } else if (is_signed(a.type) && a.i > 0) {
       al = static_cast<uint64_t>(a.i);
     } else if (!is_signed(a.type)) {
-      return Status::error("[gguf] metadata key 'general.alignment': expected an integer, got " +
+      return Status::invalid_argument("[gguf] metadata key 'general.alignment': expected an integer, got " +
                            std::string(value_type_name(a.type)));
     }
     if (al == 0 || (al & (al - 1)) != 0) {
-      return Status::error("[gguf] metadata key 'general.alignment': " +
+      return Status::invalid_argument("[gguf] metadata key 'general.alignment': " +
                            (is_signed(a.type) ? std::to_string(a.i) : str_u64(al)) +
                            " is not a nonzero power of two");
     }
@@ -359,7 +359,7 @@ Status Parser::run(GgufFile& f) {
     uint32_t n_dims = 0;
     SPECULA_RETURN_IF_ERROR(read(ctx, "n_dims", &n_dims));
     if (n_dims == 0 || n_dims > kMaxDims) {
-      return Status::error("[gguf] " + ctx + ": n_dims " + std::to_string(n_dims) +
+      return Status::invalid_argument("[gguf] " + ctx + ": n_dims " + std::to_string(n_dims) +
                            " out of range [1, " + std::to_string(kMaxDims) + "]");
     }
     ti.shape.resize(n_dims);
@@ -367,7 +367,7 @@ Status Parser::run(GgufFile& f) {
       uint64_t dim = 0;
       SPECULA_RETURN_IF_ERROR(read(ctx, "dimension", &dim));
       if (dim > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-        return Status::error("[gguf] " + ctx + ": dimension " + std::to_string(d) + " = " +
+        return Status::invalid_argument("[gguf] " + ctx + ": dimension " + std::to_string(d) + " = " +
                              str_u64(dim) + " too large");
       }
       ti.shape[d] = static_cast<int64_t>(dim);
@@ -384,9 +384,9 @@ Status Parser::run(GgufFile& f) {
           "IQ4_NL", "IQ3_S", "IQ2_S", "IQ4_XS", "I8", "I16", "I32", "I64", "F64", "IQ1_M",
           nullptr, nullptr, nullptr, nullptr, "TQ1_0", "TQ2_0", nullptr, nullptr, nullptr, "MXFP4"};
       if (type_id < sizeof(kKnown) / sizeof(kKnown[0]) && kKnown[type_id] != nullptr)
-        return Status::error("[gguf] " + ctx + ": tensor type " + kKnown[type_id] + " (id " +
+        return Status::invalid_argument("[gguf] " + ctx + ": tensor type " + kKnown[type_id] + " (id " +
                              std::to_string(type_id) + ") is not supported");
-      return Status::error("[gguf] " + ctx + ": unknown type id " + std::to_string(type_id));
+      return Status::invalid_argument("[gguf] " + ctx + ": unknown type id " + std::to_string(type_id));
     }
     ti.type = info->type;
     SPECULA_RETURN_IF_ERROR(read(ctx, "offset", &ti.offset));
@@ -396,32 +396,32 @@ Status Parser::run(GgufFile& f) {
     for (int64_t d : ti.shape) {
       const auto ud = static_cast<uint64_t>(d);
       if (ud != 0 && n_el > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) / ud) {
-        return Status::error("[gguf] " + ctx + ": element count overflows int64");
+        return Status::invalid_argument("[gguf] " + ctx + ": element count overflows int64");
       }
       n_el *= ud;
     }
     const auto block = static_cast<uint64_t>(info->block_size);
     if (static_cast<uint64_t>(ti.shape[0]) % block != 0) {
-      return Status::error("[gguf] " + ctx + ": shape[0] = " + std::to_string(ti.shape[0]) +
+      return Status::invalid_argument("[gguf] " + ctx + ": shape[0] = " + std::to_string(ti.shape[0]) +
                            " is not a multiple of the " + std::string(info->name) +
                            " block size " + str_u64(block));
     }
     const uint64_t n_blocks = n_el / block;
     if (info->type_size != 0 && n_blocks > std::numeric_limits<uint64_t>::max() / info->type_size) {
-      return Status::error("[gguf] " + ctx + ": byte size overflows");
+      return Status::invalid_argument("[gguf] " + ctx + ": byte size overflows");
     }
     const uint64_t n_bytes = n_blocks * info->type_size;
     if (n_bytes > size_) {
-      return Status::error("[gguf] " + ctx + ": size " + str_u64(n_bytes) +
+      return Status::invalid_argument("[gguf] " + ctx + ": size " + str_u64(n_bytes) +
                            " bytes exceeds the file size " + str_u64(size_));
     }
     ti.n_bytes = static_cast<size_t>(n_bytes);
     if (ti.offset % f.alignment_ != 0) {
-      return Status::error("[gguf] " + ctx + ": offset " + str_u64(ti.offset) +
+      return Status::invalid_argument("[gguf] " + ctx + ": offset " + str_u64(ti.offset) +
                            " is not a multiple of the alignment " + str_u64(f.alignment_));
     }
     if (!f.tensor_index_.emplace(ti.name, static_cast<size_t>(t)).second) {
-      return Status::error("[gguf] " + ctx + ": duplicate tensor name");
+      return Status::invalid_argument("[gguf] " + ctx + ": duplicate tensor name");
     }
   }
 
@@ -429,7 +429,7 @@ Status Parser::run(GgufFile& f) {
   const uint64_t header_end = pos_;
   const uint64_t data_start = (header_end + f.alignment_ - 1) / f.alignment_ * f.alignment_;
   if (data_start < header_end) {
-    return Status::error("[gguf] alignment " + str_u64(f.alignment_) + " overflows the data offset");
+    return Status::invalid_argument("[gguf] alignment " + str_u64(f.alignment_) + " overflows the data offset");
   }
   f.data_offset_ = data_start;
   for (TensorInfo& ti : f.tensors_) {
@@ -438,7 +438,7 @@ Status Parser::run(GgufFile& f) {
     const bool overflow = ti.offset > std::numeric_limits<uint64_t>::max() - data_start ||
                           ti.n_bytes > std::numeric_limits<uint64_t>::max() - begin;
     if (overflow || begin + ti.n_bytes > size_) {
-      return Status::error("[gguf] tensor '" + escape(ti.name, 200) + "': data [" +
+      return Status::invalid_argument("[gguf] tensor '" + escape(ti.name, 200) + "': data [" +
                            (overflow ? std::string("overflow") : str_u64(begin)) + ", " +
                            (overflow ? std::string("overflow") : str_u64(begin + ti.n_bytes)) +
                            ") past end of file (size " + str_u64(size_) + ")");
@@ -452,14 +452,14 @@ Status Parser::run(GgufFile& f) {
 // GgufFile
 
 Result<GgufFile> GgufFile::parse(const uint8_t* bytes, size_t size, std::string origin) {
-  if (bytes == nullptr && size != 0) return Status::error("[gguf] null buffer");
+  if (bytes == nullptr && size != 0) return Status::invalid_argument("[gguf] null buffer");
   static const uint8_t kEmpty[1] = {0};
   GgufFile f;
   f.origin_ = std::move(origin);
   Parser parser(bytes != nullptr ? bytes : kEmpty, size);
   Status st = parser.run(f);
   if (!st.is_ok()) {
-    if (f.origin_ != "<memory>") return Status::error(st.message() + " in " + f.origin_);
+    if (f.origin_ != "<memory>") return Status::error(st.code(), st.message() + " in " + f.origin_);
     return st;
   }
   return f;
@@ -482,18 +482,18 @@ Result<GgufFile> GgufFile::assemble(std::string origin, std::map<std::string, Va
   f.origin_ = std::move(origin);
   f.version_ = 3;
   for (const std::string& k : keys)
-    if (kv.find(k) == kv.end()) return Status::error("[gguf] " + f.origin_ + ": key '" + k + "' listed without a value");
+    if (kv.find(k) == kv.end()) return Status::invalid_argument("[gguf] " + f.origin_ + ": key '" + k + "' listed without a value");
   for (size_t i = 0; i < tensors.size(); ++i) {
     const TensorInfo& t = tensors[i];
     const DTypeInfo& ti = dtype_info(t.type);
     const int64_t n = t.n_elements();
     if (t.data == nullptr || t.shape.empty() || n % ti.block_size != 0 || t.shape[0] % ti.block_size != 0 ||
         t.n_bytes != static_cast<size_t>(n / ti.block_size) * ti.type_size)
-      return Status::error("[gguf] " + f.origin_ + ": tensor '" + t.name + "' has no data or a size (" +
+      return Status::invalid_argument("[gguf] " + f.origin_ + ": tensor '" + t.name + "' has no data or a size (" +
                            std::to_string(t.n_bytes) + " bytes) that does not match its shape and type " +
                            std::string(ti.name));
     if (!f.tensor_index_.emplace(t.name, i).second)
-      return Status::error("[gguf] " + f.origin_ + ": duplicate tensor '" + t.name + "'");
+      return Status::invalid_argument("[gguf] " + f.origin_ + ": duplicate tensor '" + t.name + "'");
   }
   f.kv_ = std::move(kv);
   f.keys_ = std::move(keys);
@@ -515,13 +515,13 @@ const TensorInfo* GgufFile::find_tensor(const std::string& name) const {
 namespace {
 
 Status missing(const std::string& key) {
-  return Status::error("[gguf] metadata key '" + key + "' not found");
+  return Status::invalid_argument("[gguf] metadata key '" + key + "' not found");
 }
 
 Status wrong_type(const std::string& key, const Value& v, const char* expected) {
   std::string got(value_type_name(v.type));
   if (v.type == ValueType::ARRAY) got += "[" + std::string(value_type_name(v.elem_type)) + "]";
-  return Status::error("[gguf] metadata key '" + key + "': expected " + expected + ", got " + got);
+  return Status::invalid_argument("[gguf] metadata key '" + key + "': expected " + expected + ", got " + got);
 }
 
 }  // namespace
@@ -539,7 +539,7 @@ Result<uint64_t> GgufFile::get_uint(const std::string& key) const {
   if (is_unsigned(v->type)) return v->u;
   if (is_signed(v->type)) {
     if (v->i < 0) {
-      return Status::error("[gguf] metadata key '" + key + "': expected a non-negative integer, got " +
+      return Status::invalid_argument("[gguf] metadata key '" + key + "': expected a non-negative integer, got " +
                            std::to_string(v->i));
     }
     return static_cast<uint64_t>(v->i);
@@ -553,7 +553,7 @@ Result<int64_t> GgufFile::get_int(const std::string& key) const {
   if (is_signed(v->type)) return v->i;
   if (is_unsigned(v->type)) {
     if (v->u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-      return Status::error("[gguf] metadata key '" + key + "': " + str_u64(v->u) +
+      return Status::invalid_argument("[gguf] metadata key '" + key + "': " + str_u64(v->u) +
                            " does not fit in int64");
     }
     return static_cast<int64_t>(v->u);
@@ -628,7 +628,7 @@ Result<std::vector<int32_t>> GgufFile::get_i32_array(const std::string& key) con
                                        e.i <= std::numeric_limits<int32_t>::max())
                                     : e.u <= static_cast<uint64_t>(std::numeric_limits<int32_t>::max());
     if (!fits) {
-      return Status::error("[gguf] metadata key '" + key + "': element " + std::to_string(k) + " = " +
+      return Status::invalid_argument("[gguf] metadata key '" + key + "': element " + std::to_string(k) + " = " +
                            (is_signed(et) ? std::to_string(e.i) : str_u64(e.u)) +
                            " does not fit in int32");
     }

@@ -864,7 +864,7 @@ Result<gguf::GgufFile> open_folder(const std::string& path) {
   if (fs::exists(config_path, ec) && !fs::is_regular_file(config_path, ec))
     return Status::error("[hf] " + config_path + ": not a regular file");
   if (!fs::is_regular_file(config_path, ec))
-    return Status::error("[hf] " + dir.string() + ": no config.json (not a Hugging Face model folder)");
+    return Status::invalid_argument("[hf] " + dir.string() + ": no config.json (not a Hugging Face model folder)");
   auto text = read_text(config_path, kMaxConfigBytes);
   if (!text) return text.status();
   auto cfg = Config::parse(*text, config_path);

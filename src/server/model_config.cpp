@@ -20,12 +20,13 @@ Status check_config(const ModelConfig& c) {
     const char* field;
     int64_t v, lo, hi;
   };
+  // Named as specula_model_params spells them (the CLI checks its flags' ranges itself).
   const Range ranges[] = {
-      {"parallel", c.parallel, 1, 256},
-      {"ctx", c.ctx, -1, int64_t{1} << 26},
+      {"n_parallel", c.parallel, 1, 256},
+      {"n_ctx", c.ctx, -1, int64_t{1} << 26},
       {"kv_budget", c.kv_budget, 0, int64_t{1} << 50},
       {"step_tokens", c.step_tokens, 1, int64_t{1} << 20},
-      {"queue", c.queue, 0, 100000},
+      {"max_queue", c.queue, 0, 100000},
       {"spec_depth", c.spec_depth, 1, 32},
       {"spec_max_batch", c.spec_max_batch, 0, 1 << 16},
       {"cache_ram_mib", c.cache_ram_mib, -1, int64_t{1} << 30},
@@ -35,7 +36,7 @@ Status check_config(const ModelConfig& c) {
   };
   for (const Range& r : ranges)
     if (r.v < r.lo || r.v > r.hi) return out_of_range(r.field, r.v, r.lo, r.hi);
-  if (c.ctx > 0 && c.ctx < 16) return out_of_range("ctx", c.ctx, 16, int64_t{1} << 26);
+  if (c.ctx > 0 && c.ctx < 16) return out_of_range("n_ctx", c.ctx, 16, int64_t{1} << 26);
   if (!c.pooling.empty() && c.pooling != "mean" && c.pooling != "last")
     return Status::invalid_argument("[server] pooling '" + c.pooling + "': use mean or last");
   return Status::ok();

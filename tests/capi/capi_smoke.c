@@ -66,13 +66,23 @@ int main(int argc, char** argv) {
   CHECK(specula_model_load(NULL, NULL, &model) == SPECULA_ERR_INVALID_ARGUMENT, "NULL path");
   CHECK(specula_model_load("/no/such/file.gguf", NULL, &model) == SPECULA_ERR_NOT_FOUND && model == NULL, "missing file");
   CHECK(strstr(specula_last_error(), "/no/such/file.gguf") != NULL, "the error names the file: %s", specula_last_error());
+  /* A file that is not a model: the caller's input, named. */
+  f = fopen("capi_smoke_not_a_model.gguf", "wb");
+  if (f != NULL) {
+    fputs("root:x:0:0:root:/root:/bin/bash\n", f);
+    fclose(f);
+    CHECK(specula_model_load("capi_smoke_not_a_model.gguf", NULL, &model) == SPECULA_ERR_INVALID_ARGUMENT &&
+              strstr(specula_last_error(), "GGUF") != NULL,
+          "not a model: %s", specula_last_error());
+    remove("capi_smoke_not_a_model.gguf");
+  }
   specula_model_default_params(&mp);
   mp.struct_size = 3;
   CHECK(specula_model_load(argv[1], &mp, &model) == SPECULA_ERR_INVALID_ARGUMENT, "struct_size 3");
   specula_model_default_params(&mp);
   mp.n_parallel = 0;
   CHECK(specula_model_load(argv[1], &mp, &model) == SPECULA_ERR_INVALID_ARGUMENT &&
-            strstr(specula_last_error(), "parallel") != NULL,
+            strstr(specula_last_error(), "n_parallel") != NULL,
         "n_parallel 0: %s", specula_last_error());
 
   specula_model_default_params(&mp);
