@@ -33,39 +33,37 @@ PROMPTS = ["The history of the Roman Empire", "def quicksort(arr):", "A recipe f
            "My favourite book is", "Q: What is the speed of light?\nA:", "The best way to learn", "#include <stdio.h>\n"]
 
 
-def run_threads(engine, prompts, tokens):
-    out = [None] * len(prompts)
+def concurrently(fn, n):
+    """fn(0..n-1) on n threads at once: ([results], seconds from the first start to the last end)."""
+    out = [None] * n
 
     def one(i):
-        out[i] = engine.generate(prompts[i], max_tokens=tokens, temperature=0, ignore_eos=True)
+        out[i] = fn(i)
 
-    ts = [threading.Thread(target=one, args=(i,)) for i in range(len(prompts))]
+    ts = [threading.Thread(target=one, args=(i,)) for i in range(n)]
     t0 = time.perf_counter()
     for t in ts:
         t.start()
     for t in ts:
         t.join()
-    dt = time.perf_counter() - t0
+    return out, time.perf_counter() - t0
+
+
+def run_threads(engine, prompts, tokens):
+    out, dt = concurrently(lambda i: engine.generate(prompts[i], max_tokens=tokens, temperature=0, ignore_eos=True),
+                           len(prompts))
     return sum(c.completion_tokens for c in out) / dt, [c.text for c in out]
 
 
 def run_http(port, prompts, tokens):
-    out = [None] * len(prompts)
-
     def one(i):
         body = json.dumps({"prompt": prompts[i], "max_tokens": tokens, "temperature": 0, "ignore_eos": True}).encode()
         req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=body,
                                      headers={"Content-Type": "application/json"})
         with urllib.request.urlopen(req, timeout=600) as r:
-            out[i] = json.loads(r.read())
+            return json.loads(r.read())
 
-    ts = [threading.Thread(target=one, args=(i,)) for i in range(len(prompts))]
-    t0 = time.perf_counter()
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-    dt = time.perf_counter() - t0
+    out, dt = concurrently(one, len(prompts))
     return sum(o["usage"]["completion_tokens"] for o in out) / dt, [o["choices"][0]["text"] for o in out]
 
 

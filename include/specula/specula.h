@@ -83,7 +83,8 @@ typedef enum specula_status {
 
 /* This thread's last error message ("" when none). */
 SPECULA_API const char* specula_last_error(void);
-/* "ok", "invalid_argument", ... (the names server/errors.h uses); never NULL. */
+/* "ok", "invalid_argument", "not_found", ... (StatusCode's names, status_code_name in
+ * specula/status.h); "unknown" for a number outside the enum; never NULL. */
 SPECULA_API const char* specula_status_name(specula_status status);
 /* "0.1.0" (the library's version). */
 SPECULA_API const char* specula_version(void);
@@ -314,9 +315,9 @@ typedef struct specula_call_event {
    * `data` (a JSON object, or "[DONE]") and its event name (Anthropic's; "" otherwise);
    * 3: the end of a stream (data empty). */
   int32_t kind;
-  const char* data;
+  const char* data;                  /* data_len bytes, NUL-terminated too */
   size_t data_len;
-  const char* event;
+  const char* event;                 /* NUL-terminated; "" when the event has no name */
   int32_t finished;                  /* 1: nothing follows */
 } specula_call_event;
 

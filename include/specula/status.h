@@ -37,6 +37,27 @@ enum class StatusCode : uint8_t {
   kCancelled,         // cancelled by the caller or a shutdown
   kInternal,          // the engine failed (a bug, or a failure nobody classified)
 };
+
+// The code's name: "ok", "invalid_argument", "not_found", ... (the enumerator without its
+// k, in snake case; the C API's specula_status_name).
+inline const char* status_code_name(StatusCode c) {
+  switch (c) {
+    case StatusCode::kOk: return "ok";
+    case StatusCode::kInvalidArgument: return "invalid_argument";
+    case StatusCode::kNotFound: return "not_found";
+    case StatusCode::kTooLarge: return "too_large";
+    case StatusCode::kContextOverflow: return "context_overflow";
+    case StatusCode::kBusy: return "busy";
+    case StatusCode::kUnavailable: return "unavailable";
+    case StatusCode::kUnimplemented: return "unimplemented";
+    case StatusCode::kUnauthenticated: return "unauthenticated";
+    case StatusCode::kPermissionDenied: return "permission_denied";
+    case StatusCode::kTimeout: return "timeout";
+    case StatusCode::kCancelled: return "cancelled";
+    case StatusCode::kInternal: return "internal";
+  }
+  return "unknown";
+}
 class Status {
  public:
   Status() = default;  // ok

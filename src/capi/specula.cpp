@@ -28,8 +28,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "chat/prompt.h"
-#include "chat/tool_calls.h"
 #include "kernels/kernels.h"
 #include "server/completion_stream.h"
 #include "server/engine_request.h"
@@ -256,9 +254,29 @@ struct specula_call {
 
 namespace {
 
-const char* kStatusNames[] = {"ok",       "invalid_argument", "not_found",     "too_large",       "context_overflow",
-                              "busy",     "unavailable",      "unimplemented", "unauthenticated", "permission_denied",
-                              "timeout",  "cancelled",        "internal"};
+// specula_status is StatusCode by number (the header promises it).
+static_assert(SPECULA_OK == static_cast<int>(StatusCode::kOk) &&
+              SPECULA_ERR_INVALID_ARGUMENT == static_cast<int>(StatusCode::kInvalidArgument) &&
+              SPECULA_ERR_NOT_FOUND == static_cast<int>(StatusCode::kNotFound) &&
+              SPECULA_ERR_TOO_LARGE == static_cast<int>(StatusCode::kTooLarge) &&
+              SPECULA_ERR_CONTEXT_OVERFLOW == static_cast<int>(StatusCode::kContextOverflow) &&
+              SPECULA_ERR_BUSY == static_cast<int>(StatusCode::kBusy) &&
+              SPECULA_ERR_UNAVAILABLE == static_cast<int>(StatusCode::kUnavailable) &&
+              SPECULA_ERR_UNIMPLEMENTED == static_cast<int>(StatusCode::kUnimplemented) &&
+              SPECULA_ERR_UNAUTHENTICATED == static_cast<int>(StatusCode::kUnauthenticated) &&
+              SPECULA_ERR_PERMISSION_DENIED == static_cast<int>(StatusCode::kPermissionDenied) &&
+              SPECULA_ERR_TIMEOUT == static_cast<int>(StatusCode::kTimeout) &&
+              SPECULA_ERR_CANCELLED == static_cast<int>(StatusCode::kCancelled) &&
+              SPECULA_ERR_INTERNAL == static_cast<int>(StatusCode::kInternal));
+
+// An output struct the caller hands in must be exactly this library's (its size set by the
+// caller to sizeof): SPECULA_OK, or the error that says so.
+template <class T>
+specula_status check_out_struct(const T* out, const char* what) {
+  if (out->struct_size == sizeof(T)) return SPECULA_OK;
+  return fail(SPECULA_ERR_INVALID_ARGUMENT, std::string(what) + ".struct_size is " + std::to_string(out->struct_size) +
+                                                "; set it to sizeof = " + std::to_string(sizeof(T)));
+}
 
 // The model's GGUF metadata as llama-cpp-python's Llama.metadata: scalar values as text;
 // arrays left out.
@@ -402,7 +420,8 @@ const char* specula_last_error(void) { return g_last_error.c_str(); }
 
 const char* specula_status_name(specula_status status) {
   const int i = static_cast<int>(status);
-  return i >= 0 && i < static_cast<int>(std::size(kStatusNames)) ? kStatusNames[i] : "unknown";
+  return i >= 0 && i <= static_cast<int>(StatusCode::kInternal) ? specula::status_code_name(static_cast<StatusCode>(i))
+                                                                  : "unknown";
 }
 
 const char* specula_version(void) { return SPECULA_VERSION; }
@@ -714,10 +733,7 @@ specula_status specula_request_start(specula_model* m, const specula_request_par
 specula_status specula_request_next(specula_request* r, int32_t timeout_ms, specula_request_update* u) {
   return guarded([&]() -> specula_status {
     if (r == nullptr || u == nullptr) return fail(SPECULA_ERR_INVALID_ARGUMENT, "request or update is NULL");
-    if (u->struct_size != sizeof(specula_request_update))
-      return fail(SPECULA_ERR_INVALID_ARGUMENT, "update.struct_size is " + std::to_string(u->struct_size) +
-                                                    "; set it to sizeof(specula_request_update) = " +
-                                                    std::to_string(sizeof(specula_request_update)));
+    if (specula_status st = check_out_struct(u, "update"); st != SPECULA_OK) return st;
     if (r->final_read) return fail(SPECULA_ERR_UNAVAILABLE, "the request has finished; its final update was read");
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(std::max(timeout_ms, 0));
     for (;;) {
@@ -750,9 +766,8 @@ void specula_request_free(specula_request* r) {
 
 specula_status specula_generate(specula_model* m, const specula_request_params* params, specula_update_callback callback,
                                 void* user_data, specula_request_update* final_update) {
-  if (final_update != nullptr && final_update->struct_size != sizeof(specula_request_update))
-    return fail(SPECULA_ERR_INVALID_ARGUMENT, "final_update.struct_size must be sizeof(specula_request_update) = " +
-                                                  std::to_string(sizeof(specula_request_update)));
+  if (final_update != nullptr)
+    if (specula_status st = check_out_struct(final_update, "final_update"); st != SPECULA_OK) return st;
   specula_request* r = nullptr;
   if (specula_status st = specula_request_start(m, params, &r); st != SPECULA_OK) return st;
   std::unique_ptr<specula_request, void (*)(specula_request*)> owned(r, specula_request_free);
@@ -825,10 +840,7 @@ specula_status specula_call_start(specula_model* m, const char* method, const ch
 specula_status specula_call_next(specula_call* call, int32_t timeout_ms, specula_call_event* ev) {
   return guarded([&]() -> specula_status {
     if (call == nullptr || ev == nullptr) return fail(SPECULA_ERR_INVALID_ARGUMENT, "call or event is NULL");
-    if (ev->struct_size != sizeof(specula_call_event))
-      return fail(SPECULA_ERR_INVALID_ARGUMENT, "event.struct_size is " + std::to_string(ev->struct_size) +
-                                                    "; set it to sizeof(specula_call_event) = " +
-                                                    std::to_string(sizeof(specula_call_event)));
+    if (specula_status st = check_out_struct(ev, "event"); st != SPECULA_OK) return st;
     bool ended = false, last = false;
     if (!call->ex->next(timeout_ms, &call->current, &ended, &last)) {
       if (ended) return fail(SPECULA_ERR_UNAVAILABLE, "the call has finished; every event was read");

@@ -62,6 +62,11 @@ int main(int argc, char** argv) {
   fclose(f);
   printf("specula %s, %s\n", specula_version(), specula_system_info());
 
+  CHECK(strcmp(specula_status_name(SPECULA_ERR_CONTEXT_OVERFLOW), "context_overflow") == 0 &&
+            strcmp(specula_status_name(SPECULA_ERR_INTERNAL), "internal") == 0 &&
+            strcmp(specula_status_name((specula_status)99), "unknown") == 0,
+        "status names");
+
   /* Bad input: clear errors, no crash. */
   CHECK(specula_model_load(NULL, NULL, &model) == SPECULA_ERR_INVALID_ARGUMENT, "NULL path");
   CHECK(specula_model_load("/no/such/file.gguf", NULL, &model) == SPECULA_ERR_NOT_FOUND && model == NULL, "missing file");
