@@ -4,7 +4,8 @@
 # Benchmark, nlohmann-json, CLI11, PCRE2 (BPE pre-tokenizer regexes), Boost 1.74 headers (Beast/Asio:
 # the HTTP server), cpp-httplib (the unit tests' HTTP client), zlib (prompt cache
 # checksums), OpenSSL (sha256 of downloads, https), utf8proc (Unicode normalization for tokenizer.json normalizers), Python 3 with pip, tmux (the
-# interactive `specula chat` test drives a terminal), Node.js with npm (the JS package).
+# interactive `specula chat` test drives a terminal), Node.js with npm (the JS package),
+# Chromium (the chat page's test drives it headless).
 # Idempotent: a fast no-op (one dpkg-query) when everything is present; runs
 # `apt-get update` at most once, and only when something is missing.
 # Does NOT install Python packages (see tools/install_reference.sh) or models
@@ -14,7 +15,7 @@ set -euo pipefail
 packages=(build-essential cmake ninja-build ccache git python3
           libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev libcli11-dev
           pkg-config libpcre2-dev libboost1.74-dev libcpp-httplib-dev zlib1g-dev libutf8proc-dev libssl-dev
-          tmux)
+          tmux chromium)
 
 # One dpkg-query for all packages; a package it does not know prints nothing.
 declare -A installed=()

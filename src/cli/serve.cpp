@@ -5,12 +5,14 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif
 
 #include "cli/common.h"
+#include "chat/builtin_templates.h"
 #include "server/model_config.h"
 #include "server/server.h"
 
@@ -34,6 +36,12 @@ struct ServeArgs {
   std::string cache_dir;
   int64_t cache_checkpoint = 1024;
   int64_t generation_checkpoint = 0;
+  // llama-server's request defaults and front-end switches
+  std::optional<float> temp;
+  std::optional<int64_t> seed, n_predict;
+  std::string cors_origin = "*";
+  bool no_webui = false, no_slots = false;
+  std::string chat_template;
 };
 
 server::Server* g_server = nullptr;
@@ -54,6 +62,12 @@ server::ServerOptions connection_options(const ServeArgs& a) {
   so.write_timeout_s = a.timeout_write;
   so.body_timeout_s = a.timeout_body;
   so.log_requests = a.log_requests != 0;
+  so.default_temperature = a.temp;
+  if (a.seed && *a.seed >= 0) so.default_seed = static_cast<uint64_t>(*a.seed);  // -1: random, as llama-server
+  if (a.n_predict && *a.n_predict >= 0) so.default_n_predict = static_cast<int32_t>(*a.n_predict);
+  so.cors_origins = a.cors_origin;
+  so.webui = !a.no_webui;
+  so.slots = !a.no_slots;
   return so;
 }
 
@@ -61,6 +75,11 @@ server::ServerOptions connection_options(const ServeArgs& a) {
 Result<server::ModelConfig> model_config(const RuntimeConfig& config, const ServeArgs& a) {
   server::ModelConfig mc;
   mc.model_id = a.alias;
+  if (!a.chat_template.empty()) {
+    auto t = chat::builtin_chat_template(a.chat_template);
+    if (!t) return t.status();
+    mc.chat_template = std::move(t).value();
+  }
   if (!a.chat_template_file.empty()) {
     std::ifstream in(a.chat_template_file, std::ios::binary);
     if (!in) return Status::not_found("[cli] cannot read --chat-template-file " + a.chat_template_file);
@@ -157,6 +176,19 @@ void add_serve_flags(CLI::App* cmd, ServeArgs& a) {
   cmd->add_option("--api-key", a.api_key, "Require 'Authorization: Bearer KEY' (or 'x-api-key: KEY') on every route but /health");
   cmd->add_option("--alias", a.alias, "Model id clients send as \"model\" (default: the file name without .gguf)");
   cmd->add_option("--chat-template-file", a.chat_template_file, "Jinja chat template to use instead of the model's");
+  cmd->add_option("--chat-template", a.chat_template,
+                  "A built-in chat template by name instead of the model's: " + chat::builtin_chat_template_names());
+  cmd->add_option("--temp", a.temp, "Default temperature of requests that send none (default: the model's, else 0.8)")
+      ->check(CLI::Range(0.0, 2.0));
+  cmd->add_option("--seed", a.seed, "Default seed of requests that send none (default -1: a random seed per request)");
+  cmd->add_option("-n,--n-predict", a.n_predict,
+                  "Default token limit of requests that send none (default -1: until the context is full)")
+      ->check(CLI::Range(int64_t{-1}, int64_t{1} << 30));
+  cmd->add_option("--cors-origin", a.cors_origin,
+                  "Origins web pages may call the API from (CORS): * (default, as llama-server: any — set --api-key), "
+                  "localhost, a comma-separated list, or \"\" for none");
+  cmd->add_flag("--no-webui", a.no_webui, "Do not serve the chat page at /");
+  cmd->add_flag("--no-slots", a.no_slots, "Answer GET /slots with 501 (llama-server's --no-slots)");
   cmd->add_option("--queue", a.queue, "Requests that may wait for a free row before 429 (default 64)")->check(CLI::Range(0, 100000));
   cmd->add_option("--step-tokens", a.step_tokens, "Tokens per engine step: decode rows + prompt chunks (default 512)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));

@@ -30,6 +30,7 @@ struct Generation {
   uint64_t seed = 0;    // the seed this choice sampled with
   int index = 0;        // the choice's index (n > 1)
   const CompletionParams* params = nullptr;
+  std::string prompt_text;  // the prompt's tokens as text (only for formats that want it)
 };
 
 // Token counts of a whole answer (all its choices).
@@ -52,6 +53,9 @@ class AnswerFormat {
   // with code model_not_found; Anthropic: 404).
   virtual StatusCode unknown_model_code() const { return StatusCode::kInvalidArgument; }
   virtual std::string id_prefix() const = 0;
+  // Whether the driver fills Generation::prompt_text, and hands out every token id
+  // (Update::token_ids; the final update of a whole answer carries all of them).
+  virtual bool wants_prompt_text() const { return false; }
   // tools: the format the model writes tool calls in; kNone when the request has no tools.
   void begin(Generation g, chat::ToolFormat tools);
 

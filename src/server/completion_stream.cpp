@@ -38,7 +38,11 @@ bool CompletionStream::on_tokens(std::span<const TokenEvent> events) {
       PendingEntry pe;
       pe.entry.token = tokenizer_->token_to_piece(ev.id, false);
       pe.entry.logprob = ev.logprob;
-      for (const auto& [id, lp] : ev.top) pe.entry.top.push_back({tokenizer_->token_to_piece(id, false), lp});
+      pe.entry.id = ev.id;
+      for (const auto& [id, lp] : ev.top) {
+        pe.entry.top.push_back({tokenizer_->token_to_piece(id, false), lp});
+        pe.entry.top_ids.push_back(id);
+      }
       pe.start = produced_bytes_;
       // A token whose bytes are held back by the detokenizer (partial UTF-8) ends where
       // the text that completes it ends; an empty piece ends where it starts.
@@ -112,7 +116,11 @@ void CompletionStream::on_prompt_logprobs(std::span<const TokenEvent> events) {
     TokenLogprob e;
     e.token = tokenizer_->token_to_piece(ev.id, false);
     e.logprob = ev.logprob;
-    for (const auto& [id, lp] : ev.top) e.top.push_back({tokenizer_->token_to_piece(id, false), lp});
+    e.id = ev.id;
+    for (const auto& [id, lp] : ev.top) {
+      e.top.push_back({tokenizer_->token_to_piece(id, false), lp});
+      e.top_ids.push_back(id);
+    }
     got.push_back(std::move(e));
   }
   std::lock_guard<std::mutex> lock(mu_);

@@ -104,11 +104,8 @@ void handle_embeddings(ServedModel& served, const http::Request& req, http::Exch
   if (p.error) return send_error(ex, *p.error);
   if (dimensions && !normalize)
     return send_error(ex, bad_request("normalize", "'dimensions' shortens a normalised embedding; it needs 'normalize': true"));
-  if (j.contains("model") && !j["model"].is_null() && j["model"] != served.id())
-    return send_error(ex, api_error(StatusCode::kInvalidArgument,
-                                    "model " + shown(j["model"]) + " is not served here; this server serves '" +
-                                        served.id() + "'",
-                                    "model", "model_not_found"));
+  if (j.contains("model") && !j["model"].is_null() && !j["model"].is_string())
+    return send_error(ex, bad_request("model", "'model' must be a string"));  // any name: one model is served
   const std::string format = j.contains("encoding_format") && j["encoding_format"].is_null()
                                  ? "float"
                              : j.contains("encoding_format") ? string_field(j, "encoding_format", "?")

@@ -1,6 +1,8 @@
 // server/engine_request.cpp — see engine_request.h.
 #include "server/engine_request.h"
 
+#include <algorithm>
+#include <ctime>
 #include <limits>
 
 #include "chat/prompt.h"
@@ -9,12 +11,30 @@ namespace specula::server {
 
 using json = nlohmann::ordered_json;
 
+namespace {
+// Today's date as llama.cpp gives templates their date_string ("02 Dec 2026"), UTC.
+std::string today_string() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%d %b %Y", &tm);
+  return buf;
+}
+}  // namespace
+
 std::variant<json, ApiError> chat_context(const ServedModel& served, const CompletionParams& c) {
   const tokenizer::Vocab& vocab = served.tokenizer().vocab();
   const std::string bos = vocab.valid_id(vocab.bos_id()) ? vocab.text(vocab.bos_id()) : "";
   const std::string eos = vocab.valid_id(vocab.eos_id()) ? vocab.text(vocab.eos_id()) : "";
   const json messages = served.chat_template() ? chat::template_messages(*served.chat_template(), c.messages) : c.messages;
-  json ctx = {{"messages", messages}, {"add_generation_prompt", true}, {"bos_token", bos}, {"eos_token", eos}};
+  json ctx = {{"messages", messages},
+              {"add_generation_prompt", c.add_generation_prompt},
+              {"bos_token", bos},
+              {"eos_token", eos},
+              {"date_string", today_string()}};  // Llama 3.x templates print it
+  if (c.template_kwargs.is_object())
+    for (auto it = c.template_kwargs.begin(); it != c.template_kwargs.end(); ++it) ctx[it.key()] = it.value();
   if (!c.tools.is_null()) {
     if (served.tool_format() == chat::ToolFormat::kNone)
       return bad_request("tools",
@@ -34,7 +54,26 @@ Result<chat::RenderedPrompt> render(const ServedModel& served, const CompletionP
     return Status::invalid_argument(e->message);
   }
   auto rendered = served.chat_template()->render_marked(std::get<json>(ctx));
-  if (!rendered) *error = bad_request("messages", "the chat template failed on these messages: " + rendered.status().user_message());
+  if (!rendered) {
+    *error = bad_request("messages", "the chat template failed on these messages: " + rendered.status().user_message());
+    return rendered;
+  }
+  if (c.continue_final_message) {
+    // The prompt ends where the last message's text ends (the template's closing of that
+    // turn is cut), so the answer continues it.
+    const std::string last = c.messages.back().value("content", "");
+    const size_t at = last.empty() ? std::string::npos : rendered->text.rfind(last);
+    if (at == std::string::npos) {
+      *error = bad_request("continue_final_message", "the chat template did not print the last message's text");
+      return Status::invalid_argument("continue_final_message");
+    }
+    const size_t end = at + last.size();
+    rendered->text.resize(end);
+    auto& spans = rendered->untrusted;
+    for (auto& sp : spans) sp.second = std::min(sp.second, end);
+    spans.erase(std::remove_if(spans.begin(), spans.end(), [](const auto& sp) { return sp.first >= sp.second; }),
+                spans.end());
+  }
   return rendered;
 }
 }  // namespace
@@ -53,7 +92,24 @@ std::optional<ApiError> build_prompt(const ServedModel& served, const Completion
   const tokenizer::Vocab& vocab = tok.vocab();
   if (c.endpoint == Endpoint::kCompletions) {
     const CompletionParams::Prompt& prompt = c.prompts.at(index);
-    if (prompt.is_ids) {
+    if (prompt.mixed.is_array()) {
+      bool first = true;
+      for (const json& piece : prompt.mixed) {
+        if (piece.is_string()) {
+          const std::string text = piece.get<std::string>();
+          const std::vector<int32_t> part = first ? tok.encode_prompt(text, c.parse_special)
+                                                  : tok.encode(text, false, c.parse_special);
+          ids->insert(ids->end(), part.begin(), part.end());
+        } else {
+          ids->push_back(static_cast<int32_t>(piece.get<int64_t>()));
+        }
+        first = false;
+      }
+      for (int32_t id : *ids)
+        if (!vocab.valid_id(id))
+          return bad_request("prompt", "token id " + std::to_string(id) + " in 'prompt' is outside the vocabulary [0, " +
+                                           std::to_string(vocab.size()) + ")");
+    } else if (prompt.is_ids) {
       *ids = prompt.ids;
       for (int32_t id : *ids)
         if (!vocab.valid_id(id))
@@ -108,9 +164,9 @@ std::optional<ApiError> compile_constraint(ServedModel& served, const Completion
 }
 
 std::optional<ApiError> check_request(const ServedModel& served, const CompletionParams& c, StatusCode unknown_model) {
-  if (!c.model.empty() && c.model != served.id())
-    return api_error(unknown_model, "model '" + c.model + "' is not served here; this server serves '" + served.id() + "'",
-                     "model", "model_not_found");
+  // A server of one model answers whatever name the request gives (as llama-server: many
+  // clients hard-code one) and reports its own id in the answer.
+  (void)unknown_model;
   const EngineOptions& eo = served.options().engine;
   const size_t most = static_cast<size_t>(eo.n_rows) + static_cast<size_t>(std::max(eo.max_queue, 0));
   if (c.prompts.size() > most)
@@ -131,7 +187,7 @@ std::variant<PreparedRequest, ApiError> prepare_request(ServedModel& served, con
   const tokenizer::Tokenizer& tok = served.tokenizer();
   if (c.echo) {
     const CompletionParams::Prompt& prompt = c.prompts.at(index);
-    if (prompt.is_ids) {
+    if (prompt.is_ids || prompt.mixed.is_array()) {
       auto t = tok.decode(ids, /*remove_special=*/true, /*render_special=*/false);
       if (t) out.echo_text = std::move(t).value();
     } else {
@@ -151,22 +207,30 @@ std::variant<PreparedRequest, ApiError> prepare_request(ServedModel& served, con
   if (c.max_tokens) {
     er.max_tokens = *c.max_tokens;
     // (the engine checks it too; here the error names the field the client sent)
-    if (out.n_prompt + er.max_tokens > n_ctx)
-      return api_error(StatusCode::kContextOverflow,
-                       "the prompt (" + std::to_string(out.n_prompt) + " tokens) + " + c.max_tokens_field + " (" +
-                           std::to_string(er.max_tokens) + ") = " + std::to_string(out.n_prompt + er.max_tokens) +
-                           " exceeds the context of " + std::to_string(n_ctx) + " tokens",
-                       c.max_tokens_field);
+    if (out.n_prompt + er.max_tokens > n_ctx) {
+      ApiError e = api_error(StatusCode::kContextOverflow,
+                             "the prompt (" + std::to_string(out.n_prompt) + " tokens) + " + c.max_tokens_field + " (" +
+                                 std::to_string(er.max_tokens) + ") = " + std::to_string(out.n_prompt + er.max_tokens) +
+                                 " exceeds the context of " + std::to_string(n_ctx) + " tokens",
+                             c.max_tokens_field);
+      e.details = {{"n_prompt_tokens", out.n_prompt}, {"n_ctx", n_ctx}};
+      return e;
+    }
   } else {
     const int64_t room = n_ctx - out.n_prompt;
-    if (room <= 0)
-      return api_error(StatusCode::kContextOverflow,
-                       "the prompt has " + std::to_string(out.n_prompt) + " tokens; the context holds " +
-                           std::to_string(n_ctx),
-                       c.endpoint == Endpoint::kChat ? "messages" : "prompt");
+    if (room <= 0) {
+      ApiError e = api_error(StatusCode::kContextOverflow,
+                             "the prompt has " + std::to_string(out.n_prompt) + " tokens; the context holds " +
+                                 std::to_string(n_ctx),
+                             c.endpoint == Endpoint::kChat ? "messages" : "prompt");
+      e.details = {{"n_prompt_tokens", out.n_prompt}, {"n_ctx", n_ctx}};
+      return e;
+    }
     er.max_tokens = static_cast<int32_t>(room);
   }
   er.sampling = c.sampling;
+  for (const auto& [text, bias] : c.text_bias)  // llama-server: every token of the text
+    for (int32_t id : tok.encode(text, false, false)) er.sampling.logit_bias.push_back({id, bias});
   if (er.sampling.dry_multiplier > 0.0f) er.sampling.dry_breaker_ids = served.dry_breaker_ids(er.sampling.dry_sequence_breakers);
   er.sampling.seed = seed;
   er.top_logprobs = c.logprobs;

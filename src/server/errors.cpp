@@ -17,7 +17,8 @@ struct Row {
 
 constexpr Row kTable[] = {
     {StatusCode::kInvalidArgument, 400, "invalid_request_error", "invalid_request_error", ""},
-    {StatusCode::kContextOverflow, 400, "invalid_request_error", "invalid_request_error", "context_length_exceeded"},
+    // A context overflow: llama-server's type (its clients test it), OpenAI's code.
+    {StatusCode::kContextOverflow, 400, "exceed_context_size_error", "invalid_request_error", "context_length_exceeded"},
     {StatusCode::kUnimplemented, 400, "invalid_request_error", "invalid_request_error", ""},
     {StatusCode::kUnauthenticated, 401, "authentication_error", "authentication_error", ""},
     {StatusCode::kPermissionDenied, 403, "permission_error", "permission_error", ""},
@@ -39,15 +40,15 @@ const Row& row(StatusCode c) {
 }  // namespace
 
 ApiError bad_request(std::string param, std::string message) {
-  return ApiError{StatusCode::kInvalidArgument, std::move(message), std::move(param), "", 0};
+  return ApiError{StatusCode::kInvalidArgument, std::move(message), std::move(param), "", 0, nullptr};
 }
 
 ApiError api_error(StatusCode code, std::string message, std::string param, std::string api_code) {
-  return ApiError{code, std::move(message), std::move(param), std::move(api_code), 0};
+  return ApiError{code, std::move(message), std::move(param), std::move(api_code), 0, nullptr};
 }
 
 ApiError from_status(const Status& st, std::string param) {
-  return ApiError{st.code(), st.user_message(), std::move(param), "", 0};
+  return ApiError{st.code(), st.user_message(), std::move(param), "", 0, nullptr};
 }
 
 int http_status(const ApiError& e) { return e.http_override != 0 ? e.http_override : row(e.code).http; }
@@ -59,6 +60,8 @@ json openai_error_body(const ApiError& e) {
   json err = {{"message", e.message}, {"type", openai_error_type(e)}};
   err["param"] = e.param.empty() ? json(nullptr) : json(e.param);
   err["code"] = code.empty() ? json(nullptr) : json(code);
+  if (e.details.is_object())
+    for (auto it = e.details.begin(); it != e.details.end(); ++it) err[it.key()] = it.value();
   return json{{"error", err}};
 }
 

@@ -7,7 +7,7 @@
 //
 //   code               HTTP  OpenAI type            Anthropic type
 //   invalid_argument   400   invalid_request_error  invalid_request_error
-//   context_overflow   400   invalid_request_error  invalid_request_error  (code context_length_exceeded)
+//   context_overflow   400   exceed_context_size_error invalid_request_error (code context_length_exceeded)
 //   unimplemented      400   invalid_request_error  invalid_request_error
 //   unauthenticated    401   authentication_error   authentication_error
 //   permission_denied  403   permission_error       permission_error
@@ -41,6 +41,9 @@ struct ApiError {
   // The HTTP status when the connection layer chose it itself (405, 408, 431); 0: the
   // table's for `code`.
   int http_override = 0;
+  // More fields of OpenAI's error object (a context overflow's n_prompt_tokens and n_ctx,
+  // as llama-server reports them); null: none.
+  nlohmann::ordered_json details;
 };
 
 // Shorthands.

@@ -22,6 +22,7 @@ struct Choice {
   AnswerFormat* fmt = nullptr;
   std::string text;
   std::vector<TokenLogprob> logprobs;
+  std::vector<int32_t> ids;       // every token id (formats that want them)
   CompletionStream::Update last;  // the final update
   bool done = false;
   bool started = false;  // some text or a logprob entry came out
@@ -113,11 +114,16 @@ std::optional<ApiError> Driver::submit(int i) {
   Choice& x = ch_[static_cast<size_t>(i)];
   EngineRequest& prepared = x.prepared->request;
   const uint64_t seed = prepared.sampling.seed;
+  std::string prompt_text;
+  if (fmt_.wants_prompt_text()) {
+    auto t = served_.tokenizer().decode(prepared.prompt, /*remove_special=*/false, /*render_special=*/true);
+    if (t) prompt_text = std::move(t).value();
+  }
   const bool last_user = i + 1 == n() || ch_[static_cast<size_t>(i) + 1].prepared != x.prepared;
   EngineRequest r = last_user ? std::move(prepared) : prepared;  // the last choice of a prompt takes it
   r.sampling.seed = seed + x.seed_offset;
   r.constraint = grammars_[static_cast<size_t>(i)];
-  x.stream = std::make_shared<CompletionStream>(served_.tokenizer(), c_.stop, c_.logprobs >= 0);
+  x.stream = std::make_shared<CompletionStream>(served_.tokenizer(), c_.stop, c_.logprobs >= 0, fmt_.wants_prompt_text());
   Submission sub = served_.engine().submit(std::move(r), x.stream);
   if (!sub.ok()) return submit_error(sub);
   x.handle = sub.handle;
@@ -128,7 +134,8 @@ std::optional<ApiError> Driver::submit(int i) {
     formats_.push_back(fmt_.another());
     x.fmt = formats_.back().get();
   }
-  x.fmt->begin(Generation{id_, served_.id(), created_, x.prepared->n_prompt, seed + x.seed_offset, i, &c_},
+  x.fmt->begin(Generation{id_, served_.id(), created_, x.prepared->n_prompt, seed + x.seed_offset, i, &c_,
+                          std::move(prompt_text)},
                c_.tools.is_null() ? chat::ToolFormat::kNone : served_.tool_format());
   return std::nullopt;
 }
@@ -154,6 +161,7 @@ std::string Driver::poll(int i, int ms) {
   if (c_.stream) events += x.fmt->stream_piece(u);
   x.started = x.started || news;
   x.text += u.text;
+  x.ids.insert(x.ids.end(), u.token_ids.begin(), u.token_ids.end());
   for (auto& l : u.logprobs) x.logprobs.push_back(std::move(l));
   if (u.finished) {
     x.done = true;
@@ -218,7 +226,10 @@ void Driver::answer_whole() {
     }
   }
   std::vector<json> bodies;
-  for (Choice& x : ch_) bodies.push_back(x.fmt->whole(x.text, x.logprobs, x.last));
+  for (Choice& x : ch_) {
+    x.last.token_ids = std::move(x.ids);  // the whole answer's ids
+    bodies.push_back(x.fmt->whole(x.text, x.logprobs, x.last));
+  }
   ex_.respond(200, "application/json", dump_json(fmt_.combine(std::move(bodies), total_usage())));
 }
 
@@ -298,14 +309,23 @@ void send_error(http::Exchange& ex, const AnswerFormat& fmt, const ApiError& e) 
   ex.respond(http_status(e), "application/json", dump_json(fmt.error_body(e)));
 }
 
-void run_generation(ServedModel& served, const CompletionParams& c, http::Exchange& ex, AnswerFormat& fmt,
+void run_generation(ServedModel& served, const CompletionParams& params, http::Exchange& ex, AnswerFormat& fmt,
                     GenerationLog* log) {
-  if (auto e = check_request(served, c, fmt.unknown_model_code())) return send_error(ex, fmt, *e);
+  if (auto e = check_request(served, params, fmt.unknown_model_code())) return send_error(ex, fmt, *e);
+  const CompletionParams* cp = &params;
+  CompletionParams with_default;
+  if (!params.max_tokens && served.options().default_n_predict) {  // --n-predict
+    with_default = params;
+    with_default.max_tokens = *served.options().default_n_predict;
+    cp = &with_default;
+  }
+  const CompletionParams& c = *cp;
   // One grammar compiled (the Driver clones it per choice) and one seed for the request:
   // the answer reports it, and sending it back reproduces every prompt's text.
   std::shared_ptr<TokenConstraint> grammar;
   if (auto e = compile_constraint(served, c, &grammar)) return send_error(ex, fmt, *e);
-  const uint64_t seed = c.seed_given ? c.sampling.seed : served.random_seed();
+  const ServerOptions& so = served.options();
+  const uint64_t seed = c.seed_given ? c.sampling.seed : so.default_seed ? *so.default_seed : served.random_seed();
   std::vector<PreparedRequest> prepared;
   const size_t n_prompts = c.endpoint == Endpoint::kCompletions ? c.prompts.size() : 1;
   for (size_t i = 0; i < n_prompts; ++i) {

@@ -27,6 +27,7 @@ const char* reason_phrase(int status) {
     case 429: return "Too Many Requests";
     case 431: return "Request Header Fields Too Large";
     case 500: return "Internal Server Error";
+    case 501: return "Not Implemented";
     case 503: return "Service Unavailable";
     default: return status < 300 ? "OK" : status < 500 ? "Bad Request" : "Internal Server Error";
   }

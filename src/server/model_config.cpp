@@ -69,6 +69,7 @@ Result<std::unique_ptr<ServedModel>> open_served_model(std::unique_ptr<Model> mo
   SPECULA_RETURN_IF_ERROR(check_config(c));
   so.model_id = c.model_id.empty() ? std::filesystem::path(path).stem().string() : c.model_id;
   so.chat_template = c.chat_template;
+  so.model_path = path;
   so.pooling = c.pooling;
   // The context is the total of all requests' tokens (llama-server's -c): the KV budget
   // holds that many tokens, and one request may use up to all of it (at most the model's

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "server/generation.h"
+#include "server/llama_api.h"
 #include "server/routes.h"
 #include "server/sampling_fields.h"
 
@@ -19,25 +20,43 @@ using json = nlohmann::ordered_json;
 // nothing of the output, or refused with a 400 naming it.
 // Read: the sampling fields (sampling/params.h's table) and the fields below (kRead*).
 // Ignored (they change no token and no field of the answer): user, metadata, store,
-// service_tier (OpenAI), cache_prompt (llama-server; the prompt cache is always on),
-// id_slot, slot_id, timings_per_token. A field that asks for something not implemented
-// is refused unless it holds its no-op value (kNoOp); any other field is refused as
-// unknown, as OpenAI's own API does ("Unrecognized request argument").
+// service_tier (OpenAI); cache_prompt (the prompt cache is always on), id_slot, slot_id
+// (rows are not pinned), timings_per_token (timings come with the last chunk), verbose
+// (a debug copy of the answer), return_progress (no prompt-progress events are sent),
+// n_keep / n_discard (they only matter when llama-server shifts a full context, which
+// specula never does: a full context ends the answer), sse_ping_interval, the
+// speculative.* settings and backend_sampling (speculation is lossless and sampling runs
+// where it runs: neither changes a token) — llama-server's; chat_template, reasoning_effort
+// when null. A field that asks for something not implemented is refused unless it holds
+// its no-op value (kNoOp); any other field is refused as unknown, as OpenAI's own API does
+// ("Unrecognized request argument"). docs/API.md lists the policy.
 const char* const kReadCommon[] = {"model", "max_tokens", "max_completion_tokens", "n", "stream", "stream_options",
-                                   "ignore_eos", "speculative", "stop", "logprobs", "top_logprobs", "n_predict"};
+                                   "ignore_eos", "speculative", "stop", "logprobs", "top_logprobs", "n_predict",
+                                   "n_probs", "return_tokens"};
 const char* const kReadCompletions[] = {"prompt", "parse_special", "echo"};
+const char* const kReadNative[] = {"response_fields"};
 // Structured outputs (parse_constraint_fields), on both routes.
 const char* const kStructured[] = {"response_format", "grammar",      "json_schema",   "regex",         "choice",
                                    "guided_json",     "guided_regex", "guided_choice", "guided_grammar"};
-const char* const kReadChat[] = {"messages", "parse_special", "tools", "tool_choice", "parallel_tool_calls"};
-const char* const kIgnored[] = {"user", "metadata", "store", "service_tier", "cache_prompt", "id_slot", "slot_id",
-                                "timings_per_token"};
+const char* const kReadChat[] = {"messages",           "parse_special",         "tools",
+                                 "tool_choice",        "parallel_tool_calls",   "chat_template_kwargs",
+                                 "add_generation_prompt", "continue_final_message"};
+const char* const kIgnored[] = {"user",          "metadata",         "store",           "service_tier",
+                                "cache_prompt",  "id_slot",          "slot_id",         "timings_per_token",
+                                "verbose",       "return_progress",  "n_keep",          "n_discard",
+                                "sse_ping_interval", "backend_sampling", "speculative.n_max", "speculative.n_min",
+                                "speculative.p_min", "speculative.type", "speculative.ngram_size_n",
+                                "speculative.ngram_size_m", "speculative.ngram_min_hits", "mirostat_tau",
+                                "mirostat_eta",  "dynatemp_exponent"};
 
 bool listed(const char* const* begin, const char* const* end, const std::string& key) {
   return std::any_of(begin, end, [&](const char* k) { return key == k; });
 }
 
-std::optional<ApiError> check_fields(const json& body, Endpoint endpoint) {
+bool is_zero(const json& v) { return v.is_number() && v.get<double>() == 0.0; }
+bool is_empty_array(const json& v) { return v.is_array() && v.empty(); }
+
+std::optional<ApiError> check_fields(const json& body, Endpoint endpoint, bool native) {
   struct NoOp {
     const char* field;
     std::function<bool(const json&)> is_noop;
@@ -50,13 +69,32 @@ std::optional<ApiError> check_fields(const json& body, Endpoint endpoint) {
       {"functions", [](const json& v) { return v.is_array() && v.empty(); }, "function calling is not implemented yet"},
       {"function_call", [](const json& v) { return v == "none" || v == "auto"; }, "function calling is not implemented yet"},
       {"echo", [](const json& v) { return v == false; }, "echo applies to /v1/completions"},
-      {"suffix", [](const json& v) { return v == "" ; }, "suffix (fill-in-the-middle) is not implemented yet"},
+      {"suffix", [](const json& v) { return v == "" ; }, "use /infill for fill-in-the-middle"},
       {"best_of", [](const json& v) { return v == 1; }, "best_of is not implemented"},
       {"modalities", [](const json& v) { return v == json::array({"text"}); }, "only text output is supported"},
       {"typical_p", [](const json& v) { return v == 1 || v == 1.0; }, "the typical-p sampler is not implemented"},
       {"tfs_z", [](const json& v) { return v == 1 || v == 1.0; }, "tail-free sampling is not implemented"},
       {"mirostat", [](const json& v) { return v == 0; }, "mirostat is not implemented"},
-      {"n_probs", [](const json& v) { return v == 0; }, "use 'logprobs' / 'top_logprobs'"},
+      {"dynatemp_range", is_zero, "dynamic temperature is not implemented"},
+      {"min_keep", is_zero, "min_keep is not implemented"},
+      {"n_indent", is_zero, "n_indent is not implemented"},
+      {"post_sampling_probs", [](const json& v) { return v == false; },
+       "post-sampling probabilities are not implemented; n_probs gives the model's logprobs"},
+      {"t_max_predict_ms", [](const json& v) { return is_zero(v) || v == -1; }, "time limits are not implemented"},
+      {"t_max_prompt_ms", [](const json& v) { return is_zero(v) || v == -1; }, "time limits are not implemented"},
+      {"n_cache_reuse", is_zero, "KV shifting for cache reuse is not implemented (the prompt cache reuses prefixes)"},
+      {"lora", is_empty_array, "LoRA adapters are not implemented yet"},
+      {"samplers", [](const json&) { return false; }, "a custom sampler order is not supported (the chain is fixed: see docs/API.md)"},
+      {"grammar_lazy", [](const json& v) { return v == false; }, "lazy grammars are not implemented"},
+      {"grammar_triggers", is_empty_array, "lazy grammars are not implemented"},
+      {"preserved_tokens", is_empty_array, "preserved_tokens is not implemented"},
+      {"parse_tool_calls", [](const json& v) { return v == true; }, "tool calls are always parsed when tools are given"},
+      {"chat_template", [](const json&) { return false; }, "the template is the server's (--chat-template)"},
+      {"reasoning_effort", [](const json&) { return false; }, "reasoning controls are not implemented yet"},
+      {"reasoning_format", [](const json& v) { return v == "none"; }, "reasoning extraction is not implemented yet"},
+      {"adaptive_target", [](const json& v) { return v.is_number() && v.get<double>() < 0; },
+       "the adaptive-p sampler is not implemented"},
+      {"adaptive_decay", [](const json& v) { return v.is_number(); }, "must be a number"},
   };
   for (auto it = body.begin(); it != body.end(); ++it) {
     const std::string& key = it.key();
@@ -66,6 +104,7 @@ std::optional<ApiError> check_fields(const json& body, Endpoint endpoint) {
     if (endpoint == Endpoint::kCompletions ? listed(std::begin(kReadCompletions), std::end(kReadCompletions), key)
                                            : listed(std::begin(kReadChat), std::end(kReadChat), key))
       continue;
+    if (native && listed(std::begin(kReadNative), std::end(kReadNative), key)) continue;
     if (it.value().is_null()) continue;  // null: the field's default
     if (listed(std::begin(kStructured), std::end(kStructured), key)) continue;  // parse_constraint_fields
     bool known = false;
@@ -76,7 +115,9 @@ std::optional<ApiError> check_fields(const json& body, Endpoint endpoint) {
     }
     if (!known)
       return bad_request(key, "unknown field '" + key + "' for " +
-                                  (endpoint == Endpoint::kCompletions ? "/v1/completions" : "/v1/chat/completions"));
+                                  (native ? "/completion"
+                                   : endpoint == Endpoint::kCompletions ? "/v1/completions"
+                                                                        : "/v1/chat/completions"));
   }
   return std::nullopt;
 }
@@ -102,22 +143,54 @@ std::optional<ApiError> read_prompt(FieldReader& p, CompletionParams& c) {
   const json* pr = p.get("prompt");
   if (pr == nullptr) return bad_request("prompt", "'prompt' is required");
   if (pr->is_string()) {
-    c.prompts.push_back({false, pr->get<std::string>(), {}});
+    c.prompts.push_back({false, pr->get<std::string>(), {}, nullptr});
     return std::nullopt;
+  }
+  if (pr->is_object()) {  // llama-server's {"prompt_string": ..., "multimodal_data": [...]}
+    if (!pr->contains("prompt_string"))
+      return bad_request("prompt", "'prompt' as an object needs 'prompt_string'");
+    const json wrapped = {{"prompt", json::array({*pr})}};
+    FieldReader q{wrapped, std::nullopt};
+    return read_prompt(q, c);
   }
   if (!pr->is_array()) return bad_request("prompt", "'prompt' must be a string or an array of token ids, got " + shown(*pr));
   if (pr->empty()) return bad_request("prompt", "'prompt' is an empty array");
-  if ((*pr)[0].is_number()) {
+  // One prompt of token ids, or (llama-server) of token ids and texts mixed.
+  const bool has_number = std::any_of(pr->begin(), pr->end(), [](const json& x) { return x.is_number(); });
+  if (has_number) {
     c.prompts.emplace_back();
+    const bool all_ids = std::all_of(pr->begin(), pr->end(), [](const json& x) { return x.is_number(); });
+    if (!all_ids) {
+      for (const json& x : *pr) {
+        if (x.is_string()) continue;
+        std::vector<int32_t> one;
+        if (auto e = read_ids(json::array({x}), &one)) return e;
+      }
+      c.prompts.back().mixed = *pr;
+      return std::nullopt;
+    }
     c.prompts.back().is_ids = true;
     return read_ids(*pr, &c.prompts.back().ids);
   }
   if (pr->size() > kMaxBatch)
     return bad_request("prompt", "'prompt' holds " + std::to_string(pr->size()) + " prompts; at most " +
                                      std::to_string(kMaxBatch) + " in one request");
-  for (const json& x : *pr) {
+  for (const json& x0 : *pr) {
+    // llama-server's {"prompt_string": ...} (with "multimodal_data": images, refused).
+    const json& x = x0.is_object() && x0.contains("prompt_string") ? x0["prompt_string"] : x0;
+    if (x0.is_object() && x0.contains("multimodal_data"))
+      return api_error(StatusCode::kUnimplemented, "'prompt' has multimodal_data; this server serves a text-only model",
+                       "prompt");
     if (x.is_string()) {
-      c.prompts.push_back({false, x.get<std::string>(), {}});
+      c.prompts.push_back({false, x.get<std::string>(), {}, nullptr});
+    } else if (x.is_array() && !x.empty() && std::any_of(x.begin(), x.end(), [](const json& y) { return y.is_string(); })) {
+      c.prompts.emplace_back();
+      for (const json& y : x) {
+        if (y.is_string()) continue;
+        std::vector<int32_t> one;
+        if (auto e = read_ids(json::array({y}), &one)) return e;
+      }
+      c.prompts.back().mixed = x;
     } else if (x.is_array() && !x.empty()) {
       c.prompts.emplace_back();
       c.prompts.back().is_ids = true;
@@ -398,12 +471,57 @@ std::optional<ApiError> parse_constraint_fields(const json& body, CompletionPara
   return std::nullopt;
 }
 
-std::variant<CompletionParams, ApiError> parse_completion_request(const std::string& body, Endpoint endpoint,
-                                                                  const SamplingDefaults& defaults) {
+namespace {
+
+// chat_template_kwargs, add_generation_prompt, continue_final_message (chat).
+std::optional<ApiError> read_template_options(FieldReader& p, CompletionParams& c) {
+  if (const json* kw = p.get("chat_template_kwargs")) {
+    if (!kw->is_object()) return bad_request("chat_template_kwargs", "'chat_template_kwargs' must be an object");
+    for (auto it = kw->begin(); it != kw->end(); ++it)
+      if (it.key() == "messages" || it.key() == "tools" || it.key() == "add_generation_prompt")
+        return bad_request("chat_template_kwargs", "'chat_template_kwargs' may not set '" + it.key() +
+                                                       "' (it is the request's own field)");
+    c.template_kwargs = *kw;
+  }
+  p.boolean("add_generation_prompt", &c.add_generation_prompt);
+  p.boolean("continue_final_message", &c.continue_final_message);
+  if (p.error) return p.error;
+  if (c.continue_final_message) {
+    if (c.add_generation_prompt && p.get("add_generation_prompt") != nullptr)
+      return bad_request("continue_final_message",
+                         "'continue_final_message' and 'add_generation_prompt' both true: the prompt either ends "
+                         "inside the last message or opens a new one");
+    c.add_generation_prompt = false;
+    if (c.messages.empty() || c.messages.back().value("role", "") != "assistant")
+      return bad_request("continue_final_message", "'continue_final_message' needs the last message to be the assistant's");
+  }
+  return std::nullopt;
+}
+
+// n_probs (llama-server: top alternatives per token), return_tokens, response_fields.
+std::optional<ApiError> read_native_outputs(FieldReader& p, CompletionParams& c, bool native) {
+  std::optional<int64_t> n_probs;
+  if (!p.integer("n_probs", 0, 20, &n_probs)) return p.error;
+  if (n_probs && *n_probs > 0) c.logprobs = std::max<int32_t>(c.logprobs, static_cast<int32_t>(*n_probs));
+  p.boolean("return_tokens", &c.return_tokens);
+  if (p.error) return p.error;
+  if (const json* rf = p.get("response_fields"); rf != nullptr && native) {
+    if (!rf->is_array()) return bad_request("response_fields", "'response_fields' must be an array of strings");
+    for (const json& f : *rf) {
+      if (!f.is_string() || f.get<std::string>().empty())
+        return bad_request("response_fields", "'response_fields' must be an array of non-empty strings");
+      c.response_fields.push_back(f.get<std::string>());
+    }
+  }
+  return std::nullopt;
+}
+
+std::variant<CompletionParams, ApiError> parse_request(const std::string& body, Endpoint endpoint,
+                                                       const SamplingDefaults& defaults, bool native) {
   auto parsed = parse_body_object(body);
   if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
   const json& j = std::get<json>(parsed);
-  if (auto e = check_fields(j, endpoint)) return *e;
+  if (auto e = check_fields(j, endpoint, native)) return *e;
   FieldReader p{j, std::nullopt};
   CompletionParams c;
   c.endpoint = endpoint;
@@ -419,15 +537,29 @@ std::variant<CompletionParams, ApiError> parse_completion_request(const std::str
   } else {
     if (auto e = read_messages(p, c)) return *e;
     if (auto e = read_tools(p, c)) return *e;
+    if (auto e = read_template_options(p, c)) return *e;
   }
   if (auto e = read_limits(p, c)) return *e;
-  if (auto e = read_sampling_fields(j, SamplingApi::kOpenAi, &c.sampling, &c.seed_given)) return *e;
+  if (auto e = read_sampling_fields(j, SamplingApi::kOpenAi, &c.sampling, &c.seed_given, &c.text_bias)) return *e;
   normalize_request_sampling(c.sampling);
   if (auto e = read_output_options(p, c)) return *e;
   if (auto e = read_stop(p, c)) return *e;
   if (auto e = read_logprobs(p, c)) return *e;
+  if (auto e = read_native_outputs(p, c, native)) return *e;
   if (p.error) return *p.error;
   return c;
+}
+
+}  // namespace
+
+std::variant<CompletionParams, ApiError> parse_completion_request(const std::string& body, Endpoint endpoint,
+                                                                  const SamplingDefaults& defaults) {
+  return parse_request(body, endpoint, defaults, false);
+}
+
+std::variant<CompletionParams, ApiError> parse_native_completion_request(const std::string& body,
+                                                                         const SamplingDefaults& defaults) {
+  return parse_request(body, Endpoint::kCompletions, defaults, true);
 }
 
 namespace {
@@ -464,6 +596,12 @@ json logprobs_chat(const std::vector<TokenLogprob>& lps) {
 }
 
 json reason(const std::string& r) { return r.empty() ? json(nullptr) : json(r); }
+
+#ifndef SPECULA_VERSION
+#define SPECULA_VERSION "0.0.0"
+#endif
+// OpenAI's system_fingerprint: the build that answered.
+const char* const kFingerprint = "specula-" SPECULA_VERSION;
 }  // namespace
 
 nlohmann::ordered_json usage_json(const Usage& u) {
@@ -485,7 +623,7 @@ nlohmann::ordered_json completion_response(const std::string& id, int64_t create
                                    const std::string& finish_reason, const Usage& usage) {
   json choice = {{"index", 0}, {"text", text}, {"finish_reason", reason(finish_reason)}};
   choice["logprobs"] = logprobs ? logprobs_completion(*logprobs, 0) : json(nullptr);
-  return json{{"id", id},           {"object", "text_completion"}, {"created", created}, {"model", model},
+  return json{{"id", id},           {"object", "text_completion"}, {"created", created}, {"model", model}, {"system_fingerprint", kFingerprint},
               {"choices", {choice}}, {"usage", usage_json(usage)}};
 }
 
@@ -494,7 +632,7 @@ nlohmann::ordered_json completion_chunk(const std::string& id, int64_t created, 
                                         int64_t text_offset, const std::string& finish_reason, int index) {
   json choice = {{"index", index}, {"text", text}, {"finish_reason", reason(finish_reason)}};
   choice["logprobs"] = logprobs ? logprobs_completion(*logprobs, text_offset) : json(nullptr);
-  return json{{"id", id}, {"object", "text_completion"}, {"created", created}, {"model", model}, {"choices", {choice}}};
+  return json{{"id", id}, {"object", "text_completion"}, {"created", created}, {"model", model}, {"system_fingerprint", kFingerprint}, {"choices", {choice}}};
 }
 
 nlohmann::ordered_json chat_response(const std::string& id, int64_t created, const std::string& model,
@@ -504,7 +642,7 @@ nlohmann::ordered_json chat_response(const std::string& id, int64_t created, con
                  {"message", {{"role", "assistant"}, {"content", content}}},
                  {"finish_reason", reason(finish_reason)}};
   choice["logprobs"] = logprobs ? logprobs_chat(*logprobs) : json(nullptr);
-  return json{{"id", id},           {"object", "chat.completion"}, {"created", created}, {"model", model},
+  return json{{"id", id},           {"object", "chat.completion"}, {"created", created}, {"model", model}, {"system_fingerprint", kFingerprint},
               {"choices", {choice}}, {"usage", usage_json(usage)}};
 }
 
@@ -516,7 +654,7 @@ nlohmann::ordered_json chat_chunk(const std::string& id, int64_t created, const 
   if (content) delta["content"] = *content;
   json choice = {{"index", index}, {"delta", delta}, {"finish_reason", reason(finish_reason)}};
   choice["logprobs"] = logprobs ? logprobs_chat(*logprobs) : json(nullptr);
-  return json{{"id", id}, {"object", "chat.completion.chunk"}, {"created", created}, {"model", model}, {"choices", {choice}}};
+  return json{{"id", id}, {"object", "chat.completion.chunk"}, {"created", created}, {"model", model}, {"system_fingerprint", kFingerprint}, {"choices", {choice}}};
 }
 
 nlohmann::ordered_json usage_chunk(const std::string& id, int64_t created, const std::string& model, Endpoint endpoint,
@@ -525,6 +663,7 @@ nlohmann::ordered_json usage_chunk(const std::string& id, int64_t created, const
               {"object", endpoint == Endpoint::kChat ? "chat.completion.chunk" : "text_completion"},
               {"created", created},
               {"model", model},
+              {"system_fingerprint", kFingerprint},
               {"choices", json::array()},
               {"usage", usage_json(usage)}};
 }
@@ -550,13 +689,7 @@ json OpenAiFormat::whole(const std::string& text, const std::vector<TokenLogprob
   }
   // llama-server's "timings" extension (same field names), for benchmarks and clients
   // that read it: prefill and decode time of this request.
-  const RequestSummary& sm = u.summary;
-  const int64_t n_dec = std::max<int64_t>(0, sm.n_generated - 1);
-  body["timings"] = {{"prompt_n", sm.n_prompt},
-                     {"prompt_ms", sm.prefill_seconds * 1e3},
-                     {"predicted_n", sm.n_generated},
-                     {"predicted_ms", sm.decode_seconds * 1e3},
-                     {"predicted_per_second", sm.decode_seconds > 0 ? n_dec / sm.decode_seconds : 0.0}};
+  body["timings"] = timings_json(u.summary);
   return body;
 }
 
@@ -577,9 +710,17 @@ std::string OpenAiFormat::text_piece(const std::string& text, const std::vector<
   if (text.empty() && logprobs.empty() && !(endpoint_ == Endpoint::kChat && !sent_role_)) return "";
   std::string out;
   if (endpoint_ == Endpoint::kChat) {
-    const bool first = !sent_role_;
-    sent_role_ = true;
-    out = chunk(chat_chunk(g_.id, g_.created, g_.model, &text, first, want_lp ? &logprobs : nullptr, "", g_.index));
+    if (!sent_role_) {
+      // The first chunk names the role only, content null (OpenAI's and llama-server's
+      // first delta); no delta ever carries empty content.
+      sent_role_ = true;
+      json first = chat_chunk(g_.id, g_.created, g_.model, nullptr, true, nullptr, "", g_.index);
+      first["choices"][0]["delta"]["content"] = nullptr;
+      out = chunk(std::move(first));
+    }
+    if (!text.empty() || !logprobs.empty())
+      out += chunk(chat_chunk(g_.id, g_.created, g_.model, text.empty() ? nullptr : &text, false,
+                              want_lp ? &logprobs : nullptr, "", g_.index));
   } else {
     out = chunk(completion_chunk(g_.id, g_.created, g_.model, text, want_lp ? &logprobs : nullptr, text_offset_, "",
                                  g_.index));
@@ -606,6 +747,7 @@ std::string OpenAiFormat::stream_end(const CompletionStream::Update& u) {
                   ? chat_chunk(g_.id, g_.created, g_.model, nullptr, false, nullptr, reason, g_.index)
                   : completion_chunk(g_.id, g_.created, g_.model, "", nullptr, text_offset_, reason, g_.index);
   last["seed"] = g_.seed;
+  last["timings"] = timings_json(u.summary);  // llama-server's, on the last chunk
   return out + chunk(std::move(last));
 }
 

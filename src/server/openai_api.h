@@ -42,6 +42,10 @@ std::optional<ApiError> parse_constraint_fields(const nlohmann::ordered_json& bo
 // llama-server's for the fields the body leaves out.
 std::variant<CompletionParams, ApiError> parse_completion_request(const std::string& body, Endpoint endpoint,
                                                                   const SamplingDefaults& defaults = {});
+// llama-server's native /completion body: the fields of /v1/completions plus the native
+// answer's own (response_fields).
+std::variant<CompletionParams, ApiError> parse_native_completion_request(const std::string& body,
+                                                                         const SamplingDefaults& defaults = {});
 
 // Builders. `finish_reason` empty -> null; `index`: the choice's index. Strings are emitted
 // as valid UTF-8 (invalid bytes replaced by U+FFFD when serialised with dump_json).

@@ -16,6 +16,7 @@ struct ServerOptions {
   int port = 8080;                  // 0: any free port (see Server::port())
   std::string api_key;              // empty: no auth
   std::string model_id;             // the id clients send as "model"; empty: the model's name
+  std::string model_path;           // the file or folder it was loaded from (/props)
   std::optional<std::string> chat_template;  // source overriding the model's own (--chat-template-file)
   size_t max_body_bytes = 1 << 20;  // larger bodies get 413
   int max_connections = 1024;       // more get 503 (--max-connections)
@@ -25,6 +26,22 @@ struct ServerOptions {
   EngineOptions engine;             // rows (--parallel), context, KV budget and cache types, queue
   bool log_requests = true;         // one line per request on stderr (--log-requests; server.h)
   std::string pooling;              // embeddings: "mean" | "last"; empty: the model's, else mean
+
+  // Request defaults, as llama-server's --temp, --seed and --n-predict: what a request
+  // that leaves the field out gets (unset: llama-server's per-request defaults, the
+  // model's generation_config where it has one, a random seed, no token limit).
+  std::optional<float> default_temperature;
+  std::optional<uint64_t> default_seed;
+  std::optional<int32_t> default_n_predict;
+
+  // CORS (--cors-origin; the Fetch standard's CORS protocol): "*" (llama-server's default:
+  // the request's Origin is echoed with credentials allowed, so any web page may call the
+  // server — set an API key), "localhost" (only http(s)://localhost / 127.0.0.1 / [::1]
+  // origins are echoed), "" (no CORS headers: browsers on other origins are refused), or a
+  // comma-separated list of origins, each echoed when it is the request's.
+  std::string cors_origins = "*";
+  bool webui = true;   // the chat page at / (--no-webui: off)
+  bool slots = true;   // GET /slots (--no-slots: 501, as llama-server)
 };
 
 }  // namespace specula::server

@@ -29,6 +29,9 @@ struct CompletionParams {
     bool is_ids = false;
     std::string text;
     std::vector<int32_t> ids;
+    // llama-server's mixed prompt ["text", 12, 34, "more text"]: strings tokenized (the
+    // first with the model's BOS rule), integers as token ids; null otherwise.
+    nlohmann::ordered_json mixed;
   };
   std::vector<Prompt> prompts;
   // chat: messages with content flattened to strings ({role, content} + other fields kept;
@@ -45,6 +48,8 @@ struct CompletionParams {
   SamplingParams sampling;            // seed filled by the caller when !seed_given
   bool seed_given = false;
   std::vector<std::string> stop;      // up to 4 non-empty strings (16 on /v1/messages)
+  // logit_bias entries keyed by text (llama-server: every token of the text gets the bias)
+  std::vector<std::pair<std::string, float>> text_bias;
   bool stream = false;
   bool include_usage = false;         // stream_options.include_usage
   int32_t logprobs = -1;              // -1 none; else top alternatives per token (0..20)
@@ -62,6 +67,18 @@ struct CompletionParams {
   std::string constraint_field;
   // chat: tool_choice "required" ("*") or a named function: the answer must be a call.
   std::string forced_tool;
+  // chat: more variables for the template (chat_template_kwargs, e.g. enable_thinking),
+  // whether the prompt ends with the generation prompt (add_generation_prompt), and
+  // continue_final_message: the prompt ends inside the last (assistant) message, which the
+  // answer continues.
+  nlohmann::ordered_json template_kwargs;  // an object, or null
+  bool add_generation_prompt = true;
+  bool continue_final_message = false;
+  // llama-server's native answer (/completion, /completions, /infill): the generated
+  // token ids in "tokens" (return_tokens), and only these fields of the answer
+  // (response_fields: "a/b" paths into the object).
+  bool return_tokens = false;
+  std::vector<std::string> response_fields;
 };
 
 // One generated token's logprob entry as the APIs report it.
@@ -69,6 +86,8 @@ struct TokenLogprob {
   std::string token;  // the token's bytes (may be a partial UTF-8 sequence)
   float logprob = 0.0f;
   std::vector<std::pair<std::string, float>> top;  // alternatives (bytes, logprob)
+  int32_t id = -1;               // the token's id (llama-server's completion_probabilities)
+  std::vector<int32_t> top_ids;  // the alternatives' ids, as `top`
 };
 
 }  // namespace specula::server

@@ -16,9 +16,11 @@ namespace {
 // logit_bias: {"id": bias} (OpenAI) or [[id, bias], ...] (llama-server); a bias of false
 // bans the token (llama-server).
 std::optional<ApiError> read_token_bias(const std::string& key, const json& v, double lo, double hi,
-                                        std::vector<std::pair<int32_t, float>>* out) {
+                                        std::vector<std::pair<int32_t, float>>* out,
+                                        std::vector<std::pair<std::string, float>>* text_out) {
   auto add = [&](const json& id_value, const json& val) -> std::optional<ApiError> {
     int64_t id = -1;
+    bool text_key = false;
     if (id_value.is_string()) {
       const std::string k = id_value.get<std::string>();
       size_t used = 0;
@@ -27,12 +29,16 @@ std::optional<ApiError> read_token_bias(const std::string& key, const json& v, d
       } catch (...) {
         used = 0;
       }
-      if (used == 0 || used != k.size()) id = -1;
+      if (used == 0 || used != k.size()) {
+        id = -1;
+        text_key = text_out != nullptr && !k.empty();
+      }
     } else if (id_value.is_number_integer()) {
       id = id_value.get<int64_t>();
     }
-    if (id < 0 || id > std::numeric_limits<int32_t>::max())
-      return bad_request(key, "'" + key + "' keys must be token ids, got " + shown(id_value));
+    if (!text_key && (id < 0 || id > std::numeric_limits<int32_t>::max()))
+      return bad_request(key, "'" + key + "' keys must be token ids" + (text_out ? " or text" : "") + ", got " +
+                                  shown(id_value));
     float bias = 0.0f;
     if (val.is_number() && std::isfinite(val.get<double>()) && val.get<double>() >= lo && val.get<double>() <= hi) {
       bias = static_cast<float>(val.get<double>());
@@ -43,7 +49,11 @@ std::optional<ApiError> read_token_bias(const std::string& key, const json& v, d
                                   shown(json(static_cast<int64_t>(hi))) + "], got " +
                                   shown(val));
     }
-    out->push_back({static_cast<int32_t>(id), bias});
+    if (text_key) {
+      text_out->push_back({id_value.get<std::string>(), bias});
+    } else {
+      out->push_back({static_cast<int32_t>(id), bias});
+    }
     return std::nullopt;
   };
   if (v.is_object()) {
@@ -85,7 +95,8 @@ bool is_sampling_key(const std::string& key, SamplingApi api) {
   return false;
 }
 
-std::optional<ApiError> read_sampling_fields(const json& body, SamplingApi api, SamplingParams* out, bool* seed_given) {
+std::optional<ApiError> read_sampling_fields(const json& body, SamplingApi api, SamplingParams* out, bool* seed_given,
+                                             std::vector<std::pair<std::string, float>>* text_bias) {
   FieldReader p{body, std::nullopt};
   for (const SamplingField& f : sampling_fields()) {
     const SamplingSpelling* s = f.spelling(api);
@@ -121,7 +132,8 @@ std::optional<ApiError> read_sampling_fields(const json& body, SamplingApi api, 
         break;
       case SamplingKind::kTokenBias:
         if (auto e = read_token_bias(s->key, *v, lo, hi,
-                                     &(out->*std::get<std::vector<std::pair<int32_t, float>> SamplingParams::*>(f.member))))
+                                     &(out->*std::get<std::vector<std::pair<int32_t, float>> SamplingParams::*>(f.member)),
+                                     text_bias))
           return e;
         break;
     }

@@ -18,8 +18,11 @@ namespace specula::server {
 
 // Reads every field `api` spells from `body` into `out` (fields absent or null keep their
 // value). `seed_given` is set when a seed is read. The first wrong field is the 400.
+// `text_bias`: where logit_bias keys that are text, not token ids, go (llama-server biases
+// every token of the text; the caller tokenizes); null: such keys are refused.
 std::optional<ApiError> read_sampling_fields(const nlohmann::ordered_json& body, SamplingApi api, SamplingParams* out,
-                                             bool* seed_given);
+                                             bool* seed_given,
+                                             std::vector<std::pair<std::string, float>>* text_bias = nullptr);
 
 // Whether `key` is a sampling field that `api` reads.
 bool is_sampling_key(const std::string& key, SamplingApi api);

@@ -29,6 +29,7 @@ Result<std::unique_ptr<ServedModel>> ServedModel::create(std::unique_ptr<Model> 
   if (options.model_id.empty()) options.model_id = model->info().name.empty() ? "model" : model->info().name;
   if (options.engine.eog_ids.empty()) options.engine.eog_ids = chat::end_of_generation_ids(s->tok_->vocab(), model->file());
   s->sampling_defaults_ = model_sampling_defaults(model->file());
+  if (options.default_temperature) s->sampling_defaults_.temperature = *options.default_temperature;  // --temp
   auto engine = Engine::create(*model, options.engine);
   if (!engine) return engine.status();
   s->engine_ = std::move(engine).value();

@@ -10,6 +10,8 @@
 #include "server/generation.h"
 #include "server/http.h"
 #include "server/json_util.h"
+#include "server/llama_api.h"
+#include "server/webui.h"
 #include "server/metrics.h"
 #include "server/routes.h"
 #include "server/served_model.h"
@@ -26,6 +28,12 @@ bool constant_time_equal(const std::string& a, const std::string& b) {
 
 bool is_anthropic_path(const std::string& path) { return path.rfind("/v1/messages", 0) == 0; }
 
+// Routes open without the API key: the health checks, and the chat page's files (the page
+// asks for the key itself before it calls the API).
+bool is_public_path(const std::string& path, bool webui) {
+  return path == "/health" || path == "/v1/health" || (webui && is_webui_path(path));
+}
+
 // An error in the shape of the API the path belongs to (Anthropic's under /v1/messages).
 std::string error_text(const std::string& path, const ApiError& e) {
   return dump_json(is_anthropic_path(path) ? anthropic_error_body(e) : openai_error_body(e));
@@ -35,17 +43,70 @@ void send_error_for(const http::Request& req, http::Exchange& ex, const ApiError
   ex.respond(http_status(e), "application/json", error_text(req.path, e));
 }
 
-// An Exchange that remembers the status its handler answered with (the request log).
+// Whether a CORS Origin ("http://localhost:5173") names this machine's loopback.
+bool origin_is_localhost(const std::string& origin) {
+  std::string rest;
+  for (const char* scheme : {"http://", "https://"})
+    if (origin.rfind(scheme, 0) == 0) rest = origin.substr(std::string(scheme).size());
+  if (rest.empty()) return false;
+  std::string host = rest;
+  if (host.front() == '[') {
+    host = host.substr(0, host.find(']') + 1);
+  } else {
+    host = host.substr(0, host.find(':'));
+  }
+  return host == "localhost" || host == "127.0.0.1" || host == "[::1]";
+}
+
+// The CORS headers of the answer to `req` (the Fetch standard's CORS protocol; the
+// policy: ServerOptions::cors_origins). A request without Origin gets none.
+http::Headers cors_headers(const ServerOptions& o, const http::Request& req) {
+  const std::string origin = req.header("Origin");
+  if (origin.empty() || o.cors_origins.empty()) return {};
+  bool allowed = o.cors_origins == "*" || (o.cors_origins == "localhost" && origin_is_localhost(origin));
+  for (size_t pos = 0; !allowed && pos <= o.cors_origins.size();) {
+    size_t end = o.cors_origins.find(',', pos);
+    if (end == std::string::npos) end = o.cors_origins.size();
+    std::string item = o.cors_origins.substr(pos, end - pos);
+    while (!item.empty() && item.front() == ' ') item.erase(item.begin());
+    while (!item.empty() && item.back() == ' ') item.pop_back();
+    allowed = item == origin;
+    pos = end + 1;
+  }
+  if (!allowed) return {{"Vary", "Origin"}};
+  http::Headers h = {{"Access-Control-Allow-Origin", origin}, {"Vary", "Origin"}};
+  if (req.method == "OPTIONS") {
+    // A preflight: credentials (cookies, Authorization) allowed, and the methods and
+    // headers the page asks for. The requested headers are echoed: "*" covers neither
+    // Authorization nor any header of a request with credentials.
+    const std::string asked = req.header("Access-Control-Request-Headers");
+    h.push_back({"Access-Control-Allow-Credentials", "true"});
+    h.push_back({"Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS"});
+    h.push_back({"Access-Control-Allow-Headers", asked.empty() ? "*" : asked});
+    h.push_back({"Access-Control-Max-Age", "600"});
+  } else {
+    h.push_back({"Access-Control-Allow-Credentials", "true"});
+  }
+  return h;
+}
+
+// An Exchange that remembers the status its handler answered with (the request log) and
+// adds the CORS headers to the answer.
 class RecordingExchange : public http::Exchange {
  public:
-  explicit RecordingExchange(http::Exchange& ex) : ex_(ex) {}
+  RecordingExchange(http::Exchange& ex, http::Headers cors) : ex_(ex), cors_(std::move(cors)) {}
   bool respond(int status, std::string_view content_type, std::string body, const http::Headers& extra) override {
     status_ = status;
-    return ex_.respond(status, content_type, std::move(body), extra);
+    if (cors_.empty()) return ex_.respond(status, content_type, std::move(body), extra);
+    http::Headers h = extra;
+    h.insert(h.end(), cors_.begin(), cors_.end());
+    return ex_.respond(status, content_type, std::move(body), h);
   }
   bool begin_stream(int status, std::string_view content_type, const http::Headers& extra, std::string probe) override {
     status_ = status;
-    return ex_.begin_stream(status, content_type, extra, std::move(probe));
+    http::Headers h = extra;
+    h.insert(h.end(), cors_.begin(), cors_.end());
+    return ex_.begin_stream(status, content_type, h, std::move(probe));
   }
   bool write(std::string_view data) override {
     const bool ok = ex_.write(data);
@@ -62,6 +123,7 @@ class RecordingExchange : public http::Exchange {
 
  private:
   http::Exchange& ex_;
+  http::Headers cors_;
   int status_ = 0;
   bool gone_ = false;
 };
@@ -158,7 +220,7 @@ void Server::dispatch(const http::Request& req, http::Exchange& raw) {
   // polls, in logfmt (key=value) so that it greps and parses.
   const bool log = served_->options().log_requests && req.path != "/health" && req.path != "/metrics";
   const auto t0 = std::chrono::steady_clock::now();
-  RecordingExchange ex(raw);
+  RecordingExchange ex(raw, cors_headers(served_->options(), req));
   GenerationLog gen;
   route(req, ex, &gen);
   if (!log) return;
@@ -179,6 +241,8 @@ void Server::dispatch(const http::Request& req, http::Exchange& raw) {
 }
 
 bool route_api(ServedModel& m, const http::Request& req, http::Exchange& ex, GenerationLog* gen) {
+  static const std::string kNoRerank =
+      "reranking needs a reranking model (a classifier head, e.g. bge-reranker); this server serves a generative model";
   struct Route {
     const char* method;
     const char* path;
@@ -186,9 +250,16 @@ bool route_api(ServedModel& m, const http::Request& req, http::Exchange& ex, Gen
   };
   const Route routes[] = {
       {"GET", "/v1/models", [&] { handle_models(m, ex); }},
+      {"GET", "/models", [&] { handle_models(m, ex); }},
       {"POST", "/v1/completions", [&] { handle_completion(m, req, ex, Endpoint::kCompletions, gen); }},
       {"POST", "/v1/chat/completions", [&] { handle_completion(m, req, ex, Endpoint::kChat, gen); }},
-      {"POST", "/completion", [&] { handle_completion(m, req, ex, Endpoint::kCompletions, gen); }},  // llama-server
+      // llama-server's native routes (server/llama_api.h)
+      {"POST", "/completion", [&] { handle_native_completion(m, req, ex, gen); }},
+      {"POST", "/completions", [&] { handle_native_completion(m, req, ex, gen); }},
+      {"POST", "/infill", [&] { handle_infill(m, req, ex, gen); }},
+      {"GET", "/props", [&] { handle_props(m, ex); }},
+      {"POST", "/props", [&] { handle_not_supported(ex, "changing the server's properties is not supported"); }},
+      {"GET", "/slots", [&] { handle_slots(m, ex); }},
       {"POST", "/chat/completions", [&] { handle_completion(m, req, ex, Endpoint::kChat, gen); }},
       {"POST", "/v1/messages", [&] { handle_messages(m, req, ex, false, gen); }},
       {"POST", "/v1/messages/count_tokens", [&] { handle_messages(m, req, ex, true, gen); }},
@@ -198,6 +269,13 @@ bool route_api(ServedModel& m, const http::Request& req, http::Exchange& ex, Gen
       {"POST", "/apply-template", [&] { handle_apply_template(m, req, ex); }},
       {"POST", "/v1/embeddings", [&] { handle_embeddings(m, req, ex); }},
       {"POST", "/embeddings", [&] { handle_embeddings(m, req, ex); }},
+      {"POST", "/embedding", [&] { handle_embeddings(m, req, ex); }},
+      {"POST", "/rerank", [&] { handle_not_supported(ex, kNoRerank); }},
+      {"POST", "/reranking", [&] { handle_not_supported(ex, kNoRerank); }},
+      {"POST", "/v1/rerank", [&] { handle_not_supported(ex, kNoRerank); }},
+      {"POST", "/v1/reranking", [&] { handle_not_supported(ex, kNoRerank); }},
+      {"GET", "/lora-adapters", [&] { send_json(ex, nlohmann::ordered_json::array()); }},
+      {"POST", "/lora-adapters", [&] { handle_not_supported(ex, "LoRA adapters are not supported yet"); }},
   };
   bool path_known = false;
   for (const Route& r : routes) {
@@ -216,15 +294,21 @@ bool route_api(ServedModel& m, const http::Request& req, http::Exchange& ex, Gen
 }
 
 void Server::route(const http::Request& req, http::Exchange& ex, GenerationLog* gen) {
-  if (req.path != "/health" && !authorized(req, ex)) return;
+  // A CORS preflight, on any path: browsers send it without credentials (the API key), so
+  // it is answered before the key is checked; it runs nothing.
+  if (req.method == "OPTIONS") {
+    ex.respond(200, "text/plain", "", {{"Allow", "GET, POST, DELETE, OPTIONS"}});
+    return;
+  }
+  if (!is_public_path(req.path, served_->options().webui) && !authorized(req, ex)) return;
   ServedModel& m = *served_;
-  if (req.path == "/health" || req.path == "/metrics") {
+  if (req.path == "/health" || req.path == "/v1/health" || req.path == "/metrics") {
     if (req.method != "GET") {
       ApiError e = bad_request("", "method " + req.method + " not allowed on " + req.path);
       e.http_override = 405;
       return send_error_for(req, ex, e);
     }
-    if (req.path == "/health") {
+    if (req.path != "/metrics") {
       ex.respond(200, "application/json", R"({"status":"ok"})");
       return;
     }
@@ -236,8 +320,9 @@ void Server::route(const http::Request& req, http::Exchange& ex, GenerationLog* 
     ex.respond(200, "text/plain; version=0.0.4", metrics_text(m, http_->stats(), by_status));
     return;
   }
-  if (!route_api(m, req, ex, gen))
-    send_error_for(req, ex, api_error(StatusCode::kNotFound, "no route for " + req.method + " " + req.path));
+  if (route_api(m, req, ex, gen)) return;
+  if (served_->options().webui && serve_webui(req, ex)) return;
+  send_error_for(req, ex, api_error(StatusCode::kNotFound, "no route for " + req.method + " " + req.path));
 }
 
 }  // namespace specula::server

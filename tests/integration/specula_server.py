@@ -195,6 +195,13 @@ class Server:
     def post(self, path, body, **kw):
         return self.request("POST", path, body, **kw)
 
+    def get_json(self, path, **kw):
+        status, headers, data = self.request("GET", path, **kw)
+        try:
+            return status, headers, json.loads(data)
+        except ValueError:
+            raise TestFailure(f"GET {path}: status {status}, body is not JSON: {data[:300]!r}")
+
     def post_json(self, path, body, **kw):
         status, headers, data = self.post(path, body, **kw)
         try:

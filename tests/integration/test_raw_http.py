@@ -44,14 +44,11 @@ def bad_requests():
         (C, {"prompt": [], "max_tokens": 2}, 400, "prompt", "prompt empty array"),
         (C, {"prompt": ["a", "b"], "max_tokens": 2, "n": 2}, 400, "n", "several prompts with n 2"),
         (C, {"prompt": ["a", {"b": 1}], "max_tokens": 2}, 400, "prompt", "a batch with an object"),
-        (C, {"prompt": [2, "x"], "max_tokens": 2}, 400, "prompt", "mixed prompt array"),
         (C, {"prompt": [2, 1.5], "max_tokens": 2}, 400, "prompt", "float id"),
         (C, {"prompt": [2, 262144], "max_tokens": 2}, 400, "prompt", "id == vocab size"),
         (C, {"prompt": [2, 10 ** 12], "max_tokens": 2}, 400, "prompt", "huge id"),
         (C, {"prompt": [2, -1], "max_tokens": 2}, 400, "prompt", "negative id"),
         (C, {"prompt": "", "max_tokens": 2, "model": 5}, 400, "model", "model number"),
-        (C, {"prompt": "hi", "max_tokens": 2, "model": "gpt-4o"}, 400, "model", "unknown model"),
-        (CH, {"messages": MSG, "max_tokens": 2, "model": "nope"}, 400, "model", "chat: unknown model"),
         (CH, {"messages": MSG, "max_tokens": 0}, 400, "max_tokens", "chat: max_tokens 0"),
         (C, {"prompt": "hi", "max_tokens": -5}, 400, "max_tokens", "max_tokens negative"),
         (C, {"prompt": "hi", "max_tokens": "8"}, 400, "max_tokens", "max_tokens string"),
@@ -93,7 +90,7 @@ def bad_requests():
         (CH, {"messages": MSG, "max_tokens": 2, "logprobs": 3}, 400, "logprobs", "chat: logprobs int"),
         (CH, {"messages": MSG, "max_tokens": 2, "top_logprobs": 3}, 400, "top_logprobs", "chat: top_logprobs alone"),
         (C, {"prompt": "hi", "max_tokens": 2, "logit_bias": 5}, 400, "logit_bias", "logit_bias number"),
-        (C, {"prompt": "hi", "max_tokens": 2, "logit_bias": {"abc": 1}}, 400, "logit_bias", "logit_bias key"),
+        (C, {"prompt": "hi", "max_tokens": 2, "logit_bias": {"": 1}}, 400, "logit_bias", "logit_bias empty key"),
         (C, {"prompt": "hi", "max_tokens": 2, "logit_bias": {"5": "x"}}, 400, "logit_bias", "logit_bias value"),
         (C, {"prompt": "hi", "max_tokens": 2, "logit_bias": {"5": 1000}}, 400, "logit_bias", "logit_bias big"),
         (C, {"prompt": "hi", "max_tokens": 2, "logit_bias": {"300000": 1}}, 400, None, "logit_bias id > vocab"),
@@ -147,8 +144,6 @@ def test_errors(srv, stats):
         st, headers, data = srv.post(route, body)
         e = ss.check_error_body(st, data, status, f"{what} ({route})", param)
         check(headers.get("content-type", "").startswith("application/json"), f"{what}: content type {headers}")
-        if what == "unknown model":
-            check("gpt-4o" in e["message"], f"unknown model message: {e['message']}")
         if "ctx" in what:
             check(e["code"] == "context_length_exceeded", f"{what}: code {e['code']}")
         stats["errors"] += 1

@@ -118,7 +118,7 @@ TEST(OpenAiApi, RefusalsNameTheField) {
       {R"({"prompt": 1})", Endpoint::kCompletions, "prompt"},
       {R"({"prompt": []})", Endpoint::kCompletions, "prompt"},
       {R"({"prompt": ["a", []]})", Endpoint::kCompletions, "prompt"},
-      {R"({"prompt": ["a", 3]})", Endpoint::kCompletions, "prompt"},
+      {R"({"prompt": ["a", 3.5]})", Endpoint::kCompletions, "prompt"},
       {R"({"prompt": [[1], [2]], "n": 2})", Endpoint::kCompletions, "n"},
       {R"({"prompt": [1, -1]})", Endpoint::kCompletions, "prompt"},
       {R"({"prompt": [1, 4294967296]})", Endpoint::kCompletions, "prompt"},
@@ -172,7 +172,13 @@ TEST(OpenAiApi, RefusalsNameTheField) {
       {R"({"prompt": "x", "stream_options": []})", Endpoint::kCompletions, "stream_options"},
       {R"({"prompt": "x", "logprobs": 21})", Endpoint::kCompletions, "logprobs"},
       {R"({"prompt": "x", "top_logprobs": 21})", Endpoint::kCompletions, "top_logprobs"},
-      {R"({"prompt": "x", "logit_bias": {"x": 1}})", Endpoint::kCompletions, "logit_bias"},
+      {R"({"prompt": "x", "logit_bias": {"": 1}})", Endpoint::kCompletions, "logit_bias"},
+      {R"({"prompt": "x", "n_probs": 21})", Endpoint::kCompletions, "n_probs"},
+      {R"({"prompt": "x", "samplers": ["top_k"]})", Endpoint::kCompletions, "samplers"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "continue_final_message": true})", Endpoint::kChat,
+       "continue_final_message"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": {"messages": []}})", Endpoint::kChat,
+       "chat_template_kwargs"},
       {R"({"prompt": "x", "logit_bias": {"1": 101}})", Endpoint::kCompletions, "logit_bias"},
       {R"({"prompt": "x", "presence_penalty": 2.5})", Endpoint::kCompletions, "presence_penalty"},
       {R"({"messages": []})", Endpoint::kChat, "messages"},
@@ -289,7 +295,7 @@ TEST(OpenAiApi, ErrorBodyShape) {
 }
 
 TEST(OpenAiApi, ResponseBuilders) {
-  std::vector<TokenLogprob> lps = {{"Hel", -0.1f, {{"Hel", -0.1f}, {"He", -2.5f}}}, {"lo", -0.2f, {{"lo", -0.2f}}}};
+  std::vector<TokenLogprob> lps = {{"Hel", -0.1f, {{"Hel", -0.1f}, {"He", -2.5f}}, 1, {1, 2}}, {"lo", -0.2f, {{"lo", -0.2f}}, 3, {3}}};
   json r = completion_response("cmpl-1", 5, "m", "Hello", &lps, "length", Usage{3, 2});
   EXPECT_EQ(r["object"], "text_completion");
   EXPECT_EQ(r["choices"][0]["text"], "Hello");
@@ -311,7 +317,7 @@ TEST(OpenAiApi, ResponseBuilders) {
   EXPECT_TRUE(u["choices"].empty());
   EXPECT_EQ(u["usage"]["completion_tokens"], 2);
   // Invalid UTF-8 in a token is replaced when serialised, never thrown.
-  std::vector<TokenLogprob> partial = {{"\xF0\x9F", -1.0f, {}}};
+  std::vector<TokenLogprob> partial = {{"\xF0\x9F", -1.0f, {}, 4, {}}};
   const std::string s = dump_json(completion_response("c", 0, "m", "", &partial, "length", Usage{}));
   EXPECT_NE(s.find("\xEF\xBF\xBD"), std::string::npos) << s;
 }

@@ -1,0 +1,213 @@
+#!/usr/bin/env python3
+"""llama-server's own API on `specula serve` (server/llama_api.h): the native /completion
+object and stream, n_probs / return_tokens / response_fields, /props, /slots, /models,
+/infill (Qwen2.5-Coder's FIM tokens, when that model is in the cache), CORS preflight and
+headers, any model name answered with the served id, llama-server's context-overflow error
+fields, the chat stream's role-only first chunk, the server's request defaults (--temp,
+--seed, -n), --no-slots, and the chat page at /.
+
+Shapes are llama-server's (tools/server/server-task.cpp to_json_non_oaicompat in the
+llama.cpp source the llama-cpp-python sdist vendors); the whole suite of llama.cpp's server
+tests runs against specula with tests/compat/run_llama_server_suite.sh."""
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import specula_server as ss  # noqa: E402
+
+check = ss.check
+
+
+def raw_events(data):
+    """`data:` payloads of a stream that has no [DONE] (llama-server's native stream)."""
+    text = data.decode("utf-8")
+    check(text.endswith("\n\n"), f"stream does not end with a blank line: {text[-100:]!r}")
+    out = []
+    for ev in text[:-2].split("\n\n"):
+        check(ev.startswith("data: "), f"bad event framing: {ev[:200]!r}")
+        out.append(json.loads(ev[len("data: "):]))
+    return out
+
+
+def test_native_completion(srv, stats):
+    st, _, body = srv.post_json("/completion", {"prompt": "The capital of France is", "n_predict": 6,
+                                                "temperature": 0, "return_tokens": True, "n_probs": 3})
+    check(st == 200, f"/completion: {st} {body}")
+    for key in ("content", "tokens", "stop", "stop_type", "stopping_word", "truncated", "tokens_predicted",
+                "tokens_evaluated", "generation_settings", "timings", "prompt", "has_new_line", "model",
+                "tokens_cached", "completion_probabilities"):
+        check(key in body, f"/completion lacks '{key}': {sorted(body)}")
+    check(body["stop"] is True and body["stop_type"] in ("limit", "eos", "word"), f"stop fields {body['stop_type']}")
+    check(len(body["tokens"]) == body["tokens_predicted"] or body["stop_type"] == "eos",
+          f"tokens {body['tokens']} vs tokens_predicted {body['tokens_predicted']}")
+    check(all(isinstance(t, int) for t in body["tokens"]), "tokens are ids")
+    probs = body["completion_probabilities"]
+    check(len(probs) >= 1 and len(probs[0]["top_logprobs"]) == 3 and probs[0]["logprob"] <= 0
+          and isinstance(probs[0]["id"], int) and isinstance(probs[0]["bytes"], list), f"n_probs entry {probs[:1]}")
+    # Greedy: the first token is the most likely alternative.
+    check(probs[0]["id"] == probs[0]["top_logprobs"][0]["id"], f"greedy token is not the top one: {probs[0]}")
+    t = body["timings"]
+    for key in ("cache_n", "prompt_n", "prompt_ms", "prompt_per_token_ms", "prompt_per_second", "predicted_n",
+                "predicted_ms", "predicted_per_token_ms", "predicted_per_second"):
+        check(key in t, f"timings lacks {key}: {t}")
+    gs = body["generation_settings"]
+    check(gs["n_predict"] == 6 and gs["temperature"] == 0 and gs["n_probs"] == 3, f"generation_settings {gs}")
+    # The same request streamed: chunks of content, then the whole object with stop true.
+    st, _, data = srv.post("/completion", {"prompt": "The capital of France is", "n_predict": 6, "temperature": 0,
+                                           "stream": True, "return_tokens": True})
+    check(st == 200, f"streamed /completion: {st}")
+    events = raw_events(data)
+    check(all(e["stop"] is False for e in events[:-1]) and events[-1]["stop"] is True, "stop flags of the stream")
+    streamed = "".join(e["content"] for e in events)
+    check(streamed == body["content"], f"stream {streamed!r} != whole {body['content']!r}")
+    check(sum(len(e["tokens"]) for e in events) == len(body["tokens"]), "streamed token ids")
+    check(events[-1]["timings"]["predicted_n"] == body["timings"]["predicted_n"], "stream's last timings")
+    # response_fields: only those, under their paths.
+    st, _, sel = srv.post_json("/completion", {"prompt": "Hi", "n_predict": 2, "response_fields":
+                                               ["content", "generation_settings/n_predict"]})
+    check(st == 200 and sorted(sel) == ["content", "generation_settings/n_predict"]
+          and sel["generation_settings/n_predict"] == 2, f"response_fields: {sel}")
+    # Several prompts: an array of objects; mixed text and ids; llama-server's prompt_string.
+    st, _, arr = srv.post_json("/completion", {"prompt": ["Hi", "Hello"], "n_predict": 2, "temperature": 0})
+    check(st == 200 and isinstance(arr, list) and len(arr) == 2 and [a["index"] for a in arr] == [0, 1],
+          f"two prompts: {str(arr)[:300]}")
+    ids = ss.tokenize("Hello", parse_special=False)
+    st, _, mixed = srv.post_json("/completion", {"prompt": ["Hello", ids[-1]], "n_predict": 1})
+    check(st == 200 and mixed["tokens_evaluated"] == len(ids) + 1, f"mixed prompt: {st} {str(mixed)[:200]}")
+    st, _, ps = srv.post_json("/completion", {"prompt": {"prompt_string": "Hello"}, "n_predict": 1})
+    check(st == 200 and "content" in ps, f"prompt_string: {st} {str(ps)[:200]}")
+    st, _, e = srv.post_json("/completion", {"prompt": {"prompt_string": "Hi", "multimodal_data": ["AA=="]},
+                                             "n_predict": 1})
+    check(st == 400, f"multimodal_data on a text model: {st}")
+    # /completions is the same route in llama-server (its OpenAI one is /v1/completions).
+    st, _, b2 = srv.post_json("/completions", {"prompt": "Hi", "n_predict": 1})
+    check(st == 200 and "content" in b2, f"/completions: {st}")
+    stats["native"] = "native /completion ok"
+
+
+def test_openai_extras(srv, stats):
+    # Any model name is answered; the answer names the served model.
+    st, _, body = srv.post_json("/v1/chat/completions", {"model": "gpt-4o", "max_tokens": 2,
+                                                        "messages": [{"role": "user", "content": "Hi"}]})
+    check(st == 200 and body["model"] == srv.model_id and body["system_fingerprint"], f"model name: {st} {body}")
+    st, _, body = srv.post_json("/v1/embeddings", {"model": "text-embedding-3-small", "input": "hi"})
+    check(st == 200 and body["model"] == srv.model_id, f"embeddings model name: {st}")
+    # The chat stream: a role-only first chunk (content null), never an empty content delta.
+    st, _, raw, events = srv.stream("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}],
+                                                            "max_tokens": 4, "stream": True})
+    objs = [json.loads(e) for e in events[:-1]]
+    first = objs[0]["choices"][0]["delta"]
+    check(first == {"role": "assistant", "content": None}, f"first chunk delta {first}")
+    check(all(o["choices"][0]["delta"].get("content") != "" for o in objs), "an empty content delta")
+    check("timings" in objs[-1], f"no timings on the last chunk: {objs[-1]}")
+    # llama-server's context overflow: its type and the counts, OpenAI's code.
+    st, _, body = srv.post_json("/v1/chat/completions", {"messages": [{"role": "user", "content": "word " * 3000}]})
+    err = body.get("error", {})
+    check(st == 400 and err.get("type") == "exceed_context_size_error" and err.get("code") == "context_length_exceeded"
+          and err.get("n_prompt_tokens", 0) > err.get("n_ctx", 1) > 0, f"context overflow: {st} {err}")
+    # Fields llama-server accepts: n_probs on chat (logprobs), string logit_bias keys, template kwargs.
+    st, _, body = srv.post_json("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}],
+                                                        "max_tokens": 2, "n_probs": 2, "verbose": True,
+                                                        "chat_template_kwargs": {"enable_thinking": False},
+                                                        "logit_bias": {"Hello": -100}})
+    check(st == 200 and body["choices"][0]["logprobs"] is not None, f"llama-server fields: {st} {str(body)[:300]}")
+    st, _, body = srv.post_json("/v1/completions", {"prompt": "x", "max_tokens": 1, "samplers": ["top_k"]})
+    check(st == 400 and "samplers" in body["error"]["message"], f"samplers refused with its reason: {st} {body}")
+    # continue_final_message: the prompt ends inside the assistant's text.
+    st, _, tpl = srv.post_json("/apply-template", {"messages": [{"role": "user", "content": "Count"},
+                                                                {"role": "assistant", "content": "1, 2,"}],
+                                                   "continue_final_message": True})
+    check(st == 200 and tpl["prompt"].endswith("1, 2,"), f"continue_final_message: {st} {tpl}")
+    stats["openai"] = "extras ok"
+
+
+def test_side_routes(srv, stats):
+    st, _, props = srv.get_json("/props")
+    check(st == 200 and props["total_slots"] == 2 and props["model_path"].endswith(".gguf")
+          and props["default_generation_settings"]["n_ctx"] > 0, f"/props: {st} {str(props)[:300]}")
+    check(props["default_generation_settings"]["params"]["seed"] == 1234
+          and abs(props["default_generation_settings"]["params"]["temperature"] - 0.5) < 1e-6, "server defaults in /props")
+    st, _, slots = srv.get_json("/slots")
+    check(st == 200 and len(slots) == 2 and all("is_processing" in s for s in slots), f"/slots: {slots}")
+    st, _, models = srv.get_json("/models")
+    check(st == 200 and models["data"][0]["id"] == srv.model_id, f"/models: {models}")
+    st, _, body = srv.post_json("/rerank", {"query": "a", "documents": ["b"]})
+    check(st == 501 and "rerank" in body["error"]["message"], f"/rerank: {st} {body}")
+    st, _, body = srv.get_json("/v1/health")
+    check(st == 200, "/v1/health")
+    # Server defaults: --seed and --temp apply to requests that leave them out, -n caps them.
+    a = srv.post_json("/completion", {"prompt": "Once upon a time"})[2]
+    b = srv.post_json("/completion", {"prompt": "Once upon a time"})[2]
+    check(a["content"] == b["content"] and a["generation_settings"]["seed"] == 1234
+          and a["tokens_predicted"] <= 5 and a["generation_settings"]["n_predict"] == 5, f"defaults: {a['generation_settings']}")
+    # CORS: a preflight without the key (none is set here, but the route must not run).
+    st, headers, _ = srv.request("OPTIONS", "/v1/chat/completions", headers={
+        "Origin": "http://example.com", "Access-Control-Request-Method": "POST",
+        "Access-Control-Request-Headers": "Authorization, Content-Type"})
+    check(st == 200 and headers.get("access-control-allow-origin") == "http://example.com"
+          and "POST" in headers.get("access-control-allow-methods", "")
+          and "Authorization" in headers.get("access-control-allow-headers", ""), f"preflight: {st} {headers}")
+    st, headers, _ = srv.request("GET", "/v1/models", headers={"Origin": "http://example.com"})
+    check(headers.get("access-control-allow-origin") == "http://example.com", f"CORS on GET: {headers}")
+    # The chat page.
+    st, headers, page = srv.request("GET", "/")
+    check(st == 200 and headers.get("content-type", "").startswith("text/html") and b'id="send"' in page
+          and "content-security-policy" in headers, f"chat page: {st} {headers}")
+    stats["routes"] = "props/slots/models/rerank/CORS/page ok"
+
+
+def test_switches(stats):
+    with ss.Server("--parallel", "1", "--no-slots", "--no-webui", "--cors-origin", "localhost",
+                   "--chat-template-file", ss.gemma_template()) as srv:
+        st, _, body = srv.get_json("/slots")
+        check(st == 501, f"--no-slots: {st}")
+        st, _, _ = srv.request("GET", "/")
+        check(st == 404, f"--no-webui: {st}")
+        _, h1, _ = srv.request("GET", "/health", headers={"Origin": "http://localhost:5173"})
+        _, h2, _ = srv.request("GET", "/health", headers={"Origin": "http://example.com"})
+        check(h1.get("access-control-allow-origin") == "http://localhost:5173"
+              and "access-control-allow-origin" not in h2, f"--cors-origin localhost: {h1} {h2}")
+    stats["switches"] = "switches ok"
+
+
+def test_infill(stats):
+    qwen = os.path.join(os.path.dirname(ss.model_path()), "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")
+    if not os.path.exists(qwen):
+        stats["infill"] = "infill skipped (no Qwen2.5-Coder 0.5B)"
+        return
+    with ss.Server("--parallel", "1", model=qwen) as srv:
+        st, _, body = srv.post_json("/infill", {
+            "input_prefix": "def add(a, b):\n    ", "input_suffix": "\n\nprint(add(1, 2))\n",
+            "input_extra": [{"filename": "util.py", "text": "def sub(a, b):\n    return a - b\n"}],
+            "n_predict": 8, "temperature": 0})
+        check(st == 200, f"/infill: {st} {body}")
+        p = body["prompt"]
+        # The repo-level layout: extra file, then prefix, suffix, middle.
+        check(p.startswith("<|repo_name|>myproject\n<|file_sep|>util.py\ndef sub(a, b):") and
+              p.index("<|fim_prefix|>def add") < p.index("<|fim_suffix|>\n\nprint") < p.index("<|fim_middle|>"),
+              f"infill prompt {p!r}")
+        check("return a + b" in body["content"], f"infill answer {body['content']!r}")
+        st, _, body = srv.post_json("/infill", {"input_prefix": "x", "input_suffix": "y", "input_extra": [{"filename": 1}]})
+        check(st == 400, f"bad input_extra: {st}")
+    stats["infill"] = "infill ok"
+
+
+def main():
+    ss.require_model()
+    stats = {}
+    with ss.Server("--parallel", "2", "--ctx", "2048", "--seed", "1234", "--temp", "0.5", "-n", "5",
+                   "--chat-template-file", ss.gemma_template()) as srv:
+        srv.model_id = srv.get_json("/v1/models")[2]["data"][0]["id"]
+        test_native_completion(srv, stats)
+        test_openai_extras(srv, stats)
+        test_side_routes(srv, stats)
+        check(srv.alive(), "server died")
+    test_switches(stats)
+    test_infill(stats)
+    return ", ".join(stats.values())
+
+
+if __name__ == "__main__":
+    ss.run_main("test_llama_server_api", main)
