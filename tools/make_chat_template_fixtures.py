@@ -310,6 +310,8 @@ SNIPPETS = [
     "{% macro greet(name, punct='!') %}Hi {{ name }}{{ punct }}{% endmacro %}{{ greet('a') }} {{ greet('b', '?') }} {{ greet(name='c', punct='.') }} {{ greet() }}|",
     "{% set outer = 'o' %}{% macro show(v) %}[{{ v }}{{ outer }}]{% endmacro %}{% for i in [1] %}{{ show(i) }}{% endfor %}",
     "{% set x %}inner {{ 1 + 1 }}\n{% endset %}[{{ x }}] {% set a, b = 1, 2 %}{{ a }}{{ b }} {% set t = 1, 2 %}{{ t }}",
+    # filter blocks (firefunction-v2's template uses one)
+    "{% filter upper %}a{{ 1 + 1 }}b{% endfilter %}|{% filter trim | replace('x', 'y') %}  x{{ 'x' }}  {% endfilter %}|{% for i in [1, 2] %}{% filter center(5) %}{{ i }}{% endfilter %}{% endfor %}",
     "{% set parts_text = parts | map(attribute='text') | join('\\n') %}{{ parts_text }}",
     # printf-style formatting: the format filter and the % operator
     "{{ '%03d'|format(7) }} {{ '%03d' % 7 }} {{ '%5.2f|%-8s|%+d|% d|%x|%X|%o|%#x|%#o|%e|%E|%g|%G|%c|%%|%r|%a' % (3.14159, 'ab', 5, 5, 255, 255, 8, 255, 8, 12345.678, 0.000123, 1e-5, 1e20, 65, 'é', 'é') }}",

@@ -27,16 +27,14 @@ constexpr const char* kLlama2 = R"({%- if messages and messages[0]['role'] == 's
 {%- elif message['role'] == 'assistant' -%}{{- ' ' + message['content'] + ' ' + eos_token -}}{%- endif -%}
 {%- endfor -%})";
 
-// <|begin_of_text|><|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|>...
-constexpr const char* kLlama3 = R"({{- bos_token -}}
-{%- for message in messages -%}
+// <|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|>... (BOS: the tokenizer's)
+constexpr const char* kLlama3 = R"({%- for message in messages -%}
 {{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n' + (message['content'] | trim) + '<|eot_id|>' -}}
 {%- endfor -%}
 {%- if add_generation_prompt -%}{{- '<|start_header_id|>assistant<|end_header_id|>\n\n' -}}{%- endif -%})";
 
-// <bos><start_of_turn>user\n(system\n\n)content<end_of_turn>\n<start_of_turn>model\n...
-constexpr const char* kGemma = R"({{- bos_token -}}
-{%- set ns = namespace(sys='') -%}
+// <start_of_turn>user\n(system\n\n)content<end_of_turn>\n<start_of_turn>model\n...
+constexpr const char* kGemma = R"({%- set ns = namespace(sys='') -%}
 {%- for message in messages -%}
 {%- if message['role'] == 'system' -%}{%- set ns.sys = ns.sys + message['content'] + '\n\n' -%}
 {%- else -%}
@@ -52,9 +50,8 @@ constexpr const char* kPhi3 = R"({%- for message in messages -%}
 {%- endfor -%}
 {%- if add_generation_prompt -%}{{- '<|assistant|>\n' -}}{%- endif -%})";
 
-// <BOS_TOKEN><|START_OF_TURN_TOKEN|><|SYSTEM_TOKEN|>content<|END_OF_TURN_TOKEN|>...
-constexpr const char* kCommandR = R"({{- bos_token -}}
-{%- for message in messages -%}
+// <|START_OF_TURN_TOKEN|><|SYSTEM_TOKEN|>content<|END_OF_TURN_TOKEN|>...
+constexpr const char* kCommandR = R"({%- for message in messages -%}
 {%- set role = 'SYSTEM' if message['role'] == 'system' else ('CHATBOT' if message['role'] == 'assistant' else 'USER') -%}
 {{- '<|START_OF_TURN_TOKEN|><|' + role + '_TOKEN|>' + (message['content'] | trim) + '<|END_OF_TURN_TOKEN|>' -}}
 {%- endfor -%}

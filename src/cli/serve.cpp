@@ -2,6 +2,7 @@
 // (engine/setup.h), and runs the HTTP server (server/server.h) until SIGINT or SIGTERM.
 #include <algorithm>
 #include <csignal>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -40,7 +41,8 @@ struct ServeArgs {
   std::optional<float> temp;
   std::optional<int64_t> seed, n_predict;
   std::string cors_origin = "*";
-  bool no_webui = false, no_slots = false;
+  bool no_webui = false, no_slots = false, no_metrics = false, verbose = false, kv_split = false;
+  std::string reasoning = "auto";
   std::string chat_template;
 };
 
@@ -68,6 +70,18 @@ server::ServerOptions connection_options(const ServeArgs& a) {
   so.cors_origins = a.cors_origin;
   so.webui = !a.no_webui;
   so.slots = !a.no_slots;
+  so.metrics = !a.no_metrics;
+  so.verbose = a.verbose;
+  so.reasoning = a.reasoning;
+  // Vertex AI's custom-container variables (cloud.google.com/vertex-ai/docs/predictions/
+  // custom-container-requirements), as llama-server reads them.
+  const char* aip_mode = std::getenv("AIP_MODE");
+  if (aip_mode != nullptr && std::string(aip_mode) == "PREDICTION") {
+    const char* route = std::getenv("AIP_PREDICT_ROUTE");
+    so.predict_route = route != nullptr && *route != '\0' ? route : "/predict";
+    if (const char* health = std::getenv("AIP_HEALTH_ROUTE"); health != nullptr) so.health_route = health;
+    if (const char* port = std::getenv("AIP_HTTP_PORT"); port != nullptr && *port != '\0') so.port = std::atoi(port);
+  }
   return so;
 }
 
@@ -89,6 +103,7 @@ Result<server::ModelConfig> model_config(const RuntimeConfig& config, const Serv
   }
   mc.parallel = a.parallel;
   mc.ctx = a.ctx;
+  mc.ctx_split = a.kv_split;
   mc.cache = a.cache.options();
   mc.kv_budget = a.cache.budget;
   mc.step_tokens = a.step_tokens;
@@ -189,6 +204,17 @@ void add_serve_flags(CLI::App* cmd, ServeArgs& a) {
                   "localhost, a comma-separated list, or \"\" for none");
   cmd->add_flag("--no-webui", a.no_webui, "Do not serve the chat page at /");
   cmd->add_flag("--no-slots", a.no_slots, "Answer GET /slots with 501 (llama-server's --no-slots)");
+  cmd->add_flag("--no-metrics", a.no_metrics, "Answer GET /metrics with 501");
+  cmd->add_flag("--verbose", a.verbose,
+                "Every OpenAI answer also carries llama-server's native object as \"__verbose\" (the prompt as text, "
+                "settings, timings)");
+  cmd->add_option("--reasoning", a.reasoning,
+                  "Reasoning models: auto (the template as it is), off (ask not to think: enable_thinking false and an "
+                  "empty thinking block after the generation prompt), on (enable_thinking true)")
+      ->check(CLI::IsMember({"auto", "on", "off"}));
+  cmd->add_flag("--kv-split", a.kv_split,
+                "One request holds at most --ctx / --parallel tokens (llama-server's per-slot context); default: one "
+                "request may use all of --ctx");
   cmd->add_option("--queue", a.queue, "Requests that may wait for a free row before 429 (default 64)")->check(CLI::Range(0, 100000));
   cmd->add_option("--step-tokens", a.step_tokens, "Tokens per engine step: decode rows + prompt chunks (default 512)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));

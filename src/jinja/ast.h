@@ -54,6 +54,10 @@ struct Expr {
   int height = 1;                // 1 + tallest child (bounded by kMaxParseDepth)
 };
 
+// The variable a {% filter %} block's output reaches its filters in (a name no template
+// can write: it has a space).
+inline constexpr const char* kFilterBlockInput = "filter block";
+
 struct Node;
 using NodePtr = std::unique_ptr<Node>;
 using Body = std::vector<NodePtr>;
@@ -65,6 +69,7 @@ enum class NodeKind {
   kFor,       // for targets in expr [if filter]: body [else else_body]
   kSet,       // set targets = expr, or set targets[0].attr = expr
   kSetBlock,  // set targets[0] %} body {% endset
+  kFilterBlock,  // filter f(args) | g %} body {% endfilter: expr applies the filters to the body's output
   kMacro,     // macro targets[0](params = defaults): body
   kBreak,
   kContinue,

@@ -416,6 +416,12 @@ class Interpreter {
         return Flow::kNormal;
       }
       case NodeKind::kSetBlock: assign(n.targets[0], capture(n.body)); return Flow::kNormal;
+      case NodeKind::kFilterBlock: {
+        assign(kFilterBlockInput, capture(n.body));
+        const Value v = eval(*n.expr);
+        emit(v.is_string() ? v.str_ref() : to_str(v), &v);
+        return Flow::kNormal;
+      }
       case NodeKind::kMacro: {
         const Node* macro = &n;
         assign(n.targets[0], Value::callable(n.targets[0], [macro](Interpreter& in, List& args, KwArgs& kw) {

@@ -683,6 +683,28 @@ class Parser {
       loop_depth_ = saved_loops;
       if (cur().type == Tok::kName && cur().text == node->targets[0]) advance();
       expect_block_end();
+    } else if (name == "filter") {
+      // {% filter f(args) | g %}body{% endfilter %}: the body's output through the filters.
+      // The output reaches the filters as a variable no template can name.
+      node->kind = NodeKind::kFilterBlock;
+      ExprPtr e = make(ExprKind::kName, tok);
+      e->name = kFilterBlockInput;
+      const Token& name_tok = cur();
+      std::string fname = expect_name();
+      while (skip_op(".")) fname += "." + expect_name();
+      if (!is_known_filter(fname)) fail_at(name_tok, "no filter named '" + fname + "'");
+      if (is_op("(")) {
+        e = parse_call(std::move(e), ExprKind::kFilter, fname, name_tok);
+      } else {
+        auto f = make(ExprKind::kFilter, name_tok);
+        f->name = fname;
+        add(*f, std::move(e));
+        e = std::move(f);
+      }
+      node->expr = parse_filter_expr(std::move(e));
+      expect_block_end();
+      parse_body(node->body, {"endfilter"}, &ended_by);
+      expect_block_end();
     } else if (name == "break" || name == "continue") {
       if (loop_depth_ == 0) fail_at(tok, "'" + name + "' outside of a for loop");
       node->kind = name == "break" ? NodeKind::kBreak : NodeKind::kContinue;

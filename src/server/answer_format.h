@@ -55,7 +55,10 @@ class AnswerFormat {
   virtual std::string id_prefix() const = 0;
   // Whether the driver fills Generation::prompt_text, and hands out every token id
   // (Update::token_ids; the final update of a whole answer carries all of them).
-  virtual bool wants_prompt_text() const { return false; }
+  virtual bool wants_prompt_text(const CompletionParams& c) const {
+    (void)c;
+    return false;
+  }
   // tools: the format the model writes tool calls in; kNone when the request has no tools.
   void begin(Generation g, chat::ToolFormat tools);
 

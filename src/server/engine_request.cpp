@@ -12,18 +12,19 @@ namespace specula::server {
 using json = nlohmann::ordered_json;
 
 namespace {
-// Today's date as llama.cpp gives templates their date_string ("02 Dec 2026"), UTC.
-std::string today_string() {
+// Today's date as llama.cpp gives templates their date_string ("02 Dec 2026") and
+// datetime ("Dec 02 2026"), UTC.
+std::string today_string(const char* format = "%d %b %Y") {
   const std::time_t now = std::time(nullptr);
   std::tm tm{};
   gmtime_r(&now, &tm);
   char buf[32];
-  std::strftime(buf, sizeof buf, "%d %b %Y", &tm);
+  std::strftime(buf, sizeof buf, format, &tm);
   return buf;
 }
 }  // namespace
 
-std::variant<json, ApiError> chat_context(const ServedModel& served, const CompletionParams& c) {
+std::variant<json, ApiError> chat_context(const ServedModel& served, const CompletionParams& c, bool render_only) {
   const tokenizer::Vocab& vocab = served.tokenizer().vocab();
   const std::string bos = vocab.valid_id(vocab.bos_id()) ? vocab.text(vocab.bos_id()) : "";
   const std::string eos = vocab.valid_id(vocab.eos_id()) ? vocab.text(vocab.eos_id()) : "";
@@ -32,11 +33,17 @@ std::variant<json, ApiError> chat_context(const ServedModel& served, const Compl
               {"add_generation_prompt", c.add_generation_prompt},
               {"bos_token", bos},
               {"eos_token", eos},
-              {"date_string", today_string()}};  // Llama 3.x templates print it
+              {"date_string", today_string()},  // Llama 3.x templates print it
+              {"datetime", today_string("%b %d %Y")}};
+  const std::string& reasoning = served.options().reasoning;
+  // Qwen3's and others' switch; true unless --reasoning off (llama-server's default too:
+  // templates that test `not enable_thinking` close the thinking block when it is undefined).
+  ctx["enable_thinking"] = reasoning != "off";
   if (c.template_kwargs.is_object())
     for (auto it = c.template_kwargs.begin(); it != c.template_kwargs.end(); ++it) ctx[it.key()] = it.value();
   if (!c.tools.is_null()) {
-    if (served.tool_format() == chat::ToolFormat::kNone)
+    // Generation needs to read the model's calls back; a rendering only shows the prompt.
+    if (served.tool_format() == chat::ToolFormat::kNone && !render_only)
       return bad_request("tools",
                          "this model's chat template has no tool-call format specula can read (supported: Hermes "
                          "<tool_call> as Qwen2.5 writes, Llama 3.x JSON, Mistral [TOOL_CALLS])");
@@ -47,8 +54,34 @@ std::variant<json, ApiError> chat_context(const ServedModel& served, const Compl
 }
 
 namespace {
-Result<chat::RenderedPrompt> render(const ServedModel& served, const CompletionParams& c, std::optional<ApiError>* error) {
-  auto ctx = chat_context(served, c);
+// Whether a rendering asks the model not to think: --reasoning off, or the request's
+// chat_template_kwargs.enable_thinking false.
+bool thinking_off(const ServedModel& served, const CompletionParams& c) {
+  if (c.template_kwargs.is_object() && c.template_kwargs.contains("enable_thinking") &&
+      c.template_kwargs["enable_thinking"].is_boolean())
+    return !c.template_kwargs["enable_thinking"].get<bool>();
+  return served.options().reasoning == "off";
+}
+
+// With thinking off, a generation prompt that opens a thinking block gets it closed (as
+// llama-server does): "<think>\n" -> "<think>\n</think>" (DeepSeek-R1, QwQ), and Command-R7B's
+// chatbot turn gets "<|START_THINKING|><|END_THINKING|>". Templates with a switch of their
+// own (Qwen3's enable_thinking) print their empty block themselves.
+void close_thinking(const ServedModel& served, std::string* text) {
+  auto ends_with = [&](const std::string& s) {
+    return text->size() >= s.size() && text->compare(text->size() - s.size(), s.size(), s) == 0;
+  };
+  if (ends_with("<think>\n") || ends_with("<think>")) {
+    *text += "</think>";
+  } else if (ends_with("<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>") && served.chat_template() != nullptr &&
+             served.chat_template()->source().find("<|START_THINKING|>") != std::string::npos) {
+    *text += "<|START_THINKING|><|END_THINKING|>";
+  }
+}
+
+Result<chat::RenderedPrompt> render(const ServedModel& served, const CompletionParams& c, std::optional<ApiError>* error,
+                                    bool render_only = false) {
+  auto ctx = chat_context(served, c, render_only);
   if (auto* e = std::get_if<ApiError>(&ctx)) {
     *error = *e;
     return Status::invalid_argument(e->message);
@@ -74,6 +107,7 @@ Result<chat::RenderedPrompt> render(const ServedModel& served, const CompletionP
     spans.erase(std::remove_if(spans.begin(), spans.end(), [](const auto& sp) { return sp.first >= sp.second; }),
                 spans.end());
   }
+  if (c.add_generation_prompt && thinking_off(served, c)) close_thinking(served, &rendered->text);
   return rendered;
 }
 }  // namespace
@@ -81,7 +115,7 @@ Result<chat::RenderedPrompt> render(const ServedModel& served, const CompletionP
 std::variant<std::string, ApiError> render_chat_prompt(const ServedModel& served, const CompletionParams& c) {
   if (served.chat_template() == nullptr) return bad_request("messages", "this model has no chat template");
   std::optional<ApiError> error;
-  auto rendered = render(served, c, &error);
+  auto rendered = render(served, c, &error, /*render_only=*/true);
   if (error) return *error;
   return rendered->text;
 }

@@ -25,7 +25,10 @@
 namespace specula::server {
 
 // The chat template's variables for a chat request (messages, tools, BOS/EOS text).
-std::variant<nlohmann::ordered_json, ApiError> chat_context(const ServedModel& served, const CompletionParams& c);
+// render_only: for a rendering that is not generated from (/apply-template): tools are
+// given to any template, even one whose calls specula cannot read back.
+std::variant<nlohmann::ordered_json, ApiError> chat_context(const ServedModel& served, const CompletionParams& c,
+                                                            bool render_only = false);
 
 // The text the model would see for a chat request, before tokenization (/apply-template).
 std::variant<std::string, ApiError> render_chat_prompt(const ServedModel& served, const CompletionParams& c);

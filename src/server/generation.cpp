@@ -115,7 +115,7 @@ std::optional<ApiError> Driver::submit(int i) {
   EngineRequest& prepared = x.prepared->request;
   const uint64_t seed = prepared.sampling.seed;
   std::string prompt_text;
-  if (fmt_.wants_prompt_text()) {
+  if (fmt_.wants_prompt_text(c_)) {
     auto t = served_.tokenizer().decode(prepared.prompt, /*remove_special=*/false, /*render_special=*/true);
     if (t) prompt_text = std::move(t).value();
   }
@@ -123,7 +123,7 @@ std::optional<ApiError> Driver::submit(int i) {
   EngineRequest r = last_user ? std::move(prepared) : prepared;  // the last choice of a prompt takes it
   r.sampling.seed = seed + x.seed_offset;
   r.constraint = grammars_[static_cast<size_t>(i)];
-  x.stream = std::make_shared<CompletionStream>(served_.tokenizer(), c_.stop, c_.logprobs >= 0, fmt_.wants_prompt_text());
+  x.stream = std::make_shared<CompletionStream>(served_.tokenizer(), c_.stop, c_.logprobs >= 0, fmt_.wants_prompt_text(c_));
   Submission sub = served_.engine().submit(std::move(r), x.stream);
   if (!sub.ok()) return submit_error(sub);
   x.handle = sub.handle;
@@ -165,6 +165,7 @@ std::string Driver::poll(int i, int ms) {
   for (auto& l : u.logprobs) x.logprobs.push_back(std::move(l));
   if (u.finished) {
     x.done = true;
+    served_.add_finished(u.summary);
     if (c_.stream) events += x.fmt->stream_end(u);
     x.last = std::move(u);
   }

@@ -159,24 +159,24 @@ json generation_settings(const CompletionParams& c, uint64_t seed) {
 
 // ---------------------------------------------------------------- LlamaFormat
 
-json LlamaFormat::final_object(const std::string& text, const std::vector<int32_t>& ids,
-                               const std::vector<TokenLogprob>* lps, const CompletionStream::Update& u) const {
-  const CompletionParams& c = *g_.params;
+json native_object(const Generation& g, const std::string& text, const std::vector<int32_t>& ids,
+                   const std::vector<TokenLogprob>* lps, const CompletionStream::Update& u, bool has_new_line) {
+  const CompletionParams& c = *g.params;
   const RequestSummary& sm = u.summary;
   json tokens = json::array();
   if (c.return_tokens)
     for (int32_t id : ids) tokens.push_back(id);
-  json o = {{"index", g_.index},
+  json o = {{"index", g.index},
             {"content", text},
             {"tokens", tokens},
             {"id_slot", -1},
             {"stop", true},
-            {"model", g_.model},
+            {"model", g.model},
             {"tokens_predicted", sm.n_generated},
             {"tokens_evaluated", sm.n_prompt},
-            {"generation_settings", generation_settings(c, g_.seed)},
-            {"prompt", g_.prompt_text},
-            {"has_new_line", has_new_line_ || text.find('\n') != std::string::npos},
+            {"generation_settings", generation_settings(c, g.seed)},
+            {"prompt", g.prompt_text},
+            {"has_new_line", has_new_line || text.find('\n') != std::string::npos},
             {"truncated", false},
             {"stop_type", stop_type(u)},
             {"stopping_word", u.stop_sequence},
@@ -187,7 +187,7 @@ json LlamaFormat::final_object(const std::string& text, const std::vector<int32_
 }
 
 json LlamaFormat::whole(const std::string& text, const std::vector<TokenLogprob>& lps, const CompletionStream::Update& u) {
-  json o = final_object(text, u.token_ids, &lps, u);
+  json o = native_object(g_, text, u.token_ids, &lps, u, has_new_line_);
   return g_.params->response_fields.empty() ? o : select_fields(g_.params->response_fields, o);
 }
 
@@ -224,7 +224,7 @@ std::string LlamaFormat::stream_end(const CompletionStream::Update& u) {
   if (u.summary.outcome == Outcome::kFailed || u.summary.outcome == Outcome::kCancelled)
     return sse(openai_error_body(generation_error(u, g_.params)));
   // The last event is the whole object with no more content (it all went out).
-  json o = final_object("", pending_ids_, nullptr, u);
+  json o = native_object(g_, "", pending_ids_, nullptr, u, has_new_line_);
   pending_ids_.clear();
   return sse(g_.params->response_fields.empty() ? o : select_fields(g_.params->response_fields, o));
 }
@@ -360,6 +360,14 @@ void handle_infill(ServedModel& served, const http::Request& req, http::Exchange
   if (auto* e = std::get_if<ApiError>(&params)) return send_error(ex, *e);
   LlamaFormat fmt;
   run_generation(served, std::get<CompletionParams>(params), ex, fmt, log);
+}
+
+void handle_chat_input_tokens(const ServedModel& served, const http::Request& req, http::Exchange& ex) {
+  auto parsed = parse_completion_request(req.body, Endpoint::kChat, served.sampling_defaults());
+  if (auto* e = std::get_if<ApiError>(&parsed)) return send_error(ex, *e);
+  std::vector<int32_t> ids;
+  if (auto e = build_prompt(served, std::get<CompletionParams>(parsed), &ids, 0)) return send_error(ex, *e);
+  send_json(ex, json{{"input_tokens", ids.size()}});
 }
 
 // ---------------------------------------------------------------- /props, /slots

@@ -41,7 +41,7 @@ class LlamaFormat : public AnswerFormat {
   std::unique_ptr<AnswerFormat> another() const override { return std::make_unique<LlamaFormat>(); }
   nlohmann::ordered_json error_body(const ApiError& e) const override { return openai_error_body(e); }
   std::string id_prefix() const override { return "cmpl-"; }
-  bool wants_prompt_text() const override { return true; }
+  bool wants_prompt_text(const CompletionParams&) const override { return true; }
   nlohmann::ordered_json whole(const std::string& text, const std::vector<TokenLogprob>& lps,
                                const CompletionStream::Update& u) override;
   // One prompt: its object; several (a batch, or n > 1): an array of them, as llama-server.
@@ -50,13 +50,17 @@ class LlamaFormat : public AnswerFormat {
   std::string stream_end(const CompletionStream::Update& u) override;
 
  private:
-  // The whole object of this choice (`text`: its content; streamed: "").
-  nlohmann::ordered_json final_object(const std::string& text, const std::vector<int32_t>& ids,
-                                      const std::vector<TokenLogprob>* lps, const CompletionStream::Update& u) const;
   std::vector<int32_t> pending_ids_;  // streamed: ids not yet sent (their text held back)
   int64_t n_streamed_ = 0;            // tokens sent so far
   bool has_new_line_ = false;
 };
+
+// llama-server's native completion object of a finished choice (`text`: its content;
+// `ids`: its token ids, listed with return_tokens; `lps`: completion_probabilities when
+// n_probs > 0, null: none). Also the "__verbose" of OpenAI answers (verbose).
+nlohmann::ordered_json native_object(const Generation& g, const std::string& text, const std::vector<int32_t>& ids,
+                                     const std::vector<TokenLogprob>* lps, const CompletionStream::Update& u,
+                                     bool has_new_line);
 
 // llama-server's completion_probabilities array: per token {id, token, bytes, logprob,
 // top_logprobs: [{id, token, bytes, logprob}]}.
@@ -95,6 +99,8 @@ std::vector<int32_t> infill_prompt(const ServedModel& served, const FimTokens& f
 void handle_native_completion(ServedModel& served, const http::Request& req, http::Exchange& ex, GenerationLog* log);
 void handle_infill(ServedModel& served, const http::Request& req, http::Exchange& ex, GenerationLog* log);
 void handle_props(const ServedModel& served, http::Exchange& ex);
+// POST /chat/completions/input_tokens: a chat request's prompt length, {"input_tokens": N}.
+void handle_chat_input_tokens(const ServedModel& served, const http::Request& req, http::Exchange& ex);
 void handle_slots(const ServedModel& served, http::Exchange& ex);
 // An answer for a route specula knows but cannot serve here: 501 naming what is missing.
 void handle_not_supported(http::Exchange& ex, const std::string& what);

@@ -163,6 +163,32 @@ void write_histograms(Writer& w, const EngineStats& s) {
   w.histogram("specula_request_generation_tokens", "Per request: generated tokens.", s.request_generated_tokens);
 }
 
+// llama-server's series (its names and meanings, tools/server/server-task.cpp to_metrics),
+// for dashboards built on them: from the engine's counters and the finished generations'.
+void write_llamacpp(Writer& w, const EngineStats& s, const ServedModel::GenerationTotals& t) {
+  w.counter("llamacpp:prompt_tokens_total", "Number of prompt tokens processed, excluding cached tokens",
+            d(t.prompt_tokens));
+  w.counter("llamacpp:prompt_tokens_cached_total", "Number of prompt tokens reused from the cache", d(t.cached_tokens));
+  w.counter("llamacpp:prompt_seconds_total", "Total time spent processing prompts", t.prefill_seconds);
+  w.counter("llamacpp:tokens_predicted_total", "Number of generation tokens processed", d(t.generated_tokens));
+  w.counter("llamacpp:tokens_predicted_seconds_total", "Total time spent generating tokens", t.decode_seconds);
+  w.counter("llamacpp:n_decode_total", "Total number of forward steps (batched: all rows in one)", d(s.steps));
+  w.counter("llamacpp:n_tokens_max", "Largest observed sequence length (prompt + generation)", d(t.max_tokens_seen));
+  w.counter("llamacpp:spec_decode_num_draft_tokens_total", "Speculative: Total draft tokens generated", d(s.drafted));
+  w.counter("llamacpp:spec_decode_num_accepted_tokens_total", "Speculative: Total draft tokens accepted by the target model",
+            d(s.accepted));
+  w.counter("llamacpp:spec_decode_num_drafts_total", "Speculative: Total speculative decoding verification steps",
+            d(s.spec_rounds));
+  w.gauge("llamacpp:prompt_tokens_seconds", "Average prompt throughput in tokens/s (since start)",
+          t.prefill_seconds > 0 ? d(t.prompt_tokens) / t.prefill_seconds : 0.0);
+  w.gauge("llamacpp:predicted_tokens_seconds", "Average generation throughput in tokens/s (since start)",
+          t.decode_seconds > 0 ? d(t.generated_tokens) / t.decode_seconds : 0.0);
+  w.gauge("llamacpp:requests_processing", "Number of requests processing", d(s.running_rows));
+  w.gauge("llamacpp:requests_deferred", "Number of requests deferred", d(s.queue_depth));
+  w.gauge("llamacpp:n_busy_slots_per_decode", "Average number of busy slots per forward step",
+          s.batch_rows.count > 0 ? s.batch_rows.sum / d(s.batch_rows.count) : 0.0);
+}
+
 }  // namespace
 
 std::string metrics_text(const ServedModel& served, const http::Stats& http_stats,
@@ -175,6 +201,7 @@ std::string metrics_text(const ServedModel& served, const http::Stats& http_stat
   if (const auto& cache = served.options().engine.prompt_cache) write_prompt_cache(w, cache->stats());
   write_process(w);
   write_histograms(w, s);
+  write_llamacpp(w, s, served.generation_totals());
   return w.take();
 }
 

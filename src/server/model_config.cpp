@@ -79,7 +79,8 @@ Result<std::unique_ptr<ServedModel>> open_served_model(std::unique_ptr<Model> mo
   const int64_t total_ctx = c.ctx > 0 ? c.ctx : per_row * c.parallel;
   EngineOptions& eo = so.engine;
   eo.n_rows = c.parallel;
-  eo.n_ctx = n_ctx_train > 0 ? std::min<int64_t>(total_ctx, n_ctx_train) : total_ctx;
+  const int64_t per_request = c.ctx_split ? std::max<int64_t>(16, total_ctx / c.parallel) : total_ctx;
+  eo.n_ctx = n_ctx_train > 0 ? std::min<int64_t>(per_request, n_ctx_train) : per_request;
   eo.total_ctx = total_ctx;
   eo.cache = c.cache;
   eo.kv_budget = c.kv_budget;

@@ -29,6 +29,10 @@ struct ModelConfig {
   // of it, at most the model's training context. 0: 4096 x parallel; -1: the training
   // context (4096 when the model does not say) x parallel.
   int64_t ctx = 0;
+  // llama-server's split context (its default without --kv-unified): one request may hold
+  // at most ctx / parallel tokens. false (specula's default): one request may use all of
+  // ctx while the others' tokens leave room.
+  bool ctx_split = false;
   CacheOptions cache;                        // K/V cache types, delayed quantization
   int64_t kv_budget = 0;                     // bytes of state all rows may hold; 0: from ctx
   int64_t step_tokens = 512;                 // tokens per engine step (at least `parallel`)

@@ -32,7 +32,7 @@ using json = nlohmann::ordered_json;
 // ("Unrecognized request argument"). docs/API.md lists the policy.
 const char* const kReadCommon[] = {"model", "max_tokens", "max_completion_tokens", "n", "stream", "stream_options",
                                    "ignore_eos", "speculative", "stop", "logprobs", "top_logprobs", "n_predict",
-                                   "n_probs", "return_tokens"};
+                                   "n_probs", "return_tokens", "verbose"};
 const char* const kReadCompletions[] = {"prompt", "parse_special", "echo"};
 const char* const kReadNative[] = {"response_fields"};
 // Structured outputs (parse_constraint_fields), on both routes.
@@ -43,7 +43,7 @@ const char* const kReadChat[] = {"messages",           "parse_special",         
                                  "add_generation_prompt", "continue_final_message"};
 const char* const kIgnored[] = {"user",          "metadata",         "store",           "service_tier",
                                 "cache_prompt",  "id_slot",          "slot_id",         "timings_per_token",
-                                "verbose",       "return_progress",  "n_keep",          "n_discard",
+                                "return_progress",  "n_keep",          "n_discard",
                                 "sse_ping_interval", "backend_sampling", "speculative.n_max", "speculative.n_min",
                                 "speculative.p_min", "speculative.type", "speculative.ngram_size_n",
                                 "speculative.ngram_size_m", "speculative.ngram_min_hits", "mirostat_tau",
@@ -486,6 +486,13 @@ std::optional<ApiError> read_template_options(FieldReader& p, CompletionParams& 
   p.boolean("add_generation_prompt", &c.add_generation_prompt);
   p.boolean("continue_final_message", &c.continue_final_message);
   if (p.error) return p.error;
+  // llama-server's prefill: a last assistant message with text (and no tool calls) is
+  // continued, unless the request says how the prompt ends.
+  if (p.get("add_generation_prompt") == nullptr && p.get("continue_final_message") == nullptr &&
+      !c.messages.empty() && c.messages.back().value("role", "") == "assistant" &&
+      !c.messages.back().value("content", "").empty() &&
+      (!c.messages.back().contains("tool_calls") || c.messages.back()["tool_calls"].is_null()))
+    c.continue_final_message = true;
   if (c.continue_final_message) {
     if (c.add_generation_prompt && p.get("add_generation_prompt") != nullptr)
       return bad_request("continue_final_message",
@@ -494,6 +501,9 @@ std::optional<ApiError> read_template_options(FieldReader& p, CompletionParams& 
     c.add_generation_prompt = false;
     if (c.messages.empty() || c.messages.back().value("role", "") != "assistant")
       return bad_request("continue_final_message", "'continue_final_message' needs the last message to be the assistant's");
+    if (c.messages.size() >= 2 && c.messages[c.messages.size() - 2].value("role", "") == "assistant")
+      return bad_request("messages", "two assistant messages end the conversation: the last one is continued (a prefill), "
+                                     "so the one before it must not be the assistant's");
   }
   return std::nullopt;
 }
@@ -504,6 +514,7 @@ std::optional<ApiError> read_native_outputs(FieldReader& p, CompletionParams& c,
   if (!p.integer("n_probs", 0, 20, &n_probs)) return p.error;
   if (n_probs && *n_probs > 0) c.logprobs = std::max<int32_t>(c.logprobs, static_cast<int32_t>(*n_probs));
   p.boolean("return_tokens", &c.return_tokens);
+  p.boolean("verbose", &c.verbose);
   if (p.error) return p.error;
   if (const json* rf = p.get("response_fields"); rf != nullptr && native) {
     if (!rf->is_array()) return bad_request("response_fields", "'response_fields' must be an array of strings");
@@ -690,6 +701,7 @@ json OpenAiFormat::whole(const std::string& text, const std::vector<TokenLogprob
   // llama-server's "timings" extension (same field names), for benchmarks and clients
   // that read it: prefill and decode time of this request.
   body["timings"] = timings_json(u.summary);
+  if (g_.params->verbose) body["__verbose"] = native_object(g_, text, u.token_ids, nullptr, u, false);
   return body;
 }
 
@@ -782,6 +794,7 @@ void handle_completion(ServedModel& served, const http::Request& req, http::Exch
                        GenerationLog* log) {
   auto parsed = parse_completion_request(req.body, endpoint, served.sampling_defaults());
   if (auto* e = std::get_if<ApiError>(&parsed)) return send_error(ex, *e);
+  if (served.options().verbose) std::get<CompletionParams>(parsed).verbose = true;
   OpenAiFormat fmt(endpoint);
   run_generation(served, std::get<CompletionParams>(parsed), ex, fmt, log);
 }

@@ -76,6 +76,7 @@ class OpenAiFormat : public AnswerFormat {
   std::unique_ptr<AnswerFormat> another() const override { return std::make_unique<OpenAiFormat>(endpoint_); }
   nlohmann::ordered_json error_body(const ApiError& e) const override { return openai_error_body(e); }
   std::string id_prefix() const override { return endpoint_ == Endpoint::kChat ? "chatcmpl-" : "cmpl-"; }
+  bool wants_prompt_text(const CompletionParams& c) const override { return c.verbose; }
   nlohmann::ordered_json whole(const std::string& text, const std::vector<TokenLogprob>& lps,
                                const CompletionStream::Update& u) override;
   nlohmann::ordered_json combine(std::vector<nlohmann::ordered_json> choices, const Usage& total) const override;

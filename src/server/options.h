@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "engine/engine.h"
 
@@ -42,6 +43,18 @@ struct ServerOptions {
   std::string cors_origins = "*";
   bool webui = true;   // the chat page at / (--no-webui: off)
   bool slots = true;   // GET /slots (--no-slots: 501, as llama-server)
+  bool metrics = true; // GET /metrics (--no-metrics: 501, as llama-server without --metrics)
+  bool verbose = false;  // every OpenAI answer carries "__verbose" (--verbose, as llama-server's)
+  // Reasoning models (--reasoning): "auto" and "on" give templates enable_thinking true;
+  // "off" asks them not to think (enable_thinking false, and an empty thinking block after
+  // a generation prompt that opens one, as llama-server does).
+  std::string reasoning = "auto";
+  // Vertex AI's custom-container protocol (the CLI sets it from AIP_MODE=PREDICTION, with
+  // AIP_PREDICT_ROUTE, AIP_HEALTH_ROUTE): POST predict_route {"instances": [...]} runs each
+  // instance on the route its "@requestFormat" names (chatCompletions, completions,
+  // embeddings, ... or a path) and answers {"predictions": [...]}; empty: off.
+  std::string predict_route;
+  std::string health_route;  // another path answering as /health (AIP_HEALTH_ROUTE)
 };
 
 }  // namespace specula::server

@@ -79,6 +79,10 @@ struct CompletionParams {
   // (response_fields: "a/b" paths into the object).
   bool return_tokens = false;
   std::vector<std::string> response_fields;
+  // llama-server's "verbose": the OpenAI answers also carry the native object ("__verbose":
+  // the prompt as text, generation settings, timings); also on for every request with
+  // ServerOptions::verbose.
+  bool verbose = false;
 };
 
 // One generated token's logprob entry as the APIs report it.

@@ -3,15 +3,20 @@
 // maps method + path to them. Each runs on an HTTP worker thread and answers exactly once
 // (or not at all when its client has gone).
 //
-//   POST /v1/completions, /completion          handle_completion   (openai_api.cpp)
+//   POST /v1/completions                       handle_completion   (openai_api.cpp)
 //   POST /v1/chat/completions, /chat/completions handle_completion  (openai_api.cpp)
+//   POST /completion, /completions, /infill    handle_native_completion, handle_infill (llama_api.cpp)
+//   GET  /props, /slots                        handle_props, handle_slots (llama_api.cpp)
+//   POST /rerank, /v1/rerank, /lora-adapters   handle_not_supported (llama_api.cpp: 501)
 //   POST /v1/messages, /v1/messages/count_tokens handle_messages    (anthropic_api.cpp)
-//   POST /v1/embeddings, /embeddings           handle_embeddings   (embeddings.cpp)
-//   GET  /v1/models                            handle_models       (side_routes.cpp)
+//   POST /v1/embeddings, /embeddings, /embedding handle_embeddings (embeddings.cpp)
+//   GET  /v1/models, /models                   handle_models       (side_routes.cpp)
 //   POST /tokenize, /detokenize, /apply-template  handle_tokenize, ... (side_routes.cpp)
 //   POST /admin/cache/flush                    handle_cache_flush  (side_routes.cpp)
 //   GET  /metrics                              metrics_text        (metrics.h)
-//   GET  /health                               server.cpp
+//   GET  /health, /v1/health                   server.cpp
+//   GET  /                                     serve_webui         (webui.cpp: the chat page)
+//   OPTIONS any path                           server.cpp          (CORS preflight)
 #pragma once
 
 #include "server/generation.h"
@@ -38,5 +43,7 @@ void handle_tokenize(const ServedModel& served, const http::Request& req, http::
 void handle_detokenize(const ServedModel& served, const http::Request& req, http::Exchange& ex);
 void handle_apply_template(const ServedModel& served, const http::Request& req, http::Exchange& ex);
 void handle_cache_flush(const ServedModel& served, const http::Request& req, http::Exchange& ex);
+// Vertex AI's predict route (ServerOptions::predict_route): each instance on its route.
+void handle_predict(ServedModel& served, const http::Request& req, http::Exchange& ex);
 
 }  // namespace specula::server

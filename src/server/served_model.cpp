@@ -1,6 +1,9 @@
 // server/served_model.cpp — see served_model.h.
 #include "server/served_model.h"
 
+#include <algorithm>
+#include <ctime>
+
 #include "chat/prompt.h"
 #include "tokenizer/hf_tokenizer.h"
 #include "sampling/sampler.h"
@@ -43,6 +46,7 @@ Result<std::unique_ptr<ServedModel>> ServedModel::create(std::unique_ptr<Model> 
   }
   s->model_ = std::move(model);
   s->options_ = std::move(options);
+  s->start_time_unix_ = static_cast<int64_t>(std::time(nullptr));
   return s;
 }
 
@@ -73,6 +77,22 @@ std::vector<std::vector<int32_t>> ServedModel::dry_breaker_ids(const std::vector
 uint64_t ServedModel::random_seed() {
   std::lock_guard<std::mutex> lock(seed_mu_);
   return seed_rng_() >> 1;
+}
+
+void ServedModel::add_finished(const RequestSummary& s) {
+  std::lock_guard<std::mutex> lock(totals_mu_);
+  totals_.prompt_tokens += static_cast<uint64_t>(std::max<int64_t>(0, s.n_prompt - s.cached_tokens));
+  totals_.cached_tokens += static_cast<uint64_t>(s.cached_tokens);
+  totals_.generated_tokens += static_cast<uint64_t>(s.n_generated);
+  totals_.prefill_seconds += s.prefill_seconds;
+  totals_.decode_seconds += s.decode_seconds;
+  totals_.max_tokens_seen = std::max(totals_.max_tokens_seen, s.n_prompt + s.n_generated);
+  ++totals_.finished;
+}
+
+ServedModel::GenerationTotals ServedModel::generation_totals() const {
+  std::lock_guard<std::mutex> lock(totals_mu_);
+  return totals_;
 }
 
 }  // namespace specula::server

@@ -62,6 +62,18 @@ class ServedModel {
   // Set by Server::stop(): waiting handlers cancel their requests and answer.
   std::atomic<bool> stopping{false};
 
+  // Totals over the finished generations of every route, for llama-server's llamacpp:*
+  // metrics: prompt tokens prefilled and served by the prompt cache, seconds of prefill
+  // and of decode, tokens generated, the longest prompt + generation. Thread-safe.
+  struct GenerationTotals {
+    uint64_t prompt_tokens = 0, cached_tokens = 0, generated_tokens = 0, finished = 0;
+    double prefill_seconds = 0, decode_seconds = 0;
+    int64_t max_tokens_seen = 0;
+  };
+  void add_finished(const RequestSummary& s);
+  GenerationTotals generation_totals() const;
+  int64_t start_time_unix() const { return start_time_unix_; }
+
  private:
   ServedModel() = default;
   ServerOptions options_;
@@ -80,6 +92,9 @@ class ServedModel {
   std::map<std::vector<std::string>, std::vector<std::vector<int32_t>>> dry_breakers_;
   std::mutex seed_mu_;
   std::mt19937_64 seed_rng_{std::random_device{}()};
+  mutable std::mutex totals_mu_;
+  GenerationTotals totals_;
+  int64_t start_time_unix_ = 0;
 };
 
 }  // namespace specula::server

@@ -2,19 +2,21 @@
 // layer's set-up.
 #include "server/server.h"
 
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <functional>
+#include <future>
 
 #include "server/anthropic_api.h"
 #include "server/generation.h"
 #include "server/http.h"
 #include "server/json_util.h"
 #include "server/llama_api.h"
-#include "server/webui.h"
 #include "server/metrics.h"
 #include "server/routes.h"
 #include "server/served_model.h"
+#include "server/webui.h"
 
 namespace specula::server {
 
@@ -240,6 +242,95 @@ void Server::dispatch(const http::Request& req, http::Exchange& raw) {
   std::fputs(line.c_str(), stderr);
 }
 
+namespace {
+
+// An in-memory answer: the status and body a handler gives (the predict route's instances).
+class BufferExchange : public http::Exchange {
+ public:
+  bool respond(int status, std::string_view, std::string body, const http::Headers&) override {
+    status_ = status;
+    body_ = std::move(body);
+    return true;
+  }
+  bool begin_stream(int, std::string_view, const http::Headers&, std::string) override { return false; }
+  bool write(std::string_view) override { return false; }
+  void end_stream() override {}
+  bool client_gone() override { return false; }
+  int status() const { return status_; }
+  const std::string& body() const { return body_; }
+
+ private:
+  int status_ = 0;
+  std::string body_;
+};
+
+// The camelCase name of a route, as Vertex AI's "@requestFormat" gives it (llama-server's
+// rule): "/v1/chat/completions" -> "chatCompletions", "/apply-template" -> "applyTemplate".
+std::string request_format_of(std::string path) {
+  if (path.rfind("/v1/", 0) == 0) path = path.substr(3);
+  std::string out;
+  bool cap = false;
+  for (char c : path.substr(path.empty() || path[0] != '/' ? 0 : 1)) {
+    if (c == '/' || c == '-' || c == '_') {
+      cap = true;
+    } else {
+      out += cap ? static_cast<char>(std::toupper(static_cast<unsigned char>(c))) : c;
+      cap = false;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+void handle_predict(ServedModel& m, const http::Request& req, http::Exchange& ex) {
+  using json = nlohmann::ordered_json;
+  auto parsed = parse_body_object(req.body);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return send_error(ex, *e);
+  const json& body = std::get<json>(parsed);
+  if (!body.contains("instances") || !body["instances"].is_array())
+    return send_error(ex, bad_request("instances", "the body needs an array 'instances'"));
+  constexpr size_t kMaxInstances = 128;
+  const json& instances = body["instances"];
+  if (instances.size() > kMaxInstances)
+    return send_error(ex, bad_request("instances", "at most " + std::to_string(kMaxInstances) + " instances"));
+  // The POST routes an instance may name, by path or camelCase name (the first path of a
+  // name wins: /completions is llama-server's native route, /v1/completions OpenAI's).
+  static const char* const kRoutes[] = {"/completion",       "/completions",     "/v1/completions",
+                                        "/v1/chat/completions", "/chat/completions", "/infill",
+                                        "/v1/messages",      "/v1/embeddings",   "/embeddings",
+                                        "/tokenize",         "/detokenize",      "/apply-template"};
+  auto error_prediction = [](const ApiError& e) { return openai_error_body(e); };
+  std::vector<std::future<json>> futures;
+  for (const json& instance : instances) {
+    futures.push_back(std::async(std::launch::async, [&m, &req, instance, &error_prediction]() -> json {
+      if (!instance.is_object() || !instance.contains("@requestFormat") || !instance["@requestFormat"].is_string())
+        return error_prediction(bad_request("instances", "each instance must be an object with a string '@requestFormat'"));
+      const std::string format = instance["@requestFormat"].get<std::string>();
+      std::string path;
+      for (const char* r : kRoutes)
+        if (path.empty() && (format == r || format == request_format_of(r))) path = r;
+      if (path.empty()) return error_prediction(bad_request("@requestFormat", "no route for @requestFormat '" + format + "'"));
+      json payload = instance;
+      payload.erase("@requestFormat");
+      if (payload.contains("stream")) payload["stream"] = false;  // one answer per instance
+      http::Request sub;
+      sub.method = "POST";
+      sub.path = sub.target = path;
+      sub.headers = req.headers;
+      sub.remote_addr = req.remote_addr;
+      sub.body = dump_json(payload);
+      BufferExchange bx;
+      route_api(m, sub, bx, nullptr);
+      json answer = json::parse(bx.body(), nullptr, false);
+      return answer.is_discarded() ? json(bx.body()) : answer;
+    }));
+  }
+  json predictions = json::array();
+  for (auto& f : futures) predictions.push_back(f.get());
+  send_json(ex, json{{"predictions", std::move(predictions)}});
+}
+
 bool route_api(ServedModel& m, const http::Request& req, http::Exchange& ex, GenerationLog* gen) {
   static const std::string kNoRerank =
       "reranking needs a reranking model (a classifier head, e.g. bge-reranker); this server serves a generative model";
@@ -261,6 +352,8 @@ bool route_api(ServedModel& m, const http::Request& req, http::Exchange& ex, Gen
       {"POST", "/props", [&] { handle_not_supported(ex, "changing the server's properties is not supported"); }},
       {"GET", "/slots", [&] { handle_slots(m, ex); }},
       {"POST", "/chat/completions", [&] { handle_completion(m, req, ex, Endpoint::kChat, gen); }},
+      {"POST", "/chat/completions/input_tokens", [&] { handle_chat_input_tokens(m, req, ex); }},
+      {"POST", "/v1/chat/completions/input_tokens", [&] { handle_chat_input_tokens(m, req, ex); }},
       {"POST", "/v1/messages", [&] { handle_messages(m, req, ex, false, gen); }},
       {"POST", "/v1/messages/count_tokens", [&] { handle_messages(m, req, ex, true, gen); }},
       {"POST", "/admin/cache/flush", [&] { handle_cache_flush(m, req, ex); }},
@@ -275,6 +368,9 @@ bool route_api(ServedModel& m, const http::Request& req, http::Exchange& ex, Gen
       {"POST", "/v1/rerank", [&] { handle_not_supported(ex, kNoRerank); }},
       {"POST", "/v1/reranking", [&] { handle_not_supported(ex, kNoRerank); }},
       {"GET", "/lora-adapters", [&] { send_json(ex, nlohmann::ordered_json::array()); }},
+      // llama-server's web UI proxy for MCP servers: not served (403, as llama-server without --ui-mcp-proxy).
+      {"GET", "/cors-proxy", [&] { send_error(ex, api_error(StatusCode::kPermissionDenied, "the CORS proxy is not served")); }},
+      {"POST", "/cors-proxy", [&] { send_error(ex, api_error(StatusCode::kPermissionDenied, "the CORS proxy is not served")); }},
       {"POST", "/lora-adapters", [&] { handle_not_supported(ex, "LoRA adapters are not supported yet"); }},
   };
   bool path_known = false;
@@ -312,12 +408,20 @@ void Server::route(const http::Request& req, http::Exchange& ex, GenerationLog* 
       ex.respond(200, "application/json", R"({"status":"ok"})");
       return;
     }
+    if (!served_->options().metrics) return handle_not_supported(ex, "metrics are off (--no-metrics)");
     std::map<int, uint64_t> by_status;
     {
       std::lock_guard<std::mutex> lock(counters_mu_);
       by_status = responses_by_status_;
     }
-    ex.respond(200, "text/plain; version=0.0.4", metrics_text(m, http_->stats(), by_status));
+    ex.respond(200, "text/plain; version=0.0.4", metrics_text(m, http_->stats(), by_status),
+               {{"Process-Start-Time-Unix", std::to_string(m.start_time_unix())}});  // llama-server's header
+    return;
+  }
+  const ServerOptions& so = served_->options();
+  if (!so.predict_route.empty() && req.path == so.predict_route && req.method == "POST") return handle_predict(m, req, ex);
+  if (!so.health_route.empty() && req.path == so.health_route && req.method == "GET") {
+    ex.respond(200, "application/json", R"({"status":"ok"})");
     return;
   }
   if (route_api(m, req, ex, gen)) return;

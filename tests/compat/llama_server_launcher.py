@@ -65,11 +65,10 @@ FLAG_MAP = {
     "--temp": "--temp",
     "--seed": "--seed",
     "--cors-origins": "--cors-origin",
-    "--slot-save-path": "--slot-save-path",
+    "--reasoning": "--reasoning",
     "--cache-ram": "--cache-ram",
     "--model-draft": "--draft-model",
     "-md": "--draft-model",
-    "--reasoning-format": "--reasoning-format",
 }
 # Flags (with a value) that change nothing specula does.
 IGNORED_WITH_VALUE = {"--batch-size", "-b", "--ubatch-size", "-ub", "--n-gpu-layers", "-ngl", "-fa",
@@ -78,20 +77,20 @@ IGNORED_WITH_VALUE = {"--batch-size", "-b", "--ubatch-size", "-ub", "--n-gpu-lay
 SWITCHES = {
     "--no-ui": "--no-webui",
     "--no-webui": "--no-webui",
-    "--slots": "--slots",
-    "--no-slots": None,  # specula's /slots is read-only; see docs/API.md
-    "--metrics": None,  # /metrics is always on
+    "--slots": None,  # on by default
+    "--no-slots": "--no-slots",
+    "--metrics": None,  # on; without it --no-metrics (below), as llama-server's default
     "--embedding": None,  # embeddings are always served
     "--embeddings": None,
     "--cont-batching": None,  # always on
     "--jinja": None,  # specula always renders the model's Jinja template
     "--no-jinja": None,
     "--offline": None,
-    "--kv-unified": None,  # one KV pool shared by all rows is what specula does
+    "--kv-unified": None,  # specula's default; without it --kv-split (below), as llama-server's
     "--swa-full": None,
-    "--verbose": None,
+    "--verbose": "--verbose",  # "__verbose" in answers
+    "--backend_sampling": None,  # where sampling runs changes no token
     "--no-mmproj": None,
-    "--context-shift": "--context-shift",
 }
 
 
@@ -137,6 +136,11 @@ def main(argv):
             sys.exit(f"llama_server_launcher: specula has no equivalent of llama-server's '{a}'")
     if model is None:
         sys.exit("llama_server_launcher: no model (router mode, several models in one server, is not mapped)")
+    if not native:
+        if "--metrics" not in argv:
+            out.append("--no-metrics")
+        if "--kv-unified" not in argv and "-kvu" not in argv:
+            out.append("--kv-split")
     if native:
         cmd = [native, "-m", model] + out
     else:

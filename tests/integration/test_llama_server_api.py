@@ -172,6 +172,45 @@ def test_switches(stats):
     stats["switches"] = "switches ok"
 
 
+def test_reasoning_vertex_verbose(stats):
+    """--reasoning off closes a thinking block the template opens; --verbose; Vertex AI's
+    /predict (AIP_MODE=PREDICTION); input_tokens; the prefill of a last assistant message;
+    llama-server's metrics."""
+    import tempfile
+    with tempfile.NamedTemporaryFile("w", suffix=".jinja", delete=False) as f:
+        f.write("{% for m in messages %}<|{{ m.role }}|>{{ m.content }}<end_of_turn>\n{% endfor %}"
+                "{% if add_generation_prompt %}<|assistant|><think>\n{% endif %}")
+        template = f.name
+    os.environ["AIP_MODE"] = "PREDICTION"
+    try:
+        with ss.Server("--parallel", "2", "--reasoning", "off", "--verbose", "--chat-template-file", template) as srv:
+            st, _, tpl = srv.post_json("/apply-template", {"messages": [{"role": "user", "content": "hi"}]})
+            check(st == 200 and tpl["prompt"].endswith("<|assistant|><think>\n</think>"), f"--reasoning off: {tpl}")
+            msgs = [{"role": "user", "content": "Count"}, {"role": "assistant", "content": "1, 2,"}]
+            st, _, body = srv.post_json("/v1/chat/completions", {"messages": msgs, "max_tokens": 2})
+            check(st == 200 and body["__verbose"]["prompt"].endswith("<|assistant|>1, 2,"),
+                  f"prefill with --verbose: {st} {str(body)[:400]}")
+            st, _, body = srv.post_json("/v1/chat/completions", {"messages": msgs + msgs[1:], "max_tokens": 2})
+            check(st == 400, f"two trailing assistant messages: {st}")
+            st, _, n = srv.post_json("/chat/completions/input_tokens", {"messages": msgs[:1]})
+            check(st == 200 and n["input_tokens"] > 2, f"input_tokens: {st} {n}")
+            st, _, pred = srv.post_json("/predict", {"instances": [
+                {"@requestFormat": "chatCompletions", "max_tokens": 2, "messages": msgs[:1], "stream": True},
+                {"@requestFormat": "/tokenize", "content": "hello"},
+                {"@requestFormat": "nothing"}]})
+            p = pred.get("predictions", [])
+            check(st == 200 and len(p) == 3 and p[0]["object"] == "chat.completion" and "tokens" in p[1]
+                  and "error" in p[2], f"/predict: {st} {str(pred)[:400]}")
+            st, headers, text = srv.request("GET", "/metrics")
+            m = ss.parse_metrics(text.decode())
+            check(st == 200 and "process-start-time-unix" in headers and m.get("llamacpp:tokens_predicted_total", 0) >= 4
+                  and m.get("llamacpp:n_decode_total", 0) > 0, f"llamacpp metrics: {headers}")
+    finally:
+        del os.environ["AIP_MODE"]
+        os.unlink(template)
+    stats["reasoning"] = "reasoning/verbose/predict/metrics ok"
+
+
 def test_infill(stats):
     qwen = os.path.join(os.path.dirname(ss.model_path()), "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")
     if not os.path.exists(qwen):
@@ -205,6 +244,7 @@ def main():
         test_side_routes(srv, stats)
         check(srv.alive(), "server died")
     test_switches(stats)
+    test_reasoning_vertex_verbose(stats)
     test_infill(stats)
     return ", ".join(stats.values())
 

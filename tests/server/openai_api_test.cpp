@@ -324,3 +324,48 @@ TEST(OpenAiApi, ResponseBuilders) {
 
 }  // namespace
 }  // namespace specula::server
+
+namespace specula::server {
+namespace {
+
+// llama-server's request forms (server/llama_api.h): mixed and prompt_string prompts,
+// n_probs, return_tokens, text logit_bias keys, template options, response_fields on the
+// native route only, and the fields accepted because they change nothing.
+TEST(OpenAiApi, LlamaServerRequestForms) {
+  CompletionParams c = ok(R"({"prompt": ["Hello", 12, " world"], "n_probs": 5, "return_tokens": true})");
+  ASSERT_EQ(c.prompts.size(), 1u);
+  EXPECT_TRUE(c.prompts[0].mixed.is_array());
+  EXPECT_EQ(c.logprobs, 5);
+  EXPECT_TRUE(c.return_tokens);
+  c = ok(R"({"prompt": {"prompt_string": "Hi"}})");
+  ASSERT_EQ(c.prompts.size(), 1u);
+  EXPECT_EQ(c.prompts[0].text, "Hi");
+  c = ok(R"({"prompt": [{"prompt_string": "a"}, "b", [1, 2]]})");
+  EXPECT_EQ(c.prompts.size(), 3u);
+  c = ok(R"({"prompt": "x", "logit_bias": {"Hello": -5, "7": 1}})");
+  ASSERT_EQ(c.text_bias.size(), 1u);
+  EXPECT_EQ(c.text_bias[0].first, "Hello");
+  ASSERT_EQ(c.sampling.logit_bias.size(), 1u);
+  EXPECT_EQ(c.sampling.logit_bias[0].first, 7);
+  c = ok(R"({"prompt": "x", "cache_prompt": true, "id_slot": 1, "n_keep": 4, "verbose": true, "return_progress": true,
+             "speculative.n_max": 8, "mirostat": 0, "typical_p": 1, "min_keep": 0, "lora": []})");
+  c = ok(R"({"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}],
+             "continue_final_message": true, "chat_template_kwargs": {"enable_thinking": false}})",
+         Endpoint::kChat);
+  EXPECT_TRUE(c.continue_final_message);
+  EXPECT_FALSE(c.add_generation_prompt);
+  EXPECT_EQ(c.template_kwargs["enable_thinking"], false);
+  // response_fields is the native answer's: /v1/completions refuses it, /completion reads it.
+  EXPECT_EQ(bad(R"({"prompt": "x", "response_fields": ["content"]})").param, "response_fields");
+  auto n = parse_native_completion_request(R"({"prompt": "x", "response_fields": ["content", "timings/prompt_n"]})");
+  ASSERT_TRUE(std::holds_alternative<CompletionParams>(n));
+  EXPECT_EQ(std::get<CompletionParams>(n).response_fields.size(), 2u);
+  // Refused with the reason: what would change the result.
+  ApiError e = bad(R"({"prompt": "x", "mirostat": 2})");
+  EXPECT_EQ(e.param, "mirostat");
+  EXPECT_NE(e.message.find("not implemented"), std::string::npos) << e.message;
+  EXPECT_EQ(bad(R"({"prompt": {"prompt_string": "x", "multimodal_data": ["AA=="]}})").param, "prompt");
+}
+
+}  // namespace
+}  // namespace specula::server
