@@ -44,7 +44,24 @@ struct ServeArgs {
   bool no_webui = false, no_slots = false, no_metrics = false, verbose = false, kv_split = false;
   std::string reasoning = "auto";
   std::string chat_template;
+  std::string tags;
 };
+
+// "a, b,,c" -> {"a", "b", "c"}: a comma-separated flag, blanks trimmed, empties and repeats dropped.
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t end = text.find(',', start);
+    if (end == std::string::npos) end = text.size();
+    std::string item = text.substr(start, end - start);
+    item.erase(0, item.find_first_not_of(" \t"));
+    item.erase(item.find_last_not_of(" \t") + 1);
+    if (!item.empty() && std::find(out.begin(), out.end(), item) == out.end()) out.push_back(item);
+    start = end + 1;
+  }
+  return out;
+}
 
 server::Server* g_server = nullptr;
 void on_signal(int) {
@@ -53,7 +70,7 @@ void on_signal(int) {
 
 // The connection layer's options from the flags (the model's and engine's come from
 // model_config()).
-server::ServerOptions connection_options(const ServeArgs& a) {
+server::ServerOptions connection_options(const RuntimeConfig& config, const ServeArgs& a) {
   server::ServerOptions so;
   so.host = a.host;
   so.port = a.port;
@@ -75,12 +92,10 @@ server::ServerOptions connection_options(const ServeArgs& a) {
   so.reasoning = a.reasoning;
   // Vertex AI's custom-container variables (cloud.google.com/vertex-ai/docs/predictions/
   // custom-container-requirements), as llama-server reads them.
-  const char* aip_mode = std::getenv("AIP_MODE");
-  if (aip_mode != nullptr && std::string(aip_mode) == "PREDICTION") {
-    const char* route = std::getenv("AIP_PREDICT_ROUTE");
-    so.predict_route = route != nullptr && *route != '\0' ? route : "/predict";
-    if (const char* health = std::getenv("AIP_HEALTH_ROUTE"); health != nullptr) so.health_route = health;
-    if (const char* port = std::getenv("AIP_HTTP_PORT"); port != nullptr && *port != '\0') so.port = std::atoi(port);
+  if (config.aip_mode == "PREDICTION") {
+    so.predict_route = config.aip_predict_route.empty() ? "/predict" : config.aip_predict_route;
+    so.health_route = config.aip_health_route;
+    if (!config.aip_http_port.empty()) so.port = std::atoi(config.aip_http_port.c_str());
   }
   return so;
 }
@@ -88,7 +103,10 @@ server::ServerOptions connection_options(const ServeArgs& a) {
 // The served model's set-up from the flags (server/model_config.h, shared with the library).
 Result<server::ModelConfig> model_config(const RuntimeConfig& config, const ServeArgs& a) {
   server::ModelConfig mc;
-  mc.model_id = a.alias;
+  // --alias a,b,c (llama-server): several names; the id is the first in byte order.
+  mc.aliases = split_list(a.alias);
+  if (!mc.aliases.empty()) mc.model_id = *std::min_element(mc.aliases.begin(), mc.aliases.end());
+  mc.tags = split_list(a.tags);
   if (!a.chat_template.empty()) {
     auto t = chat::builtin_chat_template(a.chat_template);
     if (!t) return t.status();
@@ -139,7 +157,7 @@ int run_serve(const RuntimeConfig& config, const ServeArgs& a) {
   if (!mc) return fail(mc.message());
   auto l = load(config, a.model, a.threads, a.quantize, /*with_tokenizer=*/false);  // the server loads its own
   if (!l) return fail(l.message());
-  auto served = server::open_served_model(std::move(l->model), l->path, *mc, connection_options(a));
+  auto served = server::open_served_model(std::move(l->model), l->path, *mc, connection_options(config, a));
   if (!served) return fail(served.message());
   const std::string model_id = (*served)->id();
   const EngineOptions& eo = (*served)->engine().options();
@@ -151,10 +169,16 @@ int run_serve(const RuntimeConfig& config, const ServeArgs& a) {
   g_server = srv->get();
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
+  // Every address of --host (a comma-separated list): http://A:PORT, http://[B]:PORT.
+  std::string urls;
+  for (const std::string& h : split_list(a.host)) {
+    if (!urls.empty()) urls += ", ";
+    urls += "http://" + (h.find(':') != std::string::npos ? "[" + h + "]" : h) + ":" + std::to_string((*srv)->port());
+  }
   std::fprintf(stderr,
-               "specula: serving %s as '%s' on http://%s:%d (parallel %d, a request up to %lld tokens, KV budget %lld MiB: "
+               "specula: serving %s as '%s' on %s (parallel %d, a request up to %lld tokens, KV budget %lld MiB: "
                "%s%s%s)\n",
-               l->path.c_str(), model_id.c_str(), a.host.c_str(), (*srv)->port(), a.parallel,
+               l->path.c_str(), model_id.c_str(), urls.c_str(), a.parallel,
                static_cast<long long>(n_ctx), static_cast<long long>((*srv)->engine().options().kv_budget >> 20),
                (*srv)->engine().describe_state().c_str(), a.api_key.empty() ? "" : ", API key required",
                spec_note.c_str());
@@ -189,7 +213,10 @@ void add_serve_flags(CLI::App* cmd, ServeArgs& a) {
                   "0 = only at the prompt's end)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
   cmd->add_option("--api-key", a.api_key, "Require 'Authorization: Bearer KEY' (or 'x-api-key: KEY') on every route but /health");
-  cmd->add_option("--alias", a.alias, "Model id clients send as \"model\" (default: the file name without .gguf)");
+  cmd->add_option("--alias", a.alias,
+                  "Model id clients send as \"model\" (default: the file name without .gguf); a comma-separated "
+                  "list gives several names (the id is the first in byte order, as llama-server)");
+  cmd->add_option("--tags", a.tags, "Comma-separated labels /models lists for the model (llama-server's --tags)");
   cmd->add_option("--chat-template-file", a.chat_template_file, "Jinja chat template to use instead of the model's");
   cmd->add_option("--chat-template", a.chat_template,
                   "A built-in chat template by name instead of the model's: " + chat::builtin_chat_template_names());

@@ -28,6 +28,10 @@ RuntimeConfig RuntimeConfig::from_environment() {
   if (c.hf_endpoint.empty()) c.hf_endpoint = "https://huggingface.co";
   while (!c.hf_endpoint.empty() && c.hf_endpoint.back() == '/') c.hf_endpoint.pop_back();
   c.hf_token = env("HF_TOKEN");
+  c.aip_mode = env("AIP_MODE");
+  c.aip_predict_route = env("AIP_PREDICT_ROUTE");
+  c.aip_health_route = env("AIP_HEALTH_ROUTE");
+  c.aip_http_port = env("AIP_HTTP_PORT");
   return c;
 }
 

@@ -11,6 +11,10 @@
 //   HF_ENDPOINT      Hugging Face hub (or mirror) URL for `specula pull` (default https://huggingface.co)
 //   HF_TOKEN         token sent to the hub (gated repositories)
 //   HOME             where the defaults above live
+//   AIP_MODE, AIP_PREDICT_ROUTE, AIP_HEALTH_ROUTE, AIP_HTTP_PORT
+//                    Vertex AI's custom-container variables (cloud.google.com/vertex-ai/docs/
+//                    predictions/custom-container-requirements): with AIP_MODE=PREDICTION,
+//                    `specula serve` answers the predict route (server/server.cpp)
 // Does not: parse command-line flags (cli/ does; a flag overrides the variable it names).
 #pragma once
 
@@ -25,6 +29,10 @@ struct RuntimeConfig {
   bool repack = true;       // SPECULA_REPACK != "0"
   std::string hf_endpoint;  // HF_ENDPOINT without trailing '/', else https://huggingface.co
   std::string hf_token;     // HF_TOKEN ("" = none)
+  std::string aip_mode;           // AIP_MODE ("PREDICTION" turns the Vertex AI routes on)
+  std::string aip_predict_route;  // AIP_PREDICT_ROUTE ("" = /predict)
+  std::string aip_health_route;   // AIP_HEALTH_ROUTE ("" = none beyond /health)
+  std::string aip_http_port;      // AIP_HTTP_PORT ("" = the --port flag)
 
   // Reads the variables now (the accessor below calls it once; tests may build their own).
   static RuntimeConfig from_environment();

@@ -221,9 +221,10 @@ Status Round::prepare(std::span<const RoundRow> rows) {
       ignore_eos = false;  // the grammar says where the text ends
     }
     res.walk = draft_q[i].empty() ? speculative_walk(*r.sampler, lg, n_vocab, res.drafts, r.budget, eog_,
-                                                     ignore_eos, r.top_logprobs)
+                                                     ignore_eos, r.top_logprobs, r.post_sampling)
                                   : speculative_walk_rejection(*r.sampler, lg, n_vocab, res.drafts, draft_q[i],
-                                                               r.budget, eog_, ignore_eos, r.top_logprobs);
+                                                               r.budget, eog_, ignore_eos, r.top_logprobs,
+                                                               r.post_sampling);
     res.sampled = true;
     if (r.constraint != nullptr) {
       // Masked logits give -inf logprobs to refused ids: those are no alternatives.

@@ -60,6 +60,7 @@ struct RoundRow {
   const SamplingParams* draft_sampling = nullptr;  // non-null: sampled drafts + rejection sampling
   bool ignore_eos = false;
   int32_t top_logprobs = -1;
+  bool post_sampling = false;  // logprobs of the sampler's distribution (speculative_walk)
   // The request uses the draft source: prompt chunks go to DraftSource::prefill and the
   // row's context to DraftSource::commit.
   bool speculative = false;

@@ -52,9 +52,14 @@ struct WalkResult {
 // logits: [proposals.size() + 1, n_vocab] f32, row j = the target's logits at window
 // position j. budget >= 1: most tokens the row may still sample. eog: end-of-generation
 // ids (ignored when ignore_eos). top_logprobs: -1 none, else alternatives per token.
+// post_sampling: the logprobs are those of the distribution the sampler drew from
+// (Sampler::probabilities: after penalties, truncation and temperature; only tokens with
+// probability > 0 among the alternatives) instead of the raw logits' log-softmax —
+// llama-server's post_sampling_probs.
 WalkResult speculative_walk(Sampler& sampler, const float* logits, int32_t n_vocab,
                             std::span<const int32_t> proposals, int32_t budget,
-                            std::span<const int32_t> eog, bool ignore_eos, int32_t top_logprobs);
+                            std::span<const int32_t> eog, bool ignore_eos, int32_t top_logprobs,
+                            bool post_sampling = false);
 
 // The rejection-sampling walk: q[j] is the distribution proposals[j] was drawn from
 // (q.size() == proposals.size()). With a greedy sampler (temperature <= 0) it is the
@@ -62,6 +67,6 @@ WalkResult speculative_walk(Sampler& sampler, const float* logits, int32_t n_voc
 WalkResult speculative_walk_rejection(Sampler& sampler, const float* logits, int32_t n_vocab,
                                       std::span<const int32_t> proposals, std::span<const TokenDist> q,
                                       int32_t budget, std::span<const int32_t> eog, bool ignore_eos,
-                                      int32_t top_logprobs);
+                                      int32_t top_logprobs, bool post_sampling = false);
 
 }  // namespace specula

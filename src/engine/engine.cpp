@@ -380,6 +380,12 @@ void Engine::admit(std::vector<Pending>& admitted) {
     state_.insert(std::move(row).value());
     reserved_ += a.reserved;
     running_.push_back(std::move(a));
+    const Active& in = running_.back();
+    try {
+      in.p.sink->on_prompt_progress(in.prefilled, static_cast<int64_t>(in.p.request.prompt.size()), in.cached);
+    } catch (...) {
+      // progress is informational
+    }
   }
   std::lock_guard<std::mutex> lock(wakeup_->mu);
   stats_.running_rows = static_cast<int64_t>(running_.size());

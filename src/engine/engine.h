@@ -57,6 +57,9 @@ struct EngineRequest {
   int32_t max_tokens = 0;
   SamplingParams sampling;
   int32_t top_logprobs = -1;    // -1: no logprobs; 0..20: the sampled token's logprob plus k alternatives
+  // The logprobs above are of the distribution the sampler drew from (after penalties,
+  // truncation, temperature; llama-server's post_sampling_probs), not of the raw logits.
+  bool post_sampling_probs = false;
   // -1: none; 0..20: the logprob of every prompt token after the first (given the ones
   // before it) plus k alternatives, delivered to RequestSink::on_prompt_logprobs as the
   // prompt is prefilled. Such a request computes its whole prompt (no prompt-cache start).
@@ -122,6 +125,13 @@ class RequestSink {
   // Prompt logprobs (EngineRequest::prompt_logprobs): entries for prompt tokens 1, 2, ..
   // in order, a chunk at a time, all before the first on_tokens.
   virtual void on_prompt_logprobs(std::span<const TokenEvent> events) { (void)events; }
+  // Prompt progress: once at admission (processed == cached, the tokens the prompt cache
+  // served) and after every prefill chunk (processed grows to total, the prompt's length),
+  // all before the first on_tokens. llama-server's prompt_progress events come from this.
+  // Must not throw (an exception is ignored).
+  virtual void on_prompt_progress(int64_t processed, int64_t total, int64_t cached) {
+    (void)processed, (void)total, (void)cached;
+  }
   // Exactly once, after the request's state row is released.
   virtual void on_finish(const RequestSummary& summary) = 0;
 };

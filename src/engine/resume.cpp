@@ -68,6 +68,7 @@ std::string Engine::generation_key(const EngineRequest& r) const {
   h.bytes(r.prompt.data(), r.prompt.size() * sizeof(int32_t));
   h.pod(r.max_tokens);
   h.pod(r.top_logprobs);
+  if (r.post_sampling_probs) h.pod(r.post_sampling_probs);  // (keys of other requests unchanged)
   h.pod(r.ignore_eos);
   h.pod(r.speculative);
   const std::string sampling = generation_key_bytes(r.sampling);  // the fields sampling/params.cpp marks

@@ -40,6 +40,7 @@ void Engine::plan_step(std::vector<RoundRow>& rows, std::vector<size_t>& members
     row.sampler = &a.sampler;
     row.ignore_eos = r.ignore_eos;
     row.top_logprobs = r.top_logprobs;
+    row.post_sampling = r.post_sampling_probs;
     row.speculative = a.plan.speculative;
     row.constraint = r.constraint.get();
     if (a.plan.speculative && may_draft) {
@@ -69,6 +70,7 @@ void Engine::plan_step(std::vector<RoundRow>& rows, std::vector<size_t>& members
     row.sampler = &a.sampler;
     row.ignore_eos = a.p.request.ignore_eos;
     row.top_logprobs = a.p.request.top_logprobs;
+    row.post_sampling = a.p.request.post_sampling_probs;
     row.speculative = a.plan.speculative;
     row.constraint = a.p.request.constraint.get();
     row.prompt_logprobs = a.p.request.prompt_logprobs;
@@ -160,6 +162,11 @@ bool Engine::step() {
     if (rows[k].chunk > 0) {
       const int64_t due = next_checkpoint(a);
       a.prefilled += rows[k].chunk;
+      try {
+        a.p.sink->on_prompt_progress(a.prefilled, static_cast<int64_t>(a.p.request.prompt.size()), a.cached);
+      } catch (...) {
+        // progress is informational
+      }
       if (a.prefilled == due && due < static_cast<int64_t>(a.p.request.prompt.size()) && a.prefilled > a.cached) {
         auto copy = state_.extract(static_cast<int32_t>(members[k]));
         if (copy)

@@ -128,11 +128,27 @@ void CompletionStream::on_prompt_logprobs(std::span<const TokenEvent> events) {
   cv_.notify_all();
 }
 
+void CompletionStream::on_prompt_progress(int64_t processed, int64_t total, int64_t cached) {
+  const auto now = std::chrono::steady_clock::now();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!progress_started_) {
+    progress_started_ = true;
+    admitted_ = now;
+  }
+  Update::Progress p;
+  p.total = total;
+  p.cache = cached;
+  p.processed = processed;
+  p.time_ms = std::chrono::duration<double, std::milli>(now - admitted_).count();
+  out_.progress.push_back(p);
+  cv_.notify_all();
+}
+
 CompletionStream::Update CompletionStream::wait(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait_for(lock, timeout, [&] {
     return out_.finished || !out_.text.empty() || !out_.logprobs.empty() || !out_.prompt_logprobs.empty() ||
-           !out_.token_ids.empty();
+           !out_.token_ids.empty() || !out_.progress.empty();
   });
   Update u = std::move(out_);
   out_ = Update{};

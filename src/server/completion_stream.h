@@ -37,6 +37,7 @@ class CompletionStream : public RequestSink {
 
   bool on_tokens(std::span<const TokenEvent> events) override;
   void on_prompt_logprobs(std::span<const TokenEvent> events) override;
+  void on_prompt_progress(int64_t processed, int64_t total, int64_t cached) override;
   void on_finish(const RequestSummary& summary) override;
 
   struct Update {
@@ -45,6 +46,14 @@ class CompletionStream : public RequestSink {
     std::vector<TokenLogprob> prompt_logprobs;  // prompt tokens' entries (EngineRequest::prompt_logprobs)
     std::vector<int32_t> token_ids;       // want_ids: the tokens generated since the last update
     std::vector<float> token_logprobs;    // ... and their logprobs (when want_logprobs)
+    // Prompt progress since the last update (llama-server's prompt_progress): prompt
+    // tokens in all (total), served by the prompt cache (cache), in the state so far
+    // (processed, cache included), milliseconds since admission (time_ms).
+    struct Progress {
+      int64_t total = 0, cache = 0, processed = 0;
+      double time_ms = 0;
+    };
+    std::vector<Progress> progress;
     bool finished = false;
     RequestSummary summary;               // when finished
     std::string finish_reason;            // "stop" | "length" | "cancelled" | "failed" when finished
@@ -78,6 +87,8 @@ class CompletionStream : public RequestSink {
   std::deque<PendingEntry> entries_;
   // Mailbox.
   Update out_;
+  std::chrono::steady_clock::time_point admitted_;  // the first progress report
+  bool progress_started_ = false;
 };
 
 }  // namespace specula::server

@@ -13,7 +13,7 @@ using json = nlohmann::ordered_json;
 
 namespace {
 // Today's date as llama.cpp gives templates their date_string ("02 Dec 2026") and
-// datetime ("Dec 02 2026"), UTC.
+// datetime ("Dec 02 2026 14:05:09 GMT"), UTC.
 std::string today_string(const char* format = "%d %b %Y") {
   const std::time_t now = std::time(nullptr);
   std::tm tm{};
@@ -34,7 +34,7 @@ std::variant<json, ApiError> chat_context(const ServedModel& served, const Compl
               {"bos_token", bos},
               {"eos_token", eos},
               {"date_string", today_string()},  // Llama 3.x templates print it
-              {"datetime", today_string("%b %d %Y")}};
+              {"datetime", today_string("%b %d %Y %H:%M:%S GMT")}};  // firefunction-v2's, as llama-server
   const std::string& reasoning = served.options().reasoning;
   // Qwen3's and others' switch; true unless --reasoning off (llama-server's default too:
   // templates that test `not enable_thinking` close the thinking block when it is undefined).
@@ -50,6 +50,11 @@ std::variant<json, ApiError> chat_context(const ServedModel& served, const Compl
     if (c.logprobs >= 0) return bad_request("logprobs", "logprobs together with tools are not supported yet");
     ctx["tools"] = c.tools;
   }
+  // Fireworks' firefunction-v2 template (its calls start with " functools[") prints the
+  // tools from a variable of its own: their JSON, indented by 2 ("" without tools), as
+  // llama-server supplies it.
+  if (served.chat_template() != nullptr && served.chat_template()->source().find(" functools[") != std::string::npos)
+    ctx["functions"] = c.tools.is_array() && !c.tools.empty() ? c.tools.dump(2) : std::string();
   return ctx;
 }
 
@@ -268,6 +273,7 @@ std::variant<PreparedRequest, ApiError> prepare_request(ServedModel& served, con
   if (er.sampling.dry_multiplier > 0.0f) er.sampling.dry_breaker_ids = served.dry_breaker_ids(er.sampling.dry_sequence_breakers);
   er.sampling.seed = seed;
   er.top_logprobs = c.logprobs;
+  er.post_sampling_probs = c.post_sampling_probs;
   er.ignore_eos = c.ignore_eos;
   er.speculative = c.speculative;
   if (served.options().engine.generation_checkpoint > 0) {

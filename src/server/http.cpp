@@ -11,9 +11,11 @@
 #include <boost/beast/http.hpp>
 #include <chrono>
 #include <condition_variable>
+#include <list>
 #include <cstdio>
 #include <deque>
 #include <future>
+#include <list>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -58,9 +60,14 @@ struct HttpServer::Impl {
   // Declared last: destroyed first, so sessions freed with its pending handlers still
   // find the members above.
   asio::io_context ioc;
-  tcp::acceptor acceptor{ioc};
+  // One listening socket per address of Options::host (a list), each with its retry timer.
+  struct Listener {
+    explicit Listener(asio::io_context& io) : acceptor(io), retry(io) {}
+    tcp::acceptor acceptor;
+    asio::steady_timer retry;
+  };
+  std::list<Listener> listeners;
   asio::steady_timer stop_poll{ioc};
-  asio::steady_timer accept_retry{ioc};
 
   std::string error_body(int status, const std::string& message, const std::string& path = "") const {
     return opt.error_body ? opt.error_body(status, message, path) : message + "\n";
@@ -89,7 +96,7 @@ struct HttpServer::Impl {
       task();
     }
   }
-  void do_accept();
+  void do_accept(Listener& l);
   void poll_stop();
 };
 
@@ -515,15 +522,15 @@ class Session : public std::enable_shared_from_this<Session>, public Exchange {
   std::string probe_;
 };
 
-void HttpServer::Impl::do_accept() {
-  acceptor.async_accept([this](error_code ec, tcp::socket sock) {
-    if (!acceptor.is_open()) return;
+void HttpServer::Impl::do_accept(Listener& l) {
+  l.acceptor.async_accept([this, &l](error_code ec, tcp::socket sock) {
+    if (!l.acceptor.is_open()) return;
     if (ec) {
       // Out of descriptors (EMFILE/ENFILE) or a transient error: retry shortly, not in a
       // tight loop.
-      accept_retry.expires_after(std::chrono::milliseconds(100));
-      accept_retry.async_wait([this](error_code e2) {
-        if (!e2 && acceptor.is_open()) do_accept();
+      l.retry.expires_after(std::chrono::milliseconds(100));
+      l.retry.async_wait([this, &l](error_code e2) {
+        if (!e2 && l.acceptor.is_open()) do_accept(l);
       });
       return;
     }
@@ -534,7 +541,7 @@ void HttpServer::Impl::do_accept() {
       s->refuse();
     else
       s->start();
-    do_accept();
+    do_accept(l);
   });
 }
 
@@ -548,8 +555,10 @@ void HttpServer::Impl::poll_stop() {
         shutting_down = true;
         stop_began = std::chrono::steady_clock::now();
         error_code e2;
-        acceptor.close(e2);
-        accept_retry.cancel();
+        for (Listener& l : listeners) {
+          l.acceptor.close(e2);
+          l.retry.cancel();
+        }
       }
       // Every poll: a connection that started reading a request after the last one is
       // closed too.
@@ -610,38 +619,71 @@ Status HttpServer::bind() {
   } else {
     im.max_connections = im.opt.max_connections;
   }
-  const std::string where = im.opt.host + ":" + std::to_string(im.opt.port);
-  error_code ec;
-  tcp::resolver resolver(im.ioc);
-  auto endpoints = resolver.resolve(im.opt.host, std::to_string(im.opt.port), tcp::resolver::passive, ec);
-  if (ec) return Status::error("[server] cannot resolve " + im.opt.host + ": " + ec.message());
-  std::string last = "no address";
-  for (const auto& e : endpoints) {
-    error_code e2;
-    im.acceptor.open(e.endpoint().protocol(), e2);
-    if (!e2) im.acceptor.set_option(asio::socket_base::reuse_address(true), e2);
-    if (!e2) im.acceptor.bind(e.endpoint(), e2);
-    if (!e2) im.acceptor.listen(asio::socket_base::max_listen_connections, e2);
-    if (!e2) return Status::ok();
-    last = e2.message();
-    error_code ignored;
-    im.acceptor.close(ignored);
+  // host: one address or a comma-separated list (llama-server's --host 127.0.0.1,::1); every
+  // one must bind. With port 0 the later addresses take the port the first one got.
+  std::vector<std::string> hosts;
+  for (size_t pos = 0; pos <= im.opt.host.size();) {
+    size_t end = im.opt.host.find(',', pos);
+    if (end == std::string::npos) end = im.opt.host.size();
+    std::string h = im.opt.host.substr(pos, end - pos);
+    if (!h.empty()) hosts.push_back(std::move(h));
+    pos = end + 1;
   }
-  return Status::error("[server] cannot bind " + where + " (" + last + "; in use, or not a local address?)");
+  if (hosts.empty()) return Status::invalid_argument("[server] no host address to listen on");
+  int port = im.opt.port;
+  for (const std::string& host : hosts) {
+    const std::string where = host + ":" + std::to_string(port);
+    error_code ec;
+    tcp::resolver resolver(im.ioc);
+    auto endpoints = resolver.resolve(host, std::to_string(port), tcp::resolver::passive, ec);
+    if (ec) return Status::error("[server] cannot resolve " + host + ": " + ec.message());
+    std::string last = "no address";
+    Impl::Listener& l = im.listeners.emplace_back(im.ioc);
+    bool bound = false;
+    for (const auto& e : endpoints) {
+      error_code e2;
+      l.acceptor.open(e.endpoint().protocol(), e2);
+      if (!e2) l.acceptor.set_option(asio::socket_base::reuse_address(true), e2);
+      // With several addresses, "::" must not also claim IPv4 (a later 0.0.0.0 would clash).
+      if (!e2 && hosts.size() > 1 && e.endpoint().protocol() == tcp::v6())
+        l.acceptor.set_option(asio::ip::v6_only(true), e2);
+      if (!e2) l.acceptor.bind(e.endpoint(), e2);
+      if (!e2) l.acceptor.listen(asio::socket_base::max_listen_connections, e2);
+      if (!e2) {
+        bound = true;
+        break;
+      }
+      last = e2.message();
+      error_code ignored;
+      l.acceptor.close(ignored);
+    }
+    if (!bound) {
+      for (Impl::Listener& open : im.listeners) {
+        error_code ignored;
+        open.acceptor.close(ignored);
+      }
+      im.listeners.clear();
+      return Status::error("[server] cannot bind " + where + " (" + last + "; in use, or not a local address?)");
+    }
+    error_code e3;
+    if (port == 0) port = l.acceptor.local_endpoint(e3).port();
+  }
+  return Status::ok();
 }
 
 int HttpServer::port() const {
   error_code ec;
-  const auto e = impl_->acceptor.local_endpoint(ec);
+  if (impl_->listeners.empty()) return 0;
+  const auto e = impl_->listeners.front().acceptor.local_endpoint(ec);
   return ec ? 0 : e.port();
 }
 
 void HttpServer::run() {
   Impl& im = *impl_;
-  if (!im.acceptor.is_open()) return;
+  if (im.listeners.empty() || !im.listeners.front().acceptor.is_open()) return;
   const int n = std::max(1, im.opt.workers);
   for (int i = 0; i < n; ++i) im.workers.emplace_back([&im] { im.worker_loop(); });
-  im.do_accept();
+  for (Impl::Listener& l : im.listeners) im.do_accept(l);
   im.poll_stop();
   for (;;) {
     try {

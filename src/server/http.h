@@ -106,7 +106,7 @@ class Exchange {
 using Handler = std::function<void(const Request&, Exchange&)>;
 
 struct Options {
-  std::string host = "127.0.0.1";
+  std::string host = "127.0.0.1";     // an address or name, or several separated by commas
   int port = 8080;                    // 0: any free port
   size_t max_body_bytes = 1 << 20;    // 413 beyond
   size_t max_header_bytes = 64 << 10; // 431 beyond

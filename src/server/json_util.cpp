@@ -36,7 +36,8 @@ std::string shown(const json& v) {
   return s;
 }
 
-bool flatten_text_parts(const json& content, const char* noun, std::string* out, std::string* why) {
+bool flatten_text_parts(const json& content, const char* noun, std::string* out, std::string* why,
+                        const char* separator) {
   if (content.is_null()) return true;
   if (content.is_string()) {
     *out = content.get<std::string>();
@@ -46,6 +47,7 @@ bool flatten_text_parts(const json& content, const char* noun, std::string* out,
     *why = std::string("must be a string or an array of ") + noun + "s";
     return false;
   }
+  bool first = true;
   for (const json& part : content) {
     if (!part.is_object() || !part.contains("type") || !part["type"].is_string()) {
       *why = std::string(noun) + "s must be objects with a 'type'";
@@ -59,6 +61,8 @@ bool flatten_text_parts(const json& content, const char* noun, std::string* out,
       *why = std::string("a text ") + noun + " needs a string 'text'";
       return false;
     }
+    if (!first) *out += separator;
+    first = false;
     *out += part["text"].get<std::string>();
   }
   return true;

@@ -24,9 +24,11 @@ namespace specula::server {
 std::string shown(const nlohmann::ordered_json& v);
 
 // Text of a message's content: a string, null (""), or an array of {"type": "text",
-// "text"} parts (OpenAI "content part", Anthropic "content block": `noun` in messages);
-// false with why for anything else.
-bool flatten_text_parts(const nlohmann::ordered_json& content, const char* noun, std::string* out, std::string* why);
+// "text"} parts (OpenAI "content part", Anthropic "content block": `noun` in messages)
+// joined with `separator` (the chat routes: "\n\n", as llama-server joins a message's text
+// parts for a template that takes string content); false with why for anything else.
+bool flatten_text_parts(const nlohmann::ordered_json& content, const char* noun, std::string* out, std::string* why,
+                        const char* separator = "");
 
 // o[key] when o is an object holding a string there, else `fallback` (never throws:
 // nlohmann's value() does on a null or a wrong type).

@@ -2,6 +2,7 @@
 #include "server/llama_api.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "server/engine_request.h"
 #include "server/generation.h"
@@ -66,6 +67,23 @@ json timings_json(const RequestSummary& s) {
               {"predicted_per_second", predicted_ms > 0 ? 1e3 * static_cast<double>(n_dec) / predicted_ms : 0.0}};
 }
 
+json progress_timings_json(const CompletionStream::Update::Progress& p) {
+  const int64_t prompt_n = std::max<int64_t>(0, p.processed - p.cache);
+  return json{{"cache_n", p.cache},
+              {"prompt_n", prompt_n},
+              {"prompt_ms", prompt_n > 0 ? p.time_ms : 0.0},
+              {"prompt_per_token_ms", prompt_n > 0 ? p.time_ms / static_cast<double>(prompt_n) : 0.0},
+              {"prompt_per_second", prompt_n > 0 && p.time_ms > 0 ? 1e3 * static_cast<double>(prompt_n) / p.time_ms : 0.0},
+              {"predicted_n", 0},
+              {"predicted_ms", 0.0},
+              {"predicted_per_token_ms", 0.0},
+              {"predicted_per_second", 0.0}};
+}
+
+json progress_json(const CompletionStream::Update::Progress& p) {
+  return json{{"total", p.total}, {"cache", p.cache}, {"processed", p.processed}, {"time_ms", p.time_ms}};
+}
+
 namespace {
 
 // llama-server's response_fields: only the named fields, each under its "a/b" path.
@@ -90,7 +108,11 @@ json select_fields(const std::vector<std::string>& paths, const json& obj) {
 
 }  // namespace
 
-json completion_probabilities(const std::vector<TokenLogprob>& lps) {
+json completion_probabilities(const std::vector<TokenLogprob>& lps, bool post_sampling) {
+  // post_sampling: the sampler's probabilities as "prob" / "top_probs" (llama-server's
+  // names), else logprobs of the raw logits.
+  const char* value_key = post_sampling ? "prob" : "logprob";
+  auto value = [&](float lp) { return post_sampling ? static_cast<double>(std::exp(lp)) : static_cast<double>(lp); };
   json out = json::array();
   for (const TokenLogprob& t : lps) {
     json top = json::array();
@@ -98,12 +120,12 @@ json completion_probabilities(const std::vector<TokenLogprob>& lps) {
       top.push_back(json{{"id", k < t.top_ids.size() ? t.top_ids[k] : -1},
                          {"token", valid_prefix(t.top[k].first)},
                          {"bytes", bytes_json(t.top[k].first)},
-                         {"logprob", t.top[k].second}});
+                         {value_key, value(t.top[k].second)}});
     out.push_back(json{{"id", t.id},
                        {"token", valid_prefix(t.token)},
                        {"bytes", bytes_json(t.token)},
-                       {"logprob", t.logprob},
-                       {"top_logprobs", top}});
+                       {value_key, value(t.logprob)},
+                       {post_sampling ? "top_probs" : "top_logprobs", top}});
   }
   return out;
 }
@@ -153,7 +175,7 @@ json generation_settings(const CompletionParams& c, uint64_t seed) {
                                         "temperature"})},
               {"speculative", c.speculative},
               {"timings_per_token", false},
-              {"post_sampling_probs", false},
+              {"post_sampling_probs", c.post_sampling_probs},
               {"lora", json::array()}};
 }
 
@@ -182,7 +204,8 @@ json native_object(const Generation& g, const std::string& text, const std::vect
             {"stopping_word", u.stop_sequence},
             {"tokens_cached", sm.n_prompt + sm.n_generated},
             {"timings", timings_json(sm)}};
-  if (lps != nullptr && c.logprobs > 0) o["completion_probabilities"] = completion_probabilities(*lps);
+  if (lps != nullptr && c.logprobs > 0)
+    o["completion_probabilities"] = completion_probabilities(*lps, c.post_sampling_probs);
   return o;
 }
 
@@ -200,9 +223,18 @@ json LlamaFormat::combine(std::vector<json> choices, const Usage& total) const {
 }
 
 std::string LlamaFormat::stream_piece(const CompletionStream::Update& u) {
-  pending_ids_.insert(pending_ids_.end(), u.token_ids.begin(), u.token_ids.end());
-  if (u.text.empty() && u.logprobs.empty()) return "";
   const CompletionParams& c = *g_.params;
+  std::string out;
+  if (c.return_progress)
+    for (const CompletionStream::Update::Progress& p : u.progress) {
+      json o = {{"index", g_.index}, {"content", ""},     {"tokens", json::array()},   {"stop", false},
+                {"id_slot", -1},     {"tokens_predicted", 0}, {"tokens_evaluated", g_.n_prompt},
+                {"prompt_progress", progress_json(p)}};
+      if (c.timings_per_token) o["timings"] = progress_timings_json(p);
+      out += sse(o);
+    }
+  pending_ids_.insert(pending_ids_.end(), u.token_ids.begin(), u.token_ids.end());
+  if (u.text.empty() && u.logprobs.empty()) return out;
   n_streamed_ += static_cast<int64_t>(pending_ids_.size());
   has_new_line_ = has_new_line_ || u.text.find('\n') != std::string::npos;
   json tokens = json::array();
@@ -216,8 +248,9 @@ std::string LlamaFormat::stream_piece(const CompletionStream::Update& u) {
             {"id_slot", -1},
             {"tokens_predicted", n_streamed_},
             {"tokens_evaluated", g_.n_prompt}};
-  if (c.logprobs > 0 && !u.logprobs.empty()) o["completion_probabilities"] = completion_probabilities(u.logprobs);
-  return sse(o);
+  if (c.logprobs > 0 && !u.logprobs.empty())
+    o["completion_probabilities"] = completion_probabilities(u.logprobs, c.post_sampling_probs);
+  return out + sse(o);
 }
 
 std::string LlamaFormat::stream_end(const CompletionStream::Update& u) {
@@ -372,6 +405,39 @@ void handle_chat_input_tokens(const ServedModel& served, const http::Request& re
 
 // ---------------------------------------------------------------- /props, /slots
 
+namespace {
+// llama-server's chat_template_caps, found by rendering probes through the template:
+// whether it shows a system message and a tools list; supports_tool_calls says whether
+// specula reads the template's calls back (a tool-call format, chat/tool_calls.h).
+json template_caps(const ServedModel& served) {
+  auto shows = [&](const json& messages, const json& tools, const std::string& needle) {
+    if (served.chat_template() == nullptr) return false;
+    CompletionParams c;
+    c.messages = messages;
+    c.tools = tools;
+    auto r = render_chat_prompt(served, c);
+    const std::string* text = std::get_if<std::string>(&r);
+    return text != nullptr && text->find(needle) != std::string::npos;
+  };
+  const json user = json::array({{{"role", "user"}, {"content", "hello"}}});
+  const json tool = json::array(
+      {{{"type", "function"},
+        {"function", {{"name", "specula_probe_tool"}, {"description", "probe"}, {"parameters", {{"type", "object"}}}}}}});
+  const bool tool_calls = served.tool_format() != chat::ToolFormat::kNone;
+  return {{"supports_string_content", true},
+          {"supports_typed_content", false},
+          {"supports_tools", shows(user, tool, "specula_probe_tool")},
+          {"supports_tool_calls", tool_calls},
+          {"supports_parallel_tool_calls", tool_calls},
+          {"supports_system_role",
+           shows(json::array({{{"role", "system"}, {"content", "specula_probe_system"}}, user[0]}), json(),
+                 "specula_probe_system")},
+          {"supports_preserve_reasoning", false},
+          {"supports_reasoning_effort", false},
+          {"supports_object_arguments", false}};
+}
+}  // namespace
+
 void handle_props(const ServedModel& served, http::Exchange& ex) {
   const ServerOptions& so = served.options();
   const EngineOptions& eo = so.engine;
@@ -393,6 +459,7 @@ void handle_props(const ServedModel& served, http::Exchange& ex) {
       {"ui", so.webui},
       {"webui", so.webui},
       {"chat_template", served.chat_template() ? served.chat_template()->source() : ""},
+      {"chat_template_caps", template_caps(served)},
       {"bos_token", vocab.valid_id(vocab.bos_id()) ? vocab.text(vocab.bos_id()) : ""},
       {"eos_token", vocab.valid_id(vocab.eos_id()) ? vocab.text(vocab.eos_id()) : ""},
       {"build_info", "specula"},

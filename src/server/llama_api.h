@@ -64,13 +64,17 @@ nlohmann::ordered_json native_object(const Generation& g, const std::string& tex
 
 // llama-server's completion_probabilities array: per token {id, token, bytes, logprob,
 // top_logprobs: [{id, token, bytes, logprob}]}.
-nlohmann::ordered_json completion_probabilities(const std::vector<TokenLogprob>& lps);
+nlohmann::ordered_json completion_probabilities(const std::vector<TokenLogprob>& lps, bool post_sampling = false);
 
 // llama-server's "timings" object of a finished request: cache_n, prompt_n (prefilled,
 // i.e. not from the prompt cache), prompt_ms, prompt_per_token_ms, prompt_per_second,
 // predicted_n, predicted_ms, predicted_per_token_ms, predicted_per_second. The first token
 // comes with the prefill: the decode rates are over the tokens after it.
 nlohmann::ordered_json timings_json(const RequestSummary& summary);
+// The same fields for a prompt_progress event: prompt_n/prompt_ms so far, nothing predicted.
+nlohmann::ordered_json progress_timings_json(const CompletionStream::Update::Progress& p);
+// llama-server's prompt_progress object {total, cache, processed, time_ms}.
+nlohmann::ordered_json progress_json(const CompletionStream::Update::Progress& p);
 
 // The request's settings as llama-server's generation_settings object reports them.
 nlohmann::ordered_json generation_settings(const CompletionParams& c, uint64_t seed);

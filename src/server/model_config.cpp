@@ -68,6 +68,8 @@ Result<std::unique_ptr<ServedModel>> open_served_model(std::unique_ptr<Model> mo
   if (model == nullptr) return Status::invalid_argument("[server] no model");
   SPECULA_RETURN_IF_ERROR(check_config(c));
   so.model_id = c.model_id.empty() ? std::filesystem::path(path).stem().string() : c.model_id;
+  so.model_aliases = c.aliases;
+  so.model_tags = c.tags;
   so.chat_template = c.chat_template;
   so.model_path = path;
   so.pooling = c.pooling;

@@ -23,6 +23,9 @@ namespace specula::server {
 
 struct ModelConfig {
   std::string model_id;                      // the id requests name; "" -> the file or folder name (no .gguf)
+  // llama-server's --alias a,b,c: every name; model_id is then the first in byte order (as
+  // llama-server picks it). --tags: labels /models lists. Neither changes which model answers.
+  std::vector<std::string> aliases, tags;
   std::optional<std::string> chat_template;  // Jinja source replacing the model's own
   int parallel = 4;                          // requests decoded together (state rows), 1..256
   // Total tokens all requests hold together (llama-server's -c); one request may use all

@@ -32,7 +32,8 @@ using json = nlohmann::ordered_json;
 // ("Unrecognized request argument"). docs/API.md lists the policy.
 const char* const kReadCommon[] = {"model", "max_tokens", "max_completion_tokens", "n", "stream", "stream_options",
                                    "ignore_eos", "speculative", "stop", "logprobs", "top_logprobs", "n_predict",
-                                   "n_probs", "return_tokens", "verbose"};
+                                   "n_probs", "return_tokens", "verbose", "return_progress", "timings_per_token",
+                                   "post_sampling_probs"};
 const char* const kReadCompletions[] = {"prompt", "parse_special", "echo"};
 const char* const kReadNative[] = {"response_fields"};
 // Structured outputs (parse_constraint_fields), on both routes.
@@ -42,8 +43,7 @@ const char* const kReadChat[] = {"messages",           "parse_special",         
                                  "tool_choice",        "parallel_tool_calls",   "chat_template_kwargs",
                                  "add_generation_prompt", "continue_final_message"};
 const char* const kIgnored[] = {"user",          "metadata",         "store",           "service_tier",
-                                "cache_prompt",  "id_slot",          "slot_id",         "timings_per_token",
-                                "return_progress",  "n_keep",          "n_discard",
+                                "cache_prompt",  "id_slot",          "slot_id",         "n_keep",          "n_discard",
                                 "sse_ping_interval", "backend_sampling", "speculative.n_max", "speculative.n_min",
                                 "speculative.p_min", "speculative.type", "speculative.ngram_size_n",
                                 "speculative.ngram_size_m", "speculative.ngram_min_hits", "mirostat_tau",
@@ -78,8 +78,6 @@ std::optional<ApiError> check_fields(const json& body, Endpoint endpoint, bool n
       {"dynatemp_range", is_zero, "dynamic temperature is not implemented"},
       {"min_keep", is_zero, "min_keep is not implemented"},
       {"n_indent", is_zero, "n_indent is not implemented"},
-      {"post_sampling_probs", [](const json& v) { return v == false; },
-       "post-sampling probabilities are not implemented; n_probs gives the model's logprobs"},
       {"t_max_predict_ms", [](const json& v) { return is_zero(v) || v == -1; }, "time limits are not implemented"},
       {"t_max_prompt_ms", [](const json& v) { return is_zero(v) || v == -1; }, "time limits are not implemented"},
       {"n_cache_reuse", is_zero, "KV shifting for cache reuse is not implemented (the prompt cache reuses prefixes)"},
@@ -95,6 +93,21 @@ std::optional<ApiError> check_fields(const json& body, Endpoint endpoint, bool n
       {"adaptive_target", [](const json& v) { return v.is_number() && v.get<double>() < 0; },
        "the adaptive-p sampler is not implemented"},
       {"adaptive_decay", [](const json& v) { return v.is_number(); }, "must be a number"},
+      // SGLang's and vLLM's own fields (sglang-router re-serialises every request with
+      // SGLang's defaults: no_stop_trim, skip_special_tokens, separate_reasoning,
+      // stream_reasoning, return_hidden_states, ignore_eos, continue_final_message).
+      {"no_stop_trim", [](const json& v) { return v == false; }, "the stop string is always trimmed from the answer"},
+      {"include_stop_str_in_output", [](const json& v) { return v == false; },
+       "the stop string is always trimmed from the answer"},
+      {"skip_special_tokens", [](const json& v) { return v == true; }, "special tokens are never printed in the answer"},
+      {"spaces_between_special_tokens", [](const json& v) { return v.is_boolean(); }, "must be a boolean"},
+      {"separate_reasoning", [](const json& v) { return v.is_boolean(); }, "must be a boolean"},
+      {"stream_reasoning", [](const json& v) { return v.is_boolean(); }, "must be a boolean"},
+      {"return_hidden_states", [](const json& v) { return v == false; }, "hidden states are not returned"},
+      {"return_tokens_as_token_ids", [](const json& v) { return v == false; },
+       "tokens are returned as text (return_tokens gives the ids)"},
+      {"min_tokens", is_zero, "min_tokens is not implemented"},
+      {"stop_token_ids", is_empty_array, "stop_token_ids is not implemented (stop takes strings)"},
   };
   for (auto it = body.begin(); it != body.end(); ++it) {
     const std::string& key = it.key();
@@ -222,7 +235,7 @@ std::optional<ApiError> read_messages(FieldReader& p, CompletionParams& c) {
                          where + ".role " + shown(m["role"]) + " is not one of system, user, assistant, tool, developer");
     json out = m;
     std::string text, why;
-    if (!flatten_text_parts(m.contains("content") ? m["content"] : json(nullptr), "content part", &text, &why))
+    if (!flatten_text_parts(m.contains("content") ? m["content"] : json(nullptr), "content part", &text, &why, "\n\n"))
       return bad_request("messages", where + ".content " + why);
     out["content"] = text;
     if (m.contains("tool_calls") && !m["tool_calls"].is_null()) {
@@ -515,6 +528,9 @@ std::optional<ApiError> read_native_outputs(FieldReader& p, CompletionParams& c,
   if (n_probs && *n_probs > 0) c.logprobs = std::max<int32_t>(c.logprobs, static_cast<int32_t>(*n_probs));
   p.boolean("return_tokens", &c.return_tokens);
   p.boolean("verbose", &c.verbose);
+  p.boolean("return_progress", &c.return_progress);
+  p.boolean("timings_per_token", &c.timings_per_token);
+  p.boolean("post_sampling_probs", &c.post_sampling_probs);
   if (p.error) return p.error;
   if (const json* rf = p.get("response_fields"); rf != nullptr && native) {
     if (!rf->is_array()) return bad_request("response_fields", "'response_fields' must be an array of strings");
@@ -713,8 +729,24 @@ json OpenAiFormat::combine(std::vector<json> choices, const Usage& total) const 
 }
 
 std::string OpenAiFormat::stream_piece(const CompletionStream::Update& u) {
+  std::string out;
+  if (g_.params->return_progress)
+    for (const CompletionStream::Update::Progress& p : u.progress) {
+      // llama-server's prompt_progress events: on chat, a role delta each (the first is
+      // the stream's role chunk); on completions, an empty text.
+      json o = endpoint_ == Endpoint::kChat
+                   ? chat_chunk(g_.id, g_.created, g_.model, nullptr, true, nullptr, "", g_.index)
+                   : completion_chunk(g_.id, g_.created, g_.model, "", nullptr, text_offset_, "", g_.index);
+      if (endpoint_ == Endpoint::kChat) {
+        o["choices"][0]["delta"]["content"] = nullptr;
+        sent_role_ = true;
+      }
+      o["prompt_progress"] = progress_json(p);
+      if (g_.params->timings_per_token) o["timings"] = progress_timings_json(p);
+      out += chunk(std::move(o));
+    }
   // Text goes out until a call's opening; from there on it is held for parsing.
-  return text_piece(calls_.feed(u.text), u.logprobs);  // (logprobs with tools are refused)
+  return out + text_piece(calls_.feed(u.text), u.logprobs);  // (logprobs with tools are refused)
 }
 
 std::string OpenAiFormat::text_piece(const std::string& text, const std::vector<TokenLogprob>& logprobs) {
@@ -760,12 +792,17 @@ std::string OpenAiFormat::stream_end(const CompletionStream::Update& u) {
                   : completion_chunk(g_.id, g_.created, g_.model, "", nullptr, text_offset_, reason, g_.index);
   last["seed"] = g_.seed;
   last["timings"] = timings_json(u.summary);  // llama-server's, on the last chunk
+  timings_ = last["timings"];
   return out + chunk(std::move(last));
 }
 
 std::string OpenAiFormat::stream_close(const Usage* usage) {
   std::string out;
-  if (usage != nullptr && g_.params->include_usage) out += sse(usage_chunk(g_.id, g_.created, g_.model, endpoint_, *usage));
+  if (usage != nullptr && g_.params->include_usage) {
+    json u = usage_chunk(g_.id, g_.created, g_.model, endpoint_, *usage);
+    if (!timings_.is_null()) u["timings"] = timings_;
+    out += sse(u);
+  }
   return out + "data: [DONE]\n\n";
 }
 

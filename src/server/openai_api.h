@@ -94,6 +94,9 @@ class OpenAiFormat : public AnswerFormat {
   Endpoint endpoint_;
   bool sent_role_ = false;
   int64_t text_offset_ = 0;
+  // The last chunk's timings, repeated on the usage chunk that follows it (llama-server puts
+  // them on whichever chunk is last).
+  nlohmann::ordered_json timings_;
 };
 
 }  // namespace specula::server

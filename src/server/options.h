@@ -17,6 +17,8 @@ struct ServerOptions {
   int port = 8080;                  // 0: any free port (see Server::port())
   std::string api_key;              // empty: no auth
   std::string model_id;             // the id clients send as "model"; empty: the model's name
+  std::vector<std::string> model_aliases;  // every name of the model (--alias a,b,c), model_id among them
+  std::vector<std::string> model_tags;     // free labels listed by /models (--tags)
   std::string model_path;           // the file or folder it was loaded from (/props)
   std::optional<std::string> chat_template;  // source overriding the model's own (--chat-template-file)
   size_t max_body_bytes = 1 << 20;  // larger bodies get 413

@@ -83,6 +83,14 @@ struct CompletionParams {
   // the prompt as text, generation settings, timings); also on for every request with
   // ServerOptions::verbose.
   bool verbose = false;
+  // llama-server's prompt progress (streams): return_progress sends a prompt_progress event
+  // at admission and after every prefill chunk; timings_per_token adds "timings" to them.
+  bool return_progress = false;
+  bool timings_per_token = false;
+  // llama-server's post_sampling_probs: the logprobs (n_probs, logprobs) are those of the
+  // distribution the sampler drew from (EngineRequest::post_sampling_probs); native answers
+  // then name them "prob" / "top_probs" (probabilities, not logs).
+  bool post_sampling_probs = false;
 };
 
 // One generated token's logprob entry as the APIs report it.

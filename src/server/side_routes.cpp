@@ -21,6 +21,9 @@ void handle_models(const ServedModel& served, http::Exchange& ex) {
             {"object", "model"},
             {"created", unix_now()},
             {"owned_by", "specula"},
+            {"aliases", served.options().model_aliases.empty() ? std::vector<std::string>{served.id()}
+                                                                : served.options().model_aliases},
+            {"tags", served.options().model_tags},
             {"meta",
              {{"architecture", info.architecture},
               {"n_vocab", info.n_vocab},

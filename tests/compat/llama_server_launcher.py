@@ -11,11 +11,13 @@ for that binary:
     The mapping is MODEL_MAP below; a repository it does not know fails to start, as a
     download would fail offline.
   * flags: llama-server's flags are translated to `specula serve`'s (FLAG_MAP); flags that
-    change nothing specula does (GPU layers, flash attention, batch sizes, --jinja, which
+    change nothing specula does (GPU layers, flash attention, micro-batch sizes, --jinja, which
     specula always uses) are dropped; a flag for a feature specula lacks makes the launcher
     exit 2 naming it (the test then fails: it is counted, not hidden).
   * native mode: with $LLAMA_SERVER_NATIVE set to a llama-server binary the launcher runs it
     with the same model mapping and otherwise unchanged flags — the figure beside specula's.
+    On a CPU with AMX it adds `--no-repack`: llama.cpp 0.3.36's repacking picks the AMX
+    buffer type there and the server crashes (segmentation fault) while loading.
 
 Run by tests/compat/run_llama_server_suite.sh; see docs/API.md ("llama-server drop-in").
 """
@@ -46,6 +48,7 @@ FLAG_MAP = {
     "--host": "--host",
     "--alias": "--alias",
     "-a": "--alias",
+    "--tags": "--tags",
     "--ctx-size": "--ctx",
     "-c": "--ctx",
     "--parallel": "--parallel",
@@ -69,10 +72,13 @@ FLAG_MAP = {
     "--cache-ram": "--cache-ram",
     "--model-draft": "--draft-model",
     "-md": "--draft-model",
+    # llama-server's logical batch is the most tokens one decode takes: specula's engine step.
+    "--batch-size": "--step-tokens",
+    "-b": "--step-tokens",
 }
 # Flags (with a value) that change nothing specula does.
-IGNORED_WITH_VALUE = {"--batch-size", "-b", "--ubatch-size", "-ub", "--n-gpu-layers", "-ngl", "-fa",
-                      "--flash-attn", "--hf-token", "--tags", "--grp-attn-n", "--grp-attn-w"}
+IGNORED_WITH_VALUE = {"--ubatch-size", "-ub", "--n-gpu-layers", "-ngl", "-fa",
+                      "--flash-attn", "--hf-token", "--grp-attn-n", "--grp-attn-w"}
 # Flags without a value: specula flag, or None when it changes nothing.
 SWITCHES = {
     "--no-ui": "--no-webui",
@@ -143,12 +149,22 @@ def main(argv):
             out.append("--kv-split")
     if native:
         cmd = [native, "-m", model] + out
+        if cpu_has_amx() and not any(a in ("--repack", "-nr", "--no-repack") for a in argv):
+            cmd.append("--no-repack")
     else:
         binary = os.environ.get("SPECULA_BIN", "specula")
         cmd = [binary, "serve", "--model", model, "--log-requests", "0"] + out
     sys.stderr.write("llama_server_launcher: " + " ".join(cmd) + "\n")
     sys.stderr.flush()
     os.execvp(cmd[0], cmd)
+
+
+def cpu_has_amx():
+    try:
+        with open("/proc/cpuinfo") as f:
+            return any(line.startswith("flags") and " amx_tile" in line for line in f)
+    except OSError:
+        return False
 
 
 if __name__ == "__main__":

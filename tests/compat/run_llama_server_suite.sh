@@ -12,7 +12,7 @@
 # machine reaches no model hub). Results: build/compat/<engine>.xml (JUnit) and a summary
 # line; tests/compat/compare.py puts the two runs side by side. Not part of CI: it needs
 # the models (specula pull) and ~30 minutes. The native llama-server is built from the same
-# source (tests/compat/build_llama_server.sh).
+# source (tools/build_llama_server.sh; LLAMA_SERVER_NATIVE=$(tools/build_llama_server.sh --print-bin-dir)/llama-server).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 ENGINE=${1:?usage: run_llama_server_suite.sh specula|native [pytest args]}

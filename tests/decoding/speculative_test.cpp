@@ -67,6 +67,34 @@ TEST(SpeculativeWalk, AcceptsMatchingPrefixThenCorrects) {
   EXPECT_EQ(r.sampled, 2);
 }
 
+// post_sampling: the logprobs are the sampler's distribution — top_k 2 at temperature 0.5 over
+// logits {2, 1, 0, ...} keeps two tokens with probabilities softmax({2, 1} / 0.5) — while the
+// sampled tokens stay those of the same seed without it.
+TEST(SpeculativeWalk, PostSamplingLogprobsAreTheSamplersDistribution) {
+  const int32_t V = 6;
+  std::vector<float> logits = {2.0f, 1.0f, 0.0f, 0.0f, -1.0f, 0.5f};
+  SamplingParams p;
+  p.temperature = 0.5f;
+  p.top_k = 2;
+  p.top_p = 1.0f;
+  p.min_p = 0.0f;
+  p.seed = 11;
+  Sampler s(p), plain(p);
+  WalkResult r = speculative_walk(s, logits.data(), V, {}, 1, {}, false, 5, /*post_sampling=*/true);
+  WalkResult raw = speculative_walk(plain, logits.data(), V, {}, 1, {}, false, 5);
+  ASSERT_EQ(r.tokens.size(), 1u);
+  ASSERT_EQ(raw.tokens.size(), 1u);
+  EXPECT_EQ(r.tokens[0].id, raw.tokens[0].id);
+  const double p0 = 1.0 / (1.0 + std::exp(-2.0));  // e^(2/0.5) / (e^(2/0.5) + e^(1/0.5))
+  ASSERT_EQ(r.tokens[0].top.size(), 2u);  // only the kept tokens, most likely first
+  EXPECT_EQ(r.tokens[0].top[0].first, 0);
+  EXPECT_NEAR(std::exp(r.tokens[0].top[0].second), p0, 1e-5);
+  EXPECT_EQ(r.tokens[0].top[1].first, 1);
+  EXPECT_NEAR(std::exp(r.tokens[0].top[1].second), 1.0 - p0, 1e-5);
+  EXPECT_NEAR(std::exp(r.tokens[0].logprob), r.tokens[0].id == 0 ? p0 : 1.0 - p0, 1e-5);
+  EXPECT_EQ(raw.tokens[0].top.size(), 5u);  // raw: the whole vocabulary's log-softmax
+}
+
 // Rejection sampling on synthetic distributions: drafts drawn from q (far from p), the
 // first emitted token must be distributed as p (chi-square, 5 degrees of freedom, below
 // the 0.999 quantile 20.52), and the acceptance rate must be sum_x min(p(x), q(x))

@@ -9,8 +9,10 @@ fields, the chat stream's role-only first chunk, the server's request defaults (
 Shapes are llama-server's (tools/server/server-task.cpp to_json_non_oaicompat in the
 llama.cpp source the llama-cpp-python sdist vendors); the whole suite of llama.cpp's server
 tests runs against specula with tests/compat/run_llama_server_suite.sh."""
+import http.client
 import json
 import os
+import socket
 import sys
 import time
 
@@ -158,9 +160,30 @@ def test_side_routes(srv, stats):
     stats["routes"] = "props/slots/models/rerank/CORS/page ok"
 
 
+def ipv6_loopback():
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as s:
+            s.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
 def test_switches(stats):
+    hosts = "127.0.0.1,::1" if ipv6_loopback() else "127.0.0.1"
     with ss.Server("--parallel", "1", "--no-slots", "--no-webui", "--cors-origin", "localhost",
+                   "--alias", "zeta, alpha", "--tags", "chat,small", "--host", hosts,
                    "--chat-template-file", ss.gemma_template()) as srv:
+        # --alias a,b: every name listed, the id the first in byte order; --tags listed.
+        st, _, models = srv.get_json("/models")
+        m = models["data"][0]
+        check(m["id"] == "alpha" and m["aliases"] == ["zeta", "alpha"] and m["tags"] == ["chat", "small"],
+              f"--alias/--tags: {m}")
+        if "," in hosts:  # --host with two addresses: both answer
+            conn = http.client.HTTPConnection("::1", srv.port, timeout=10)
+            conn.request("GET", "/health")
+            check(conn.getresponse().status == 200, "the second --host address does not answer")
+            conn.close()
         st, _, body = srv.get_json("/slots")
         check(st == 501, f"--no-slots: {st}")
         st, _, _ = srv.request("GET", "/")
@@ -233,6 +256,82 @@ def test_infill(stats):
     stats["infill"] = "infill ok"
 
 
+def test_prompt_progress(srv, stats):
+    """return_progress: a prompt_progress event at admission (processed == cache) and after each
+    prefill chunk (512 tokens an engine step here), processed growing to total; with
+    timings_per_token each carries timings; the usage chunk carries the last timings."""
+    prompt = "the quick brown fox jumps over the lazy dog " * 120  # ~1100 tokens: 3 chunks
+    st, _, data = srv.post("/completion", {"prompt": prompt, "n_predict": 2, "stream": True,
+                                           "return_progress": True, "timings_per_token": True})
+    check(st == 200, f"/completion with return_progress: {st} {data[:200]!r}")
+    progress = [e for e in raw_events(data) if "prompt_progress" in e]
+    check(len(progress) >= 3, f"{len(progress)} progress events for a prompt of 3 chunks")
+    first, last = progress[0]["prompt_progress"], progress[-1]["prompt_progress"]
+    check(first["processed"] == first["cache"] and progress[0]["timings"]["prompt_n"] == 0,
+          f"the first progress event is not the admission: {progress[0]}")
+    check(last["processed"] == last["total"] and last["total"] > 1000, f"the last progress event: {last}")
+    seen = [p["prompt_progress"]["processed"] for p in progress]
+    check(seen == sorted(set(seen)), f"processed does not grow: {seen}")
+    check(all(p["timings"]["prompt_ms"] >= 0 and p["content"] == "" for p in progress), "progress timings")
+    # The same on the chat stream: role deltas carrying prompt_progress, then the answer.
+    st, _, data, events = srv.stream("/v1/chat/completions", {
+        "messages": [{"role": "user", "content": prompt}], "max_tokens": 2, "stream": True,
+        "return_progress": True, "stream_options": {"include_usage": True}, "timings_per_token": True})
+    chunks = [json.loads(e) for e in events if e != "[DONE]"]
+    check(st == 200 and "prompt_progress" in chunks[0] and chunks[0]["choices"][0]["delta"]["role"] == "assistant",
+          f"the chat stream's first chunk: {chunks[0] if chunks else data[:200]}")
+    check(all("role" not in c["choices"][0]["delta"] for c in chunks if c["choices"] and "prompt_progress" not in c),
+          "a role delta after the progress events")
+    check("timings" in chunks[-1] and chunks[-1]["choices"] == [], f"the usage chunk has no timings: {chunks[-1]}")
+    stats["progress"] = f"{len(progress)} prompt_progress events"
+
+
+def test_post_sampling_probs(srv, stats):
+    """post_sampling_probs: the probabilities the sampler drew from. With top_k 3 at most three
+    tokens have any probability, so each position lists at most three, summing to 1, and the
+    sampled token is one of them."""
+    st, _, body = srv.post_json("/completion", {"prompt": "Once upon a time", "n_predict": 6, "n_probs": 10,
+                                                "temperature": 1.0, "top_k": 3, "top_p": 1.0, "min_p": 0.0,
+                                                "post_sampling_probs": True, "seed": 5})
+    check(st == 200 and len(body["completion_probabilities"]) == 6, f"post_sampling_probs: {st} {str(body)[:300]}")
+    for e in body["completion_probabilities"]:
+        tops = e["top_probs"]
+        check("logprob" not in e and 0 < e["prob"] <= 1 and 1 <= len(tops) <= 3, f"entry {e}")
+        check(abs(sum(t["prob"] for t in tops) - 1.0) < 1e-4 and e["id"] in [t["id"] for t in tops], f"entry {e}")
+    check(body["generation_settings"]["post_sampling_probs"] is True, "generation_settings.post_sampling_probs")
+    # Without it: raw logprobs (top_logprobs over the whole vocabulary: ten of them).
+    st, _, body = srv.post_json("/completion", {"prompt": "Once upon a time", "n_predict": 2, "n_probs": 10,
+                                                "temperature": 1.0, "top_k": 3, "seed": 5})
+    check(all(len(e["top_logprobs"]) == 10 and e["logprob"] <= 0 for e in body["completion_probabilities"]),
+          f"raw logprobs: {str(body)[:300]}")
+    stats["post_sampling"] = "post_sampling_probs ok"
+
+
+def test_router_requests(srv, stats):
+    """The bodies sglang-router 0.3.2 forwarded to a worker (tests/fixtures/router_requests.json,
+    tools/capture_router_requests.py): every one is answered, SGLang's own fields included."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures", "router_requests.json")
+    with open(path) as f:
+        fixture = json.load(f)
+    for fwd in fixture["forwarded"]:
+        body = fwd["body"]
+        if body.get("stream"):
+            st, _, data, events = srv.stream(fwd["path"], body)
+            check(st == 200 and events and events[-1] == "[DONE]", f"{fwd['path']} {json.dumps(body)[:300]}: {st} {data[:300]!r}")
+        else:
+            st, _, j = srv.post_json(fwd["path"], body)
+            if "tools" in body and not srv.get_json("/props")[2]["chat_template_caps"]["supports_tool_calls"]:
+                # A template with no tool-call format: the answer names the template, not a field.
+                check(st == 400 and j["error"]["param"] == "tools", f"tools on this template: {st} {str(j)[:300]}")
+                continue
+            check(st == 200 and j["choices"], f"{fwd['path']} {json.dumps(body)[:300]}: {st} {str(j)[:300]}")
+    # SGLang's fields at other values than the no-op ones are refused, naming the field.
+    for field, value in (("no_stop_trim", True), ("skip_special_tokens", False), ("return_hidden_states", True)):
+        st, _, data = srv.post("/v1/completions", {"prompt": "x", "max_tokens": 1, field: value})
+        ss.check_error_body(st, data, 400, f"{field}={value}", field)
+    stats["router"] = f"{len(fixture['forwarded'])} sglang-router requests answered"
+
+
 def main():
     ss.require_model()
     stats = {}
@@ -242,6 +341,9 @@ def main():
         test_native_completion(srv, stats)
         test_openai_extras(srv, stats)
         test_side_routes(srv, stats)
+        test_router_requests(srv, stats)
+        test_prompt_progress(srv, stats)
+        test_post_sampling_probs(srv, stats)
         check(srv.alive(), "server died")
     test_switches(stats)
     test_reasoning_vertex_verbose(stats)

@@ -101,7 +101,7 @@ TEST(OpenAiApi, ChatMessagesAreFlattened) {
       {"role": "assistant", "content": null, "name": "bot"}], "logprobs": true, "top_logprobs": 4})",
                           Endpoint::kChat);
   ASSERT_EQ(c.messages.size(), 3u);
-  EXPECT_EQ(c.messages[1]["content"], "ab");
+  EXPECT_EQ(c.messages[1]["content"], "a\n\nb");  // llama-server joins text parts with a blank line
   EXPECT_EQ(c.messages[2]["content"], "");
   EXPECT_EQ(c.messages[2]["name"], "bot");
   EXPECT_EQ(c.logprobs, 4);
