@@ -191,7 +191,9 @@ int run_serve(const RuntimeConfig& config, const ServeArgs& a) {
 
 void add_serve_flags(CLI::App* cmd, ServeArgs& a) {
   cmd->add_option("-m,--model", a.model, kModelHelp);
-  cmd->add_option("--host", a.host, "Address to listen on (default 127.0.0.1, loopback only)");
+  cmd->add_option("--host", a.host,
+                  "Address to listen on (default 127.0.0.1, loopback only); a comma-separated list listens on each "
+                  "(e.g. 127.0.0.1,::1)");
   cmd->add_option("--port", a.port, "Port (default 8080; 0 = any free port)")->check(CLI::Range(0, 65535));
   cmd->add_option("--parallel", a.parallel, "Requests decoded together (cache rows, default 4)")->check(CLI::Range(1, 256));
   cmd->add_option("-c,--ctx", a.ctx,
