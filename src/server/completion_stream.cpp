@@ -6,12 +6,13 @@
 namespace specula::server {
 
 CompletionStream::CompletionStream(const tokenizer::Tokenizer& tokenizer, std::vector<std::string> stop,
-                                   bool want_logprobs, bool want_ids)
+                                   bool want_logprobs, bool want_ids, bool want_progress)
     : tokenizer_(&tokenizer),
       detok_(tokenizer),
       stop_(std::move(stop)),
       want_logprobs_(want_logprobs),
-      want_ids_(want_ids) {
+      want_ids_(want_ids),
+      want_progress_(want_progress) {
   stop_.erase(std::remove(stop_.begin(), stop_.end(), std::string()), stop_.end());
 }
 
@@ -129,6 +130,7 @@ void CompletionStream::on_prompt_logprobs(std::span<const TokenEvent> events) {
 }
 
 void CompletionStream::on_prompt_progress(int64_t processed, int64_t total, int64_t cached) {
+  if (!want_progress_) return;
   const auto now = std::chrono::steady_clock::now();
   std::lock_guard<std::mutex> lock(mu_);
   if (!progress_started_) {

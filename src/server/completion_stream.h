@@ -31,9 +31,11 @@ class CompletionStream : public RequestSink {
   // `tokenizer` must outlive the stream. stop: non-empty strings. want_logprobs: collect
   // TokenLogprob entries. want_ids: also hand out every token id as it comes (and its
   // logprob), waking wait() for them even while their text is held back (the library's
-  // typed requests; the HTTP answers carry text only).
+  // typed requests; the HTTP answers carry text only). want_progress: keep the engine's
+  // prompt progress reports (Update::progress) and wake wait() for them; off, they are
+  // dropped (a stream that would only wake to send nothing).
   CompletionStream(const tokenizer::Tokenizer& tokenizer, std::vector<std::string> stop, bool want_logprobs,
-                   bool want_ids = false);
+                   bool want_ids = false, bool want_progress = false);
 
   bool on_tokens(std::span<const TokenEvent> events) override;
   void on_prompt_logprobs(std::span<const TokenEvent> events) override;
@@ -71,6 +73,7 @@ class CompletionStream : public RequestSink {
   std::vector<std::string> stop_;
   bool want_logprobs_;
   bool want_ids_;
+  bool want_progress_;
   bool stopped_by_string_ = false;
   std::string stopped_by_;  // the stop string that ended the output
 

@@ -53,7 +53,8 @@ std::variant<json, ApiError> chat_context(const ServedModel& served, const Compl
   // Fireworks' firefunction-v2 template (its calls start with " functools[") prints the
   // tools from a variable of its own: their JSON, indented by 2 ("" without tools), as
   // llama-server supplies it.
-  if (served.chat_template() != nullptr && served.chat_template()->source().find(" functools[") != std::string::npos)
+  if (served.chat_template() != nullptr && served.chat_template()->source().find(" functools[") != std::string::npos &&
+      !ctx.contains("functions"))
     ctx["functions"] = c.tools.is_array() && !c.tools.empty() ? c.tools.dump(2) : std::string();
   return ctx;
 }
@@ -101,6 +102,20 @@ Result<chat::RenderedPrompt> render(const ServedModel& served, const CompletionP
     // turn is cut), so the answer continues it.
     const std::string last = c.messages.back().value("content", "");
     const size_t at = last.empty() ? std::string::npos : rendered->text.rfind(last);
+    if (at == std::string::npos && !last.empty()) {
+      // The template changed the text (e.g. `| trim`): as llama-server, the conversation
+      // without the last message, a generation prompt, then the message's text as sent.
+      CompletionParams head = c;
+      head.messages.erase(head.messages.size() - 1);
+      head.continue_final_message = false;
+      head.add_generation_prompt = true;
+      auto prefix = render(served, head, error, render_only);
+      if (!prefix) return prefix;
+      const size_t start = prefix->text.size();
+      prefix->text += last;
+      prefix->untrusted.push_back({start, prefix->text.size()});
+      return prefix;
+    }
     if (at == std::string::npos) {
       *error = bad_request("continue_final_message", "the chat template did not print the last message's text");
       return Status::invalid_argument("continue_final_message");
@@ -243,7 +258,9 @@ std::variant<PreparedRequest, ApiError> prepare_request(ServedModel& served, con
   er.prompt = std::move(ids);
   out.n_prompt = static_cast<int64_t>(er.prompt.size());
   const int64_t n_ctx = served.options().engine.n_ctx;
-  if (c.max_tokens) {
+  if (c.max_tokens && c.max_tokens_default && out.n_prompt < n_ctx) {
+    er.max_tokens = static_cast<int32_t>(std::min<int64_t>(*c.max_tokens, n_ctx - out.n_prompt));
+  } else if (c.max_tokens && !c.max_tokens_default) {
     er.max_tokens = *c.max_tokens;
     // (the engine checks it too; here the error names the field the client sent)
     if (out.n_prompt + er.max_tokens > n_ctx) {

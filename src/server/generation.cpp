@@ -123,7 +123,8 @@ std::optional<ApiError> Driver::submit(int i) {
   EngineRequest r = last_user ? std::move(prepared) : prepared;  // the last choice of a prompt takes it
   r.sampling.seed = seed + x.seed_offset;
   r.constraint = grammars_[static_cast<size_t>(i)];
-  x.stream = std::make_shared<CompletionStream>(served_.tokenizer(), c_.stop, c_.logprobs >= 0, fmt_.wants_prompt_text(c_));
+  x.stream = std::make_shared<CompletionStream>(served_.tokenizer(), c_.stop, c_.logprobs >= 0, fmt_.wants_prompt_text(c_),
+                                                c_.stream && c_.return_progress);
   Submission sub = served_.engine().submit(std::move(r), x.stream);
   if (!sub.ok()) return submit_error(sub);
   x.handle = sub.handle;
@@ -318,6 +319,7 @@ void run_generation(ServedModel& served, const CompletionParams& params, http::E
   if (!params.max_tokens && served.options().default_n_predict) {  // --n-predict
     with_default = params;
     with_default.max_tokens = *served.options().default_n_predict;
+    with_default.max_tokens_default = true;
     cp = &with_default;
   }
   const CompletionParams& c = *cp;

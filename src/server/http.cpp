@@ -626,9 +626,18 @@ Status HttpServer::bind() {
     size_t end = im.opt.host.find(',', pos);
     if (end == std::string::npos) end = im.opt.host.size();
     std::string h = im.opt.host.substr(pos, end - pos);
-    if (!h.empty()) hosts.push_back(std::move(h));
+    h.erase(0, h.find_first_not_of(" \t"));
+    h.erase(h.find_last_not_of(" \t") + 1);
+    if (!h.empty() && std::find(hosts.begin(), hosts.end(), h) == hosts.end()) hosts.push_back(std::move(h));
     pos = end + 1;
   }
+  auto close_all = [&im] {
+    for (Impl::Listener& open : im.listeners) {
+      error_code ignored;
+      open.acceptor.close(ignored);
+    }
+    im.listeners.clear();
+  };
   if (hosts.empty()) return Status::invalid_argument("[server] no host address to listen on");
   int port = im.opt.port;
   for (const std::string& host : hosts) {
@@ -636,7 +645,10 @@ Status HttpServer::bind() {
     error_code ec;
     tcp::resolver resolver(im.ioc);
     auto endpoints = resolver.resolve(host, std::to_string(port), tcp::resolver::passive, ec);
-    if (ec) return Status::error("[server] cannot resolve " + host + ": " + ec.message());
+    if (ec) {
+      close_all();
+      return Status::error("[server] cannot resolve " + host + ": " + ec.message());
+    }
     std::string last = "no address";
     Impl::Listener& l = im.listeners.emplace_back(im.ioc);
     bool bound = false;
@@ -658,11 +670,7 @@ Status HttpServer::bind() {
       l.acceptor.close(ignored);
     }
     if (!bound) {
-      for (Impl::Listener& open : im.listeners) {
-        error_code ignored;
-        open.acceptor.close(ignored);
-      }
-      im.listeners.clear();
+      close_all();
       return Status::error("[server] cannot bind " + where + " (" + last + "; in use, or not a local address?)");
     }
     error_code e3;

@@ -47,7 +47,7 @@ bool flatten_text_parts(const json& content, const char* noun, std::string* out,
     *why = std::string("must be a string or an array of ") + noun + "s";
     return false;
   }
-  bool first = true;
+  std::string joined;
   for (const json& part : content) {
     if (!part.is_object() || !part.contains("type") || !part["type"].is_string()) {
       *why = std::string(noun) + "s must be objects with a 'type'";
@@ -61,10 +61,12 @@ bool flatten_text_parts(const json& content, const char* noun, std::string* out,
       *why = std::string("a text ") + noun + " needs a string 'text'";
       return false;
     }
-    if (!first) *out += separator;
-    first = false;
-    *out += part["text"].get<std::string>();
+    const std::string& text = part["text"].get_ref<const std::string&>();
+    if (text.empty()) continue;  // (no separator around an empty part, as llama-server)
+    if (!joined.empty()) joined += separator;
+    joined += text;
   }
+  *out += joined;
   return true;
 }
 

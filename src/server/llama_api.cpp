@@ -387,7 +387,8 @@ void handle_infill(ServedModel& served, const http::Request& req, http::Exchange
   for (const char* key : {"n_predict", "max_tokens"})
     if (j.contains(key) && j[key].is_number_integer()) n_predict = j[key].get<int64_t>();
   const std::vector<int32_t> ids =
-      infill_prompt(served, fim, in, served.options().engine.n_ctx, std::max<int64_t>(0, n_predict));
+      infill_prompt(served, fim, in, served.options().engine.n_ctx,
+                    std::clamp<int64_t>(n_predict, 0, served.options().engine.n_ctx));  // (no overflow below)
   j["prompt"] = ids;
   auto params = parse_native_completion_request(dump_json(j), served.sampling_defaults());
   if (auto* e = std::get_if<ApiError>(&params)) return send_error(ex, *e);

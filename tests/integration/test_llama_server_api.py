@@ -172,13 +172,21 @@ def ipv6_loopback():
 def test_switches(stats):
     hosts = "127.0.0.1,::1" if ipv6_loopback() else "127.0.0.1"
     with ss.Server("--parallel", "1", "--no-slots", "--no-webui", "--cors-origin", "localhost",
-                   "--alias", "zeta, alpha", "--tags", "chat,small", "--host", hosts,
+                   "--alias", "zeta, alpha", "--tags", "chat,small", "--host", hosts, "-n", "5000",
                    "--chat-template-file", ss.gemma_template()) as srv:
         # --alias a,b: every name listed, the id the first in byte order; --tags listed.
         st, _, models = srv.get_json("/models")
         m = models["data"][0]
         check(m["id"] == "alpha" and m["aliases"] == ["zeta", "alpha"] and m["tags"] == ["chat", "small"],
               f"--alias/--tags: {m}")
+        # A prefill the template trims (Gemma's `| trim`): as llama-server, the conversation
+        # before it, the generation prompt, then the text as sent.
+        st, _, tpl = srv.post_json("/apply-template", {"messages": [{"role": "user", "content": "Count"},
+                                                                    {"role": "assistant", "content": "1, 2, "}]})
+        check(st == 200 and tpl["prompt"].endswith("<start_of_turn>model\n1, 2, "), f"a trimmed prefill: {st} {tpl}")
+        # -n beyond what the prompt leaves of the context: the room there is, not an error.
+        st, _, body = srv.post_json("/v1/completions", {"prompt": "Number:", "regex": "[0-9]{3}"})
+        check(st == 200 and len(body["choices"][0]["text"]) == 3, f"-n 5000 with a 4096-token context: {st} {body}")
         if "," in hosts:  # --host with two addresses: both answer
             conn = http.client.HTTPConnection("::1", srv.port, timeout=10)
             conn.request("GET", "/health")

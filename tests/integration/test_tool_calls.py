@@ -211,7 +211,8 @@ def test_rendering(stats):
         for k, msgs in enumerate(lists):
             st, _, data = srv.post("/apply-template", {"messages": msgs, "tools": tools})
             check(st == 200, f"list {k}: {st} {data[:200]!r}")
-            flat = [dict(m, content="".join(p["text"] for p in m["content"])) if isinstance(m.get("content"), list)
+            # Text parts are joined with a blank line, as llama-server joins them.
+            flat = [dict(m, content="\n\n".join(p["text"] for p in m["content"])) if isinstance(m.get("content"), list)
                     else m for m in msgs]
             want = jinja2_render(template, flat, tools)
             got = json.loads(data)["prompt"]
