@@ -258,14 +258,15 @@ std::variant<PreparedRequest, ApiError> prepare_request(ServedModel& served, con
   er.prompt = std::move(ids);
   out.n_prompt = static_cast<int64_t>(er.prompt.size());
   const int64_t n_ctx = served.options().engine.n_ctx;
-  if (c.max_tokens && c.max_tokens_default && out.n_prompt < n_ctx) {
-    er.max_tokens = static_cast<int32_t>(std::min<int64_t>(*c.max_tokens, n_ctx - out.n_prompt));
-  } else if (c.max_tokens && !c.max_tokens_default) {
+  if (c.max_tokens) {
     er.max_tokens = *c.max_tokens;
-    // (the engine checks it too; here the error names the field the client sent)
+    // (the engine checks it too; here the error names the field the client sent, or the
+    // server's default)
     if (out.n_prompt + er.max_tokens > n_ctx) {
+      const std::string field =
+          c.max_tokens_default ? c.max_tokens_field + " (the server's --n-predict default)" : c.max_tokens_field;
       ApiError e = api_error(StatusCode::kContextOverflow,
-                             "the prompt (" + std::to_string(out.n_prompt) + " tokens) + " + c.max_tokens_field + " (" +
+                             "the prompt (" + std::to_string(out.n_prompt) + " tokens) + " + field + " (" +
                                  std::to_string(er.max_tokens) + ") = " + std::to_string(out.n_prompt + er.max_tokens) +
                                  " exceeds the context of " + std::to_string(n_ctx) + " tokens",
                              c.max_tokens_field);

@@ -46,7 +46,7 @@ struct CompletionParams {
   std::optional<int32_t> max_tokens;
   std::string max_tokens_field = "max_tokens";  // the field it came from (n_predict, max_completion_tokens)
   // max_tokens is the server's --n-predict default, not the client's: a prompt that leaves
-  // less room gets what room there is (no context error for a field the client never sent).
+  // less room is refused as llama-server refuses it, the error naming --n-predict.
   bool max_tokens_default = false;
   SamplingParams sampling;            // seed filled by the caller when !seed_given
   bool seed_given = false;

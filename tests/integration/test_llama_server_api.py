@@ -184,9 +184,12 @@ def test_switches(stats):
         st, _, tpl = srv.post_json("/apply-template", {"messages": [{"role": "user", "content": "Count"},
                                                                     {"role": "assistant", "content": "1, 2, "}]})
         check(st == 200 and tpl["prompt"].endswith("<start_of_turn>model\n1, 2, "), f"a trimmed prefill: {st} {tpl}")
-        # -n beyond what the prompt leaves of the context: the room there is, not an error.
+        # -n beyond what the prompt leaves of the context: refused as llama-server refuses it
+        # (its ctx-shift is off by default), the error naming the server's default.
         st, _, body = srv.post_json("/v1/completions", {"prompt": "Number:", "regex": "[0-9]{3}"})
-        check(st == 200 and len(body["choices"][0]["text"]) == 3, f"-n 5000 with a 4096-token context: {st} {body}")
+        check(st == 400 and "--n-predict" in body["error"]["message"], f"-n 5000 with a 4096-token context: {st} {body}")
+        st, _, body = srv.post_json("/v1/completions", {"prompt": "Number:", "regex": "[0-9]{3}", "max_tokens": 8})
+        check(st == 200 and len(body["choices"][0]["text"]) == 3, f"max_tokens given: {st} {body}")
         if "," in hosts:  # --host with two addresses: both answer
             conn = http.client.HTTPConnection("::1", srv.port, timeout=10)
             conn.request("GET", "/health")
