@@ -13,6 +13,7 @@
 #endif
 
 #include "cli/common.h"
+#include "core/strings.h"
 #include "chat/builtin_templates.h"
 #include "server/model_config.h"
 #include "server/server.h"
@@ -46,22 +47,6 @@ struct ServeArgs {
   std::string chat_template;
   std::string tags;
 };
-
-// "a, b,,c" -> {"a", "b", "c"}: a comma-separated flag, blanks trimmed, empties and repeats dropped.
-std::vector<std::string> split_list(const std::string& text) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (start <= text.size()) {
-    size_t end = text.find(',', start);
-    if (end == std::string::npos) end = text.size();
-    std::string item = text.substr(start, end - start);
-    item.erase(0, item.find_first_not_of(" \t"));
-    item.erase(item.find_last_not_of(" \t") + 1);
-    if (!item.empty() && std::find(out.begin(), out.end(), item) == out.end()) out.push_back(item);
-    start = end + 1;
-  }
-  return out;
-}
 
 server::Server* g_server = nullptr;
 void on_signal(int) {

@@ -60,15 +60,6 @@ std::variant<json, ApiError> chat_context(const ServedModel& served, const Compl
 }
 
 namespace {
-// Whether a rendering asks the model not to think: --reasoning off, or the request's
-// chat_template_kwargs.enable_thinking false.
-bool thinking_off(const ServedModel& served, const CompletionParams& c) {
-  if (c.template_kwargs.is_object() && c.template_kwargs.contains("enable_thinking") &&
-      c.template_kwargs["enable_thinking"].is_boolean())
-    return !c.template_kwargs["enable_thinking"].get<bool>();
-  return served.options().reasoning == "off";
-}
-
 // With thinking off, a generation prompt that opens a thinking block gets it closed (as
 // llama-server does): "<think>\n" -> "<think>\n</think>" (DeepSeek-R1, QwQ), and Command-R7B's
 // chatbot turn gets "<|START_THINKING|><|END_THINKING|>". Templates with a switch of their
@@ -92,7 +83,13 @@ Result<chat::RenderedPrompt> render(const ServedModel& served, const CompletionP
     *error = *e;
     return Status::invalid_argument(e->message);
   }
-  auto rendered = served.chat_template()->render_marked(std::get<json>(ctx));
+  // Thinking is off when the template's enable_thinking (chat_context: --reasoning, then
+  // the request's chat_template_kwargs) is false.
+  const json& vars = std::get<json>(ctx);
+  const auto thinking = vars.find("enable_thinking");
+  const bool thinking_off = thinking != vars.end() && thinking->is_boolean() ? !thinking->get<bool>()
+                                                                             : served.options().reasoning == "off";
+  auto rendered = served.chat_template()->render_marked(vars);
   if (!rendered) {
     *error = bad_request("messages", "the chat template failed on these messages: " + rendered.status().user_message());
     return rendered;
@@ -127,7 +124,7 @@ Result<chat::RenderedPrompt> render(const ServedModel& served, const CompletionP
     spans.erase(std::remove_if(spans.begin(), spans.end(), [](const auto& sp) { return sp.first >= sp.second; }),
                 spans.end());
   }
-  if (c.add_generation_prompt && thinking_off(served, c)) close_thinking(served, &rendered->text);
+  if (c.add_generation_prompt && thinking_off) close_thinking(served, &rendered->text);
   return rendered;
 }
 }  // namespace

@@ -11,7 +11,6 @@
 #include <boost/beast/http.hpp>
 #include <chrono>
 #include <condition_variable>
-#include <list>
 #include <cstdio>
 #include <deque>
 #include <future>
@@ -20,6 +19,8 @@
 #include <optional>
 #include <thread>
 #include <unordered_map>
+
+#include "core/strings.h"
 
 namespace specula::server::http {
 
@@ -621,16 +622,7 @@ Status HttpServer::bind() {
   }
   // host: one address or a comma-separated list (llama-server's --host 127.0.0.1,::1); every
   // one must bind. With port 0 the later addresses take the port the first one got.
-  std::vector<std::string> hosts;
-  for (size_t pos = 0; pos <= im.opt.host.size();) {
-    size_t end = im.opt.host.find(',', pos);
-    if (end == std::string::npos) end = im.opt.host.size();
-    std::string h = im.opt.host.substr(pos, end - pos);
-    h.erase(0, h.find_first_not_of(" \t"));
-    h.erase(h.find_last_not_of(" \t") + 1);
-    if (!h.empty() && std::find(hosts.begin(), hosts.end(), h) == hosts.end()) hosts.push_back(std::move(h));
-    pos = end + 1;
-  }
+  const std::vector<std::string> hosts = split_list(im.opt.host);
   auto close_all = [&im] {
     for (Impl::Listener& open : im.listeners) {
       error_code ignored;

@@ -8,6 +8,7 @@
 #include <functional>
 #include <future>
 
+#include "core/strings.h"
 #include "server/anthropic_api.h"
 #include "server/generation.h"
 #include "server/http.h"
@@ -66,15 +67,7 @@ http::Headers cors_headers(const ServerOptions& o, const http::Request& req) {
   const std::string origin = req.header("Origin");
   if (origin.empty() || o.cors_origins.empty()) return {};
   bool allowed = o.cors_origins == "*" || (o.cors_origins == "localhost" && origin_is_localhost(origin));
-  for (size_t pos = 0; !allowed && pos <= o.cors_origins.size();) {
-    size_t end = o.cors_origins.find(',', pos);
-    if (end == std::string::npos) end = o.cors_origins.size();
-    std::string item = o.cors_origins.substr(pos, end - pos);
-    while (!item.empty() && item.front() == ' ') item.erase(item.begin());
-    while (!item.empty() && item.back() == ' ') item.pop_back();
-    allowed = item == origin;
-    pos = end + 1;
-  }
+  for (const std::string& item : split_list(o.cors_origins)) allowed = allowed || item == origin;
   if (!allowed) return {{"Vary", "Origin"}};
   http::Headers h = {{"Access-Control-Allow-Origin", origin}, {"Vary", "Origin"}};
   if (req.method == "OPTIONS") {
