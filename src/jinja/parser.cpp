@@ -690,18 +690,7 @@ class Parser {
       ExprPtr e = make(ExprKind::kName, tok);
       e->name = kFilterBlockInput;
       const Token& name_tok = cur();
-      std::string fname = expect_name();
-      while (skip_op(".")) fname += "." + expect_name();
-      if (!is_known_filter(fname)) fail_at(name_tok, "no filter named '" + fname + "'");
-      if (is_op("(")) {
-        e = parse_call(std::move(e), ExprKind::kFilter, fname, name_tok);
-      } else {
-        auto f = make(ExprKind::kFilter, name_tok);
-        f->name = fname;
-        add(*f, std::move(e));
-        e = std::move(f);
-      }
-      node->expr = parse_filter_expr(std::move(e));
+      node->expr = parse_filter_expr(parse_one_filter(std::move(e), name_tok));
       expect_block_end();
       parse_body(node->body, {"endfilter"}, &ended_by);
       expect_block_end();
@@ -1041,23 +1030,26 @@ class Parser {
     return c;
   }
 
+  // One filter applied to `e`: its (dotted) name, then its arguments when a "(" follows;
+  // `at` is where the node is reported.
+  ExprPtr parse_one_filter(ExprPtr e, const Token& at) {
+    const Token& name_tok = cur();
+    std::string name = expect_name();
+    while (skip_op(".")) name += "." + expect_name();
+    if (!is_known_filter(name)) fail_at(name_tok, "no filter named '" + name + "'");
+    if (is_op("(")) return parse_call(std::move(e), ExprKind::kFilter, name, at);
+    auto f = make(ExprKind::kFilter, at);
+    f->name = name;
+    add(*f, std::move(e));
+    return f;
+  }
+
   ExprPtr parse_filter_expr(ExprPtr e) {
     while (true) {
       const Token& at = cur();
       if (is_op("|")) {
         advance();
-        const Token& name_tok = cur();
-        std::string name = expect_name();
-        while (skip_op(".")) name += "." + expect_name();
-        if (!is_known_filter(name)) fail_at(name_tok, "no filter named '" + name + "'");
-        if (is_op("(")) {
-          e = parse_call(std::move(e), ExprKind::kFilter, name, at);
-        } else {
-          auto f = make(ExprKind::kFilter, at);
-          f->name = name;
-          add(*f, std::move(e));
-          e = std::move(f);
-        }
+        e = parse_one_filter(std::move(e), at);
       } else if (is_name("is")) {
         advance();
         const bool negated = skip_name("not");
