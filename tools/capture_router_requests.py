@@ -1,17 +1,19 @@
 #!/usr/bin/env python3
-"""capture_router_requests.py — what sglang-router forwards to a worker, as fixture data.
+"""capture_router_requests.py — what sglang-router and vllm-router send a worker, as fixture data.
 
   python3 tools/capture_router_requests.py [--out tests/fixtures/router_requests.json]
 
-Installs sglang-router (PyPI, pinned) into a venv under build/router-venv, starts a
-recording worker on a loopback port (it answers the router's health probes and records every
-request it is sent), starts the router in front of it with cache-aware routing, sends a set
-of client requests through the router (chat and completions, streamed or not, with sampling
-fields, stop strings, tools, logprobs), and writes what reached the worker: the probes'
-paths and each forwarded body. tests/integration/test_llama_server_api.py sends those
-bodies to specula and expects each one to be answered. The router rewrites every body with
-SGLang's own fields at their defaults (no_stop_trim, skip_special_tokens, ...), which is why
-the fixture comes from the router itself and not from a list written by hand."""
+Installs sglang-router and vllm-router (PyPI, pinned) into venvs under build/, starts two
+recording workers on loopback ports (they answer the routers' health probes and record every
+request they are sent), and for each router and policy (cache_aware, power_of_two) starts
+the router in front of them, sends a set of client requests through it (chat and
+completions, streamed or not, with sampling fields, stop strings, tools, logprobs; SGLang's
+/generate through sglang-router), and writes what reached the workers: the probes' paths,
+each forwarded body, and vllm-router's calls to vLLM's /render routes.
+tests/integration/test_llama_server_api.py sends all of it to specula and expects each to be
+answered. The routers rewrite every body with SGLang's own fields at their defaults
+(no_stop_trim, skip_special_tokens, ...), which is why the fixture comes from the routers
+themselves and not from a list written by hand."""
 import argparse
 import json
 import os
@@ -25,6 +27,7 @@ import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 ROUTER_VERSION = "0.3.2"
+VLLM_ROUTER_VERSION = "0.1.17"
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # What clients send (the OpenAI SDK's shapes): each goes through the router once.
@@ -47,6 +50,16 @@ CLIENT_REQUESTS = [
                          "logprobs": 2, "echo": True, "stream": True}),
     ("/v1/completions", {"model": "m", "prompt": "def f(x):", "max_tokens": 4, "stop": "x", "seed": 1,
                          "top_k": 20, "min_p": 0.05, "repeat_penalty": 1.1}),
+]
+
+# SGLang's native route, as its clients send it (sglang-router forwards it).
+SGLANG_REQUESTS = [
+    ("/generate", {"text": "Once upon a time", "sampling_params": {"max_new_tokens": 8, "temperature": 0}}),
+    ("/generate", {"text": "The capital of France is", "sampling_params": {"max_new_tokens": 4, "temperature": 0.7,
+                                                                          "top_p": 0.9, "top_k": 20, "stop": ["."]},
+                   "stream": True}),
+    ("/generate", {"input_ids": [2, 818, 5279], "sampling_params": {"max_new_tokens": 4}, "return_logprob": True,
+                   "top_logprobs_num": 2}),
 ]
 
 
@@ -95,21 +108,19 @@ def free_port():
         return s.getsockname()[1]
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=os.path.join(ROOT, "tests/fixtures/router_requests.json"))
-    args = ap.parse_args()
-    venv = os.path.join(ROOT, "build/router-venv")
+def install(venv, package):
     py = os.path.join(venv, "bin/python")
     if not os.path.exists(py):
         subprocess.run([sys.executable, "-m", "venv", venv], check=True)
-    subprocess.run([py, "-m", "pip", "install", "--quiet", f"sglang-router=={ROUTER_VERSION}"], check=True)
-    wport, rport, mport = free_port(), free_port(), free_port()
-    worker = ThreadingHTTPServer(("127.0.0.1", wport), Recorder)
-    threading.Thread(target=worker.serve_forever, daemon=True).start()
-    router = subprocess.Popen([py, "-m", "sglang_router.launch_router", "--host", "127.0.0.1", "--port", str(rport),
-                               "--worker-urls", f"http://127.0.0.1:{wport}", "--policy", "cache_aware",
-                               "--prometheus-port", str(mport), "--log-level", "warn"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run([py, "-m", "pip", "install", "--quiet", package], check=True)
+    return py
+
+
+def capture(name, command, rport, requests):
+    """Starts `command` (a router in front of the recording worker), waits for it, sends
+    `requests` through it and returns what reached the worker."""
+    Recorder.seen = []
+    router = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.time() + 60
         while True:
@@ -118,28 +129,65 @@ def main():
                 break
             except Exception:
                 if time.time() > deadline:
-                    sys.exit("the router did not come up")
+                    sys.exit(f"{name} did not come up")
                 time.sleep(0.5)
-        for path, body in CLIENT_REQUESTS:
+        time.sleep(2)  # a load monitor's first poll
+        for path, body in requests:
             req = urllib.request.Request(f"http://127.0.0.1:{rport}{path}", data=json.dumps(body).encode(),
                                          headers={"Content-Type": "application/json"})
             try:
                 urllib.request.urlopen(req, timeout=30).read()
             except urllib.error.HTTPError as e:
-                sys.exit(f"the router refused {path} {json.dumps(body)[:200]}: {e.code} {e.read()[:300]!r}")
+                sys.exit(f"{name} refused {path} {json.dumps(body)[:200]}: {e.code} {e.read()[:300]!r}")
     finally:
         router.terminate()
         router.wait(timeout=30)
-        worker.shutdown()
     probes = sorted({s["path"] for s in Recorder.seen if s["method"] == "GET"})
-    forwarded = [{"path": s["path"], "body": s["body"]} for s in Recorder.seen if s["method"] == "POST"]
-    if len(forwarded) != len(CLIENT_REQUESTS):
-        sys.exit(f"{len(forwarded)} requests reached the worker, {len(CLIENT_REQUESTS)} sent")
+    # vllm-router asks the worker to tokenize each prompt first (vLLM's /render routes).
+    posts = [{"path": s["path"], "body": s["body"]} for s in Recorder.seen if s["method"] == "POST"]
+    render = [p for p in posts if p["path"].endswith("/render")]
+    forwarded = [p for p in posts if not p["path"].endswith("/render")]
+    if len(forwarded) != len(requests):
+        sys.exit(f"{name}: {len(forwarded)} requests reached the worker, {len(requests)} sent")
+    return {"router": name, "probes": probes, "forwarded": forwarded, "render": render}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.path.join(ROOT, "tests/fixtures/router_requests.json"))
+    args = ap.parse_args()
+    sglang = install(os.path.join(ROOT, "build/router-venv"), f"sglang-router=={ROUTER_VERSION}")
+    vllm = install(os.path.join(ROOT, "build/vllm-router-venv"), f"vllm-router=={VLLM_ROUTER_VERSION}")
+    vllm_bin = os.path.join(os.path.dirname(vllm), "vllm-router")
+    # Two recording workers (power-of-two wants two to choose from).
+    workers = [ThreadingHTTPServer(("127.0.0.1", free_port()), Recorder) for _ in range(2)]
+    for w in workers:
+        threading.Thread(target=w.serve_forever, daemon=True).start()
+    urls = [f"http://127.0.0.1:{w.server_address[1]}" for w in workers]
+    runs = []
+    try:
+        for policy in ("cache_aware", "power_of_two"):
+            rport, mport = free_port(), free_port()
+            runs.append(capture(f"sglang-router {ROUTER_VERSION} --policy {policy}",
+                                [sglang, "-m", "sglang_router.launch_router", "--host", "127.0.0.1", "--port", str(rport),
+                                 "--worker-urls", *urls, "--policy", policy, "--prometheus-port", str(mport),
+                                 "--log-level", "warn"], rport, CLIENT_REQUESTS + SGLANG_REQUESTS))
+        for policy in ("cache_aware", "power_of_two"):
+            rport, mport = free_port(), free_port()
+            runs.append(capture(f"vllm-router {VLLM_ROUTER_VERSION} --policy {policy}",
+                                [vllm_bin, "--host", "127.0.0.1", "--port", str(rport), "--worker-urls", *urls,
+                                 "--policy", policy, "--prometheus-port", str(mport), "--log-level", "warning"],
+                                rport, CLIENT_REQUESTS))
+    finally:
+        for w in workers:
+            w.shutdown()
     with open(args.out, "w") as f:
-        json.dump({"router": f"sglang-router {ROUTER_VERSION} --policy cache_aware", "probes": probes,
-                   "forwarded": forwarded}, f, indent=1)
+        json.dump({"runs": runs}, f, indent=1)
         f.write("\n")
-    print(f"wrote {args.out}: {len(probes)} probe paths, {len(forwarded)} forwarded requests")
+    for r in runs:
+        print(f"{r['router']}: probes {r['probes']}, {len(r['forwarded'])} forwarded requests, "
+              f"{len(r['render'])} render calls")
+    print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":

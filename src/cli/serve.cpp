@@ -30,6 +30,7 @@ struct ServeArgs {
   size_t max_body = 1 << 20;
   int max_connections = 1024;
   double timeout_header = 10, timeout_write = 30, timeout_body = 10;
+  double drain_timeout = 30;
   std::string pooling;
   int log_requests = 1;
   CacheArgs cache;
@@ -49,8 +50,15 @@ struct ServeArgs {
 };
 
 server::Server* g_server = nullptr;
-void on_signal(int) {
-  if (g_server != nullptr) g_server->stop();
+// SIGTERM (routers, Kubernetes, systemd) drains: nothing new is admitted, what runs
+// finishes (up to --drain-timeout); SIGINT (Ctrl-C), or a second SIGTERM, stops at once.
+void on_signal(int sig) {
+  if (g_server == nullptr) return;
+  if (sig == SIGTERM && !g_server->draining()) {
+    g_server->drain();
+  } else {
+    g_server->stop();
+  }
 }
 
 // The connection layer's options from the flags (the model's and engine's come from
@@ -64,6 +72,7 @@ server::ServerOptions connection_options(const RuntimeConfig& config, const Serv
   so.max_connections = a.max_connections;
   so.header_timeout_s = a.timeout_header;
   so.write_timeout_s = a.timeout_write;
+  so.drain_timeout_s = a.drain_timeout;
   so.body_timeout_s = a.timeout_body;
   so.log_requests = a.log_requests != 0;
   so.default_temperature = a.temp;
@@ -248,6 +257,10 @@ void add_serve_flags(CLI::App* cmd, ServeArgs& a) {
   cmd->add_option("--timeout-write", a.timeout_write,
                   "Seconds one response write may take before a client that does not read is dropped (default 30)")
       ->check(CLI::Range(0.1, 3600.0));
+  cmd->add_option("--drain-timeout", a.drain_timeout,
+                  "On SIGTERM, seconds the requests in flight may take to finish while nothing new is admitted "
+                  "(/health answers 503), before the rest is cancelled; 0: cancel at once, as SIGINT (default 30)")
+      ->check(CLI::Range(0.0, 86400.0));
   cmd->add_option("--log-requests", a.log_requests,
                   "1: one line per request on stderr (method, path, status, time, tokens, time to first token); 0: none "
                   "(default 1)")

@@ -118,6 +118,12 @@ Engine::~Engine() {
   if (thread_.joinable()) thread_.join();
 }
 
+int64_t Engine::running_tokens() const {
+  int64_t n = 0;
+  for (const Active& a : running_) n += a.tokens_in_state();
+  return n;
+}
+
 int64_t Engine::bytes_for(int64_t n_tokens) const {
   return state_.bytes_for(n_tokens) + (options_.draft ? options_.draft->bytes_for(n_tokens) : 0);
 }
@@ -470,6 +476,7 @@ void Engine::retire(std::vector<std::pair<size_t, Outcome>> ended, const std::st
     stats_.running_rows = static_cast<int64_t>(running_.size());
     stats_.kv_reserved = reserved_;
     stats_.kv_bytes = state_.bytes();
+    stats_.kv_tokens = running_tokens();
     wakeup_->cv.notify_all();
   }
   for (auto& [sink, sum] : finishing) {

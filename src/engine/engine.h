@@ -25,6 +25,7 @@
 // (decoding/ does), cache prompts across requests, or preempt running rows.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -227,6 +228,7 @@ struct EngineStats {
   int64_t queue_depth = 0, running_rows = 0;
   int32_t n_rows = 0;
   int64_t kv_bytes = 0;           // state bytes held by running rows (target + draft)
+  int64_t kv_tokens = 0;          // tokens in the target state of running rows (prompt prefilled + generated)
   int64_t kv_reserved = 0;        // state bytes reserved by running requests
   int64_t kv_budget = 0;          // the budget
   Histogram step_seconds, batch_rows, batch_tokens;
@@ -306,7 +308,13 @@ class Engine {
     std::string error;                // kFailed for this request alone (its grammar, its consumer)
     bool request_fault = false;       // ... and the request's own doing (RequestSummary::request_fault)
     bool decoding() const { return prefilled >= static_cast<int64_t>(p.request.prompt.size()); }
+    // Tokens of this request in the target state (the next token to feed is not yet in it).
+    int64_t tokens_in_state() const {
+      return decoding() ? std::max<int64_t>(prefilled, static_cast<int64_t>(context.size()) - 1) : prefilled;
+    }
   };
+  // Sum of tokens_in_state() over the running requests (EngineStats::kv_tokens).
+  int64_t running_tokens() const;
 
   Engine(Model& model, EngineOptions options, StateRows state);
   void loop();

@@ -234,6 +234,7 @@ bool Engine::step() {
       tokens += rows[k].chunk > 0 ? rows[k].chunk : 1 + static_cast<int64_t>(results[k].drafts.size());
     stats_.batch_tokens.observe(static_cast<double>(tokens));
     stats_.kv_bytes = state_.bytes();
+    stats_.kv_tokens = running_tokens();
   }
   // (Stats first: a request's response may complete inside retire(), and a client reading
   // /metrics right after must see this step counted.)

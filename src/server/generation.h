@@ -44,4 +44,25 @@ void send_error(http::Exchange& ex, const AnswerFormat& fmt, const ApiError& e);
 // Unix time in seconds.
 int64_t unix_now();
 
+// An in-memory answer: the status and body a handler gives (the predict route's instances,
+// /health_generate's probe). Streams are refused.
+class BufferExchange : public http::Exchange {
+ public:
+  bool respond(int status, std::string_view, std::string body, const http::Headers&) override {
+    status_ = status;
+    body_ = std::move(body);
+    return true;
+  }
+  bool begin_stream(int, std::string_view, const http::Headers&, std::string) override { return false; }
+  bool write(std::string_view) override { return false; }
+  void end_stream() override {}
+  bool client_gone() override { return false; }
+  int status() const { return status_; }
+  const std::string& body() const { return body_; }
+
+ private:
+  int status_ = 0;
+  std::string body_;
+};
+
 }  // namespace specula::server

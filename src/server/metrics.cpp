@@ -1,6 +1,7 @@
 // server/metrics.cpp — see metrics.h.
 #include "server/metrics.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cstdio>
 #include <string>
@@ -189,6 +190,38 @@ void write_llamacpp(Writer& w, const EngineStats& s, const ServedModel::Generati
           s.batch_rows.count > 0 ? s.batch_rows.sum / d(s.batch_rows.count) : 0.0);
 }
 
+// A Prometheus label value: backslash, double quote and newline escaped.
+std::string label_value(const std::string& v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '\\' || c == '"') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+
+// The gauges routers and the Kubernetes Gateway API Inference Extension's endpoint picker
+// scrape to choose a replica (its model server protocol: queued requests, running
+// requests, KV-cache utilization), under vLLM's names (the protocol's defaults, also
+// read by vllm-router and llm-d) and SGLang's (sglang-router, the picker's SGLang
+// profile). KV utilization: state bytes held by running requests over the KV budget.
+void write_router_gauges(Writer& w, const EngineStats& s, const std::string& model) {
+  const std::string label = "model_name=\"" + label_value(model) + "\"";
+  const double usage = s.kv_budget > 0 ? std::min(1.0, d(s.kv_bytes) / d(s.kv_budget)) : 0.0;
+  w.gauge("vllm:num_requests_running", "Number of requests in model execution batches.", {{label, d(s.running_rows)}});
+  w.gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", {{label, d(s.queue_depth)}});
+  w.gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", {{label, usage}});
+  w.gauge("vllm:gpu_cache_usage_perc", "KV-cache usage (vLLM's older name). 1 means 100 percent usage.", {{label, usage}});
+  w.gauge("sglang:num_running_reqs", "The number of running requests.", {{label, d(s.running_rows)}});
+  w.gauge("sglang:num_queue_reqs", "The number of requests in the waiting queue.", {{label, d(s.queue_depth)}});
+  w.gauge("sglang:num_used_tokens", "The number of tokens in the KV cache of running requests.", {{label, d(s.kv_tokens)}});
+  w.gauge("sglang:token_usage", "The token usage (KV-cache utilization).", {{label, usage}});
+}
+
 }  // namespace
 
 std::string metrics_text(const ServedModel& served, const http::Stats& http_stats,
@@ -202,6 +235,7 @@ std::string metrics_text(const ServedModel& served, const http::Stats& http_stat
   write_process(w);
   write_histograms(w, s);
   write_llamacpp(w, s, served.generation_totals());
+  write_router_gauges(w, s, served.id());
   return w.take();
 }
 

@@ -95,7 +95,8 @@ std::optional<ApiError> check_fields(const json& body, Endpoint endpoint, bool n
       {"adaptive_decay", [](const json& v) { return v.is_number(); }, "must be a number"},
       // SGLang's and vLLM's own fields (sglang-router re-serialises every request with
       // SGLang's defaults: no_stop_trim, skip_special_tokens, separate_reasoning,
-      // stream_reasoning, return_hidden_states, ignore_eos, continue_final_message).
+      // stream_reasoning, return_hidden_states, ignore_eos, continue_final_message; vllm-router
+      // the same and include_reasoning).
       {"no_stop_trim", [](const json& v) { return v == false; }, "the stop string is always trimmed from the answer"},
       {"include_stop_str_in_output", [](const json& v) { return v == false; },
        "the stop string is always trimmed from the answer"},
@@ -103,6 +104,8 @@ std::optional<ApiError> check_fields(const json& body, Endpoint endpoint, bool n
       {"spaces_between_special_tokens", [](const json& v) { return v.is_boolean(); }, "must be a boolean"},
       {"separate_reasoning", [](const json& v) { return v.is_boolean(); }, "must be a boolean"},
       {"stream_reasoning", [](const json& v) { return v.is_boolean(); }, "must be a boolean"},
+      // vllm-router adds vLLM's include_reasoning: the reasoning is in the answer either way.
+      {"include_reasoning", [](const json& v) { return v.is_boolean(); }, "must be a boolean"},
       {"return_hidden_states", [](const json& v) { return v == false; }, "hidden states are not returned"},
       {"return_tokens_as_token_ids", [](const json& v) { return v == false; },
        "tokens are returned as text (return_tokens gives the ids)"},

@@ -27,6 +27,9 @@ struct ServerOptions {
   double body_timeout_s = 10;       // body deadline beyond its size at 64 KiB/s (--timeout-body)
   double write_timeout_s = 30;      // per response write: a client that stops reading is dropped
   EngineOptions engine;             // rows (--parallel), context, KV budget and cache types, queue
+  // Server::drain() (SIGTERM in the CLI): seconds requests in flight may take to finish
+  // before what still runs is cancelled (--drain-timeout); 0: cancel at once.
+  double drain_timeout_s = 30;
   bool log_requests = true;         // one line per request on stderr (--log-requests; server.h)
   std::string pooling;              // embeddings: "mean" | "last"; empty: the model's, else mean
 

@@ -13,6 +13,8 @@
 //   GET  /v1/models, /models                   handle_models       (side_routes.cpp)
 //   POST /tokenize, /detokenize, /apply-template  handle_tokenize, ... (side_routes.cpp)
 //   POST /admin/cache/flush                    handle_cache_flush  (side_routes.cpp)
+//   GET  /server_info, /model_info, /get_load  handle_server_info, ... (router_api.h: SGLang's and
+//   POST /generate, /v1/.../render             handle_generate, handle_render   vLLM's worker routes)
 //   GET  /metrics                              metrics_text        (metrics.h)
 //   GET  /health, /v1/health                   server.cpp
 //   GET  /                                     serve_webui         (webui.cpp: the chat page)

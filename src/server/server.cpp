@@ -2,11 +2,13 @@
 // layer's set-up.
 #include "server/server.h"
 
+#include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <functional>
 #include <future>
+#include <thread>
 
 #include "core/strings.h"
 #include "server/anthropic_api.h"
@@ -15,6 +17,7 @@
 #include "server/json_util.h"
 #include "server/llama_api.h"
 #include "server/metrics.h"
+#include "server/router_api.h"
 #include "server/routes.h"
 #include "server/served_model.h"
 #include "server/webui.h"
@@ -175,7 +178,26 @@ Status Server::bind() {
 
 void Server::serve() {
   if (served_->stopping.load()) return;
+  // The drain watcher: once drain() is asked, waits for the requests in flight to end (or
+  // the drain timeout), then stops the server.
+  std::atomic<bool> done{false};
+  std::thread watcher([this, &done] {
+    using clock = std::chrono::steady_clock;
+    while (!done.load() && !draining_.load()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (done.load()) return;
+    const auto deadline =
+        clock::now() + std::chrono::duration_cast<clock::duration>(
+                           std::chrono::duration<double>(std::max(0.0, served_->options().drain_timeout_s)));
+    while (!done.load() && in_flight_.load() > 0 && clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (in_flight_.load() > 0)
+      std::fprintf(stderr, "specula: drain timeout: cancelling %lld request(s) still running\n",
+                   static_cast<long long>(in_flight_.load()));
+    stop();
+  });
   http_->run();
+  done.store(true);
+  watcher.join();
 }
 
 Status Server::listen() {
@@ -191,6 +213,8 @@ void Server::stop() {
   served_->stopping.store(true);
   http_->stop();
 }
+
+void Server::drain() { draining_.store(true); }
 
 void Server::count(int status) {
   std::lock_guard<std::mutex> lock(counters_mu_);
@@ -217,7 +241,15 @@ void Server::dispatch(const http::Request& req, http::Exchange& raw) {
   const auto t0 = std::chrono::steady_clock::now();
   RecordingExchange ex(raw, cors_headers(served_->options(), req));
   GenerationLog gen;
-  route(req, ex, &gen);
+  const bool counted = req.path != "/health" && req.path != "/v1/health" && req.path != "/metrics" && req.method != "OPTIONS";
+  if (counted) ++in_flight_;
+  if (counted && draining_.load()) {
+    // Draining: nothing new is admitted (a router retries it on another replica).
+    send_error_for(req, ex, api_error(StatusCode::kUnavailable, "the server is shutting down (draining)"));
+  } else {
+    route(req, ex, &gen);
+  }
+  if (counted) --in_flight_;
   if (!log) return;
   const uint64_t n = ++requests_logged_;
   std::string line = "[request] n=" + std::to_string(n) + " method=" + req.method + " path=" + req.path +
@@ -236,26 +268,6 @@ void Server::dispatch(const http::Request& req, http::Exchange& raw) {
 }
 
 namespace {
-
-// An in-memory answer: the status and body a handler gives (the predict route's instances).
-class BufferExchange : public http::Exchange {
- public:
-  bool respond(int status, std::string_view, std::string body, const http::Headers&) override {
-    status_ = status;
-    body_ = std::move(body);
-    return true;
-  }
-  bool begin_stream(int, std::string_view, const http::Headers&, std::string) override { return false; }
-  bool write(std::string_view) override { return false; }
-  void end_stream() override {}
-  bool client_gone() override { return false; }
-  int status() const { return status_; }
-  const std::string& body() const { return body_; }
-
- private:
-  int status_ = 0;
-  std::string body_;
-};
 
 // The camelCase name of a route, as Vertex AI's "@requestFormat" gives it (llama-server's
 // rule): "/v1/chat/completions" -> "chatCompletions", "/apply-template" -> "applyTemplate".
@@ -365,6 +377,16 @@ bool route_api(ServedModel& m, const http::Request& req, http::Exchange& ex, Gen
       {"GET", "/cors-proxy", [&] { send_error(ex, api_error(StatusCode::kPermissionDenied, "the CORS proxy is not served")); }},
       {"POST", "/cors-proxy", [&] { send_error(ex, api_error(StatusCode::kPermissionDenied, "the CORS proxy is not served")); }},
       {"POST", "/lora-adapters", [&] { handle_not_supported(ex, "LoRA adapters are not supported yet"); }},
+      // What routers ask of a worker (server/router_api.h): SGLang's and vLLM's routes.
+      {"GET", "/server_info", [&] { handle_server_info(m, ex); }},
+      {"GET", "/get_server_info", [&] { handle_server_info(m, ex); }},
+      {"GET", "/model_info", [&] { handle_model_info(m, ex); }},
+      {"GET", "/get_model_info", [&] { handle_model_info(m, ex); }},
+      {"GET", "/get_load", [&] { handle_get_load(m, ex); }},
+      {"GET", "/health_generate", [&] { handle_health_generate(m, ex); }},
+      {"POST", "/generate", [&] { handle_generate(m, req, ex, gen); }},
+      {"POST", "/v1/completions/render", [&] { handle_render(m, req, ex, Endpoint::kCompletions); }},
+      {"POST", "/v1/chat/completions/render", [&] { handle_render(m, req, ex, Endpoint::kChat); }},
   };
   bool path_known = false;
   for (const Route& r : routes) {
@@ -398,6 +420,10 @@ void Server::route(const http::Request& req, http::Exchange& ex, GenerationLog* 
       return send_error_for(req, ex, e);
     }
     if (req.path != "/metrics") {
+      if (draining_.load()) {
+        ex.respond(503, "application/json", R"({"status":"draining"})");
+        return;
+      }
       ex.respond(200, "application/json", R"({"status":"ok"})");
       return;
     }
@@ -414,7 +440,8 @@ void Server::route(const http::Request& req, http::Exchange& ex, GenerationLog* 
   const ServerOptions& so = served_->options();
   if (!so.predict_route.empty() && req.path == so.predict_route && req.method == "POST") return handle_predict(m, req, ex);
   if (!so.health_route.empty() && req.path == so.health_route && req.method == "GET") {
-    ex.respond(200, "application/json", R"({"status":"ok"})");
+    ex.respond(draining_.load() ? 503 : 200, "application/json",
+               draining_.load() ? R"({"status":"draining"})" : R"({"status":"ok"})");
     return;
   }
   if (route_api(m, req, ex, gen)) return;

@@ -15,8 +15,14 @@
 //   [request] n=7 method=POST path=/v1/chat/completions client=127.0.0.1 status=200
 //   seconds=0.512 id=chatcmpl-7 prompt_tokens=12 cached_tokens=0 generated_tokens=24
 //   ttft_seconds=0.081 finish=stop
-// (one line; the generation keys only for generation routes). stop() (SIGINT/SIGTERM in the CLI) lets admitted
-// requests finish their answer as cancelled and closes.
+// (one line; the generation keys only for generation routes).
+// Shutting down: stop() (SIGINT in the CLI) cancels what runs — each admitted request
+// finishes its answer as cancelled (503, or an error event) — and closes. drain() (SIGTERM,
+// what routers and Kubernetes send) first stops admitting: /health answers 503
+// {"status":"draining"} so that health checks take the replica out, and every new request
+// but /health and /metrics gets 503; requests already in flight run to their end, then the
+// server stops — after ServerOptions::drain_timeout_s at the latest, when stop() cancels
+// what is left.
 // Does not: serve several models, or TLS.
 #pragma once
 
@@ -63,6 +69,10 @@ class Server {
   const Engine& engine() const;
   // Thread-safe and async-signal-safe (sets flags); makes listen()/serve() return.
   void stop();
+  // Thread-safe and async-signal-safe (sets a flag): the graceful stop above; serve()
+  // returns once the requests in flight have ended (or drain_timeout_s has passed).
+  void drain();
+  bool draining() const { return draining_.load(); }
 
  private:
   Server() = default;
@@ -78,6 +88,8 @@ class Server {
   std::mutex counters_mu_;
   std::map<int, uint64_t> responses_by_status_;  // for /metrics
   std::atomic<uint64_t> requests_logged_{0};
+  std::atomic<bool> draining_{false};
+  std::atomic<int64_t> in_flight_{0};  // requests being answered but /health, /metrics and preflights
   int port_ = 0;
 };
 

@@ -135,26 +135,27 @@ class Server:
     def url(self):
         return f"http://{self.host}:{self.port}"
 
-    def stop(self, timeout=120):
-        """SIGTERM, wait, then check exit status 0 and no sanitizer report."""
+    def stop(self, timeout=120, sig=signal.SIGTERM):
+        """SIGTERM (a drain: what runs finishes first; SIGINT cancels it), wait, then check
+        exit status 0 and no sanitizer report."""
         if self.proc is None:
             return
         if self.proc.poll() is not None:
             code = self.proc.returncode
             self._reader.join(10)
             raise TestFailure(f"server died before stop (exit {code}):\n{self.stderr()[-4000:]}")
-        self.proc.send_signal(signal.SIGTERM)
+        self.proc.send_signal(sig)
         try:
             self.exit_code = self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-            raise TestFailure(f"server did not stop within {timeout}s of SIGTERM:\n{self.stderr()[-4000:]}")
+            raise TestFailure(f"server did not stop within {timeout}s of {signal.Signals(sig).name}:\n{self.stderr()[-4000:]}")
         self._reader.join(30)
         err = self.stderr()
         for marker in SANITIZER_MARKERS:
             check(marker not in err, f"sanitizer report in server stderr ({marker}):\n{err[-8000:]}")
-        check(self.exit_code == 0, f"server exited {self.exit_code} after SIGTERM:\n{err[-4000:]}")
+        check(self.exit_code == 0, f"server exited {self.exit_code} after {signal.Signals(sig).name}:\n{err[-4000:]}")
 
     def __enter__(self):
         return self.start()

@@ -319,28 +319,83 @@ def test_post_sampling_probs(srv, stats):
 
 
 def test_router_requests(srv, stats):
-    """The bodies sglang-router 0.3.2 forwarded to a worker (tests/fixtures/router_requests.json,
-    tools/capture_router_requests.py): every one is answered, SGLang's own fields included."""
+    """What sglang-router 0.3.2 and vllm-router 0.1.17 sent a worker (tests/fixtures/
+    router_requests.json, tools/capture_router_requests.py): every probe path answers 200 in
+    the shape the router reads, every forwarded body is answered (SGLang's own fields and
+    its /generate included), and vLLM's render calls give the prompt's token ids."""
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures", "router_requests.json")
     with open(path) as f:
         fixture = json.load(f)
-    for fwd in fixture["forwarded"]:
-        body = fwd["body"]
-        if body.get("stream"):
-            st, _, data, events = srv.stream(fwd["path"], body)
-            check(st == 200 and events and events[-1] == "[DONE]", f"{fwd['path']} {json.dumps(body)[:300]}: {st} {data[:300]!r}")
-        else:
+    n_forwarded = 0
+    for run in fixture["runs"]:
+        for probe in run["probes"]:
+            st, _, j = srv.get_json(probe)
+            check(st == 200, f"{run['router']} probe {probe}: {st} {str(j)[:200]}")
+            if probe.endswith("server_info"):
+                check(j["served_model_name"] == srv.model_id and j["tp_size"] == 1 and j["dp_size"] == 1
+                      and j["max_running_requests"] == 2, f"{probe}: {j}")
+            if probe.endswith("model_info"):
+                check(j["is_generation"] is True and j["model_type"] == "gemma3" and j["model_path"], f"{probe}: {j}")
+            if probe == "/get_load":
+                check(isinstance(j, list) and j[0]["dp_rank"] == 0 and {"num_reqs", "num_waiting_reqs", "num_tokens"} <= set(j[0]),
+                      f"/get_load: {j}")
+        for fwd in run["forwarded"]:
+            n_forwarded += 1
+            body = fwd["body"]
+            if body.get("stream"):
+                st, _, data, events = srv.stream(fwd["path"], body)
+                check(st == 200 and events and events[-1] == "[DONE]", f"{fwd['path']} {json.dumps(body)[:300]}: {st} {data[:300]!r}")
+                if fwd["path"] == "/generate":
+                    last = json.loads(events[-2])
+                    check(last["meta_info"]["finish_reason"] is not None and last["text"], f"/generate stream end: {last}")
+                continue
             st, _, j = srv.post_json(fwd["path"], body)
             if "tools" in body and not srv.get_json("/props")[2]["chat_template_caps"]["supports_tool_calls"]:
                 # A template with no tool-call format: the answer names the template, not a field.
                 check(st == 400 and j["error"]["param"] == "tools", f"tools on this template: {st} {str(j)[:300]}")
                 continue
+            if fwd["path"] == "/generate":
+                check(st == 200 and isinstance(j["text"], str) and j["meta_info"]["completion_tokens"] == len(j["output_ids"]),
+                      f"/generate {json.dumps(body)[:300]}: {st} {str(j)[:300]}")
+                if body.get("return_logprob"):
+                    lps = j["meta_info"]["output_token_logprobs"]
+                    check([e[1] for e in lps] == j["output_ids"] and len(j["meta_info"]["output_top_logprobs"][0]) == 2,
+                          f"/generate logprobs: {j['meta_info']}")
+                continue
             check(st == 200 and j["choices"], f"{fwd['path']} {json.dumps(body)[:300]}: {st} {str(j)[:300]}")
+        for r in run.get("render", []):
+            st, _, j = srv.post_json(r["path"], r["body"])
+            if r["path"].startswith("/v1/chat/"):
+                if st == 400 and (j["error"].get("code") == "no_chat_template" or j["error"]["param"] == "tools"):
+                    continue  # refused as the generation itself is (above)
+                check(st == 200 and j["token_ids"], f"{r['path']}: {st} {str(j)[:300]}")
+            else:
+                check(st == 200 and isinstance(j, list) and j[0]["token_ids"], f"{r['path']}: {st} {str(j)[:300]}")
+    # /generate equals /completion on the same prompt and sampling (one engine underneath).
+    st, _, g = srv.post_json("/generate", {"text": "The sea is", "sampling_params": {"max_new_tokens": 6, "temperature": 0}})
+    st2, _, n = srv.post_json("/completion", {"prompt": "The sea is", "n_predict": 6, "temperature": 0, "return_tokens": True})
+    check(st == 200 and st2 == 200 and g["text"] == n["content"] and g["output_ids"] == n["tokens"], f"/generate {g} vs /completion {n}")
+    # Render gives the ids generation runs on.
+    st, _, r = srv.post_json("/v1/completions/render", {"prompt": "The sea is"})
+    st2, _, t = srv.post_json("/tokenize", {"content": "The sea is", "add_special": True})
+    check(r[0]["token_ids"] == t["tokens"], f"render {r} vs tokenize {t}")
     # SGLang's fields at other values than the no-op ones are refused, naming the field.
     for field, value in (("no_stop_trim", True), ("skip_special_tokens", False), ("return_hidden_states", True)):
         st, _, data = srv.post("/v1/completions", {"prompt": "x", "max_tokens": 1, field: value})
         ss.check_error_body(st, data, 400, f"{field}={value}", field)
-    stats["router"] = f"{len(fixture['forwarded'])} sglang-router requests answered"
+    for body, param in (({"text": "x", "lora_path": "a"}, "lora_path"),
+                        ({"text": "x", "sampling_params": {"ebnf": "root ::= x"}}, "sampling_params.ebnf"),
+                        ({"sampling_params": {}}, "text"),
+                        ({"text": "x", "sampling_params": {"max_new_tokens": -2}}, "sampling_params.max_new_tokens")):
+        st, _, data = srv.post("/generate", body)
+        ss.check_error_body(st, data, 400, f"/generate {body}", param)
+    st, _, j = srv.get_json("/health_generate")
+    check(st == 200, f"/health_generate: {st} {j}")
+    m = srv.metrics()
+    for name in ("vllm:num_requests_waiting", "vllm:num_requests_running", "vllm:kv_cache_usage_perc",
+                 "sglang:num_queue_reqs", "sglang:token_usage"):
+        check(any(k.startswith(name + "{") for k in m), f"/metrics lacks {name}")
+    stats["router"] = f"{n_forwarded} requests of {len(fixture['runs'])} router runs answered"
 
 
 def main():

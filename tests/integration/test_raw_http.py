@@ -12,6 +12,7 @@ Exit 0 pass, 1 fail, 77 skip (no model).
 
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -311,7 +312,7 @@ def test_queue_full(srv, stats):
 
 
 def test_shutdown(stats):
-    """SIGTERM right after start is not lost; SIGTERM during a long stream and a long
+    """SIGTERM right after start is not lost; SIGINT during a long stream and a long
     non-streamed request ends them promptly (non-streamed: a 503 error body)."""
     t0 = time.time()
     srv = ss.Server("--parallel", "2", "--ctx", "1024").start()
@@ -337,11 +338,11 @@ def test_shutdown(stats):
         check(time.time() < deadline, "the two long requests never both ran")
         time.sleep(0.05)
     t1 = time.time()
-    srv.stop(timeout=30)
+    srv.stop(timeout=30, sig=signal.SIGINT)
     t_stop = time.time() - t1
     for t in threads:
         t.join(30)
-    check(t_stop < 10, f"SIGTERM with two long requests running took {t_stop:.1f}s")
+    check(t_stop < 10, f"SIGINT with two long requests running took {t_stop:.1f}s")
     # The stream is either cut (the client sees an incomplete chunked body) or ends with an
     # error event; never with a normal finish.
     if not isinstance(out["stream"], Exception):
@@ -352,6 +353,68 @@ def test_shutdown(stats):
     st, _, data = out["whole"]
     ss.check_error_body(st, data, 503, "non-streamed request cut by shutdown")
     stats["shutdown"] = f"stop at start {t_quick:.1f}s, with 2 long requests {t_stop:.1f}s"
+
+
+def test_drain(stats):
+    """SIGTERM drains: /health turns 503 at once and a new request is refused with 503, while
+    the requests already admitted (one running, one streaming, one queued behind them) all
+    finish whole; then the server exits 0. With --drain-timeout 1, what outlives the timeout
+    is cancelled instead."""
+    srv = ss.Server("--parallel", "2", "--ctx", "1024").start()
+    out = {}
+
+    def whole(name):
+        out[name] = srv.post(C, {"prompt": "Story:", "max_tokens": 120, "ignore_eos": True})
+
+    def stream():
+        out["stream"] = srv.stream(C, {"prompt": "Tale:", "max_tokens": 120, "ignore_eos": True, "stream": True})
+
+    threads = [threading.Thread(target=whole, args=("a",)), threading.Thread(target=stream)]
+    for t in threads:
+        t.start()
+    deadline = time.time() + 60
+    while srv.metrics().get("specula_running_rows", 0) < 2:
+        check(time.time() < deadline, "the two long requests never both ran")
+        time.sleep(0.05)
+    queued = threading.Thread(target=whole, args=("queued",))
+    queued.start()
+    while srv.metrics().get("specula_queue_depth", 0) < 1:
+        check(time.time() < deadline, "the third request never queued")
+        time.sleep(0.05)
+    srv.proc.send_signal(signal.SIGTERM)
+    time.sleep(0.3)
+    st, _, data = srv.request("GET", "/health")
+    check(st == 503 and json.loads(data)["status"] == "draining", f"/health while draining: {st} {data[:200]!r}")
+    st, _, data = srv.post(C, {"prompt": "new", "max_tokens": 2})
+    ss.check_error_body(st, data, 503, "a request sent while draining")
+    for t in threads + [queued]:
+        t.join(120)
+    for name in ("a", "queued"):
+        st, _, body = out[name]
+        j = json.loads(body)
+        check(st == 200 and j["choices"][0]["finish_reason"] == "length" and j["usage"]["completion_tokens"] == 120,
+              f"{name} request cut by the drain: {st} {body[:300]!r}")
+    st, _, raw, events = out["stream"]
+    check(st == 200 and events and events[-1] == "[DONE]" and b'"finish_reason":"length"' in raw.replace(b" ", b""),
+          f"stream cut by the drain: {st} {raw[-300:]!r}")
+    code = srv.proc.wait(60)
+    check(code == 0, f"exit {code} after the drain")
+    srv.proc = None
+    # A drain timeout shorter than the work: the request still running is cancelled (503).
+    srv = ss.Server("--parallel", "1", "--ctx", "2048", "--drain-timeout", "1").start()
+    t = threading.Thread(target=lambda: out.__setitem__("long", srv.post(C, {"prompt": "Long:", "max_tokens": 1500,
+                                                                          "ignore_eos": True})))
+    t.start()
+    while srv.metrics().get("specula_running_rows", 0) < 1:
+        check(time.time() < deadline + 60, "the long request never ran")
+        time.sleep(0.05)
+    t0 = time.time()
+    srv.stop(timeout=30)
+    t.join(30)
+    st, _, data = out["long"]
+    ss.check_error_body(st, data, 503, "request outliving --drain-timeout 1")
+    check(time.time() - t0 < 10, f"--drain-timeout 1 took {time.time() - t0:.1f}s")
+    stats["drain"] = "SIGTERM drained 3 admitted requests whole; --drain-timeout 1 cancels"
 
 
 def test_post_without_length(srv, stats):
@@ -472,8 +535,9 @@ def main():
         st, _, _ = srv.request("GET", "/health")
         check(st == 200, "health after the tests")
     test_shutdown(stats)
+    test_drain(stats)
     return (f"{stats['errors']} error cases ({t_err:.1f}s), {stats['streams']} SSE streams, {stats['safety']}, {stats['queue']}, "
-            f"{stats['shutdown']}")
+            f"{stats['shutdown']}, {stats['drain']}")
 
 
 if __name__ == "__main__":
