@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <chrono>
 #include <limits>
 
 namespace specula {
@@ -264,6 +265,7 @@ void PromptCache::evict_disk_locked() {
     Entry& e = *nodes_[victim].entry;
     std::error_code ec;
     std::filesystem::remove(e.file, ec);
+    forget_file_locked(e.file);
     stats_.disk_bytes -= e.file_bytes;
     --stats_.disk_entries;
     ++stats_.disk_evictions;
@@ -276,6 +278,7 @@ void PromptCache::evict_disk_locked() {
 std::optional<PromptCache::Hit> PromptCache::lookup(std::span<const int32_t> tokens, int64_t max_length,
                                                     const StateRows& group) {
   max_length = std::min<int64_t>(max_length, static_cast<int64_t>(tokens.size()));
+  if (!opt_.dir.empty()) rescan_disk();  // entries other processes sharing the folder wrote
   std::shared_ptr<Entry> best;
   int64_t best_len = 0;
   {
@@ -365,6 +368,7 @@ std::optional<PromptCache::Hit> PromptCache::lookup(std::span<const int32_t> tok
           stats_.disk_bytes -= best->file_bytes;
           --stats_.disk_entries;
         }
+        forget_file_locked(file);
         best->file.clear();
         if (!best->state && !best->pending) remove_entry(best->node);
       }
@@ -520,6 +524,7 @@ void PromptCache::writer_loop() {
       write_error_ = st.message();
       std::fprintf(stderr, "%s\n", st.message().c_str());
     } else if (state && current) {
+      known_files_.insert(path);
       e->file = path;
       e->file_bytes = size;
       stats_.disk_bytes += size;
@@ -552,15 +557,27 @@ Status PromptCache::flush() {
   return Status::ok();
 }
 
+namespace {
+int64_t steady_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
 Status PromptCache::index_disk() {
   std::error_code ec;
   std::filesystem::create_directories(opt_.dir, ec);
   if (ec) return Status::error("[prompt_cache] cannot create " + opt_.dir + ": " + ec.message());
   std::vector<std::pair<std::filesystem::file_time_type, std::filesystem::path>> files;
+  const auto now = std::filesystem::file_time_type::clock::now();
   for (const auto& de : std::filesystem::directory_iterator(opt_.dir, ec)) {
     const std::string name = de.path().filename().string();
-    if (name.find(".spc.tmp.") != std::string::npos) {  // an interrupted write: never complete
-      std::filesystem::remove(de.path(), ec);
+    if (name.find(".spc.tmp.") != std::string::npos || name.find(".spg.tmp.") != std::string::npos) {
+      // An interrupted write — unless it is young: another process sharing the folder may
+      // be writing it now.
+      std::error_code tec;
+      const auto t = de.last_write_time(tec);
+      if (!tec && now - t > std::chrono::hours(1)) std::filesystem::remove(de.path(), tec);
       continue;
     }
     if (de.path().extension() == ".spc" || de.path().extension() == ".spg")
@@ -568,8 +585,40 @@ Status PromptCache::index_disk() {
   }
   if (ec) return Status::error("[prompt_cache] cannot list " + opt_.dir + ": " + ec.message());
   std::sort(files.begin(), files.end());  // oldest first: LRU order
-  for (const auto& [t, path] : files) {
+  std::vector<std::filesystem::path> paths;
+  for (auto& [t, path] : files) paths.push_back(std::move(path));
+  last_scan_ms_ = steady_ms();
+  index_files(std::move(paths));
+  std::lock_guard<std::mutex> lock(mu_);
+  evict_disk_locked();
+  return Status::ok();
+}
+
+void PromptCache::rescan_disk() {
+  const int64_t now = steady_ms();
+  int64_t last = last_scan_ms_.load();
+  if (now - last < 1000 || !last_scan_ms_.compare_exchange_strong(last, now)) return;
+  std::error_code ec;
+  std::vector<std::filesystem::path> paths;
+  for (const auto& de : std::filesystem::directory_iterator(opt_.dir, ec))
+    if (de.path().extension() == ".spc" || de.path().extension() == ".spg") paths.push_back(de.path());
+  if (ec) return;
+  index_files(std::move(paths));
+}
+
+void PromptCache::index_files(std::vector<std::filesystem::path> paths) {
+  {
+    // Each file once: claimed here, so a concurrent listing skips it.
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<std::filesystem::path> fresh;
+    for (auto& p : paths)
+      if (known_files_.insert(p.string()).second) fresh.push_back(std::move(p));
+    paths = std::move(fresh);
+  }
+  for (const auto& path : paths) {
+    std::error_code ec;
     std::ifstream in(path, std::ios::binary);
+    if (!in) continue;  // gone meanwhile (another process evicted it)
     std::string head(1 << 16, '\0');
     in.read(head.data(), static_cast<std::streamsize>(head.size()));
     head.resize(static_cast<size_t>(in.gcount()));
@@ -585,18 +634,21 @@ Status PromptCache::index_disk() {
       st = parse_header(w, h);
       if (st.is_ok() && h.fingerprint != opt_.fingerprint) st = Status::error("made for another model or cache layout");
     }
-    if (!st.is_ok() || h.tokens.empty()) {
+    const int64_t file_bytes = static_cast<int64_t>(std::filesystem::file_size(path, ec));
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!st.is_ok() || h.tokens.empty() || ec) {
       ++stats_.disk_rejected;
       std::fprintf(stderr, "[prompt_cache] skipping %s: %s\n", path.string().c_str(),
-                   st.is_ok() ? "no tokens" : st.message().c_str());
+                   ec ? ec.message().c_str() : st.is_ok() ? "no tokens" : st.message().c_str());
       continue;
     }
     auto e = std::make_shared<Entry>();
     e->tokens = std::move(h.tokens);
     e->min_length = h.min_length;
     e->file = path.string();
-    e->file_bytes = static_cast<int64_t>(std::filesystem::file_size(path, ec));
+    e->file_bytes = file_bytes;
     if (!h.key.empty()) {  // a generation checkpoint
+      if (checkpoints_.count(h.key)) continue;  // ours, being written under the same name
       e->key = std::move(h.key);
       e->record = std::move(h.record);
       checkpoints_[e->key] = e;
@@ -608,13 +660,11 @@ Status PromptCache::index_disk() {
     const size_t node = node_for(e->tokens);
     e->node = node;
     e->last_use = ++clock_;
-    if (nodes_[node].entry) continue;  // duplicate tokens: keep the first
+    if (nodes_[node].entry) continue;  // the same tokens already (ours, or a duplicate): keep it
     nodes_[node].entry = e;
     stats_.disk_bytes += e->file_bytes;
     ++stats_.disk_entries;
   }
-  evict_disk_locked();
-  return Status::ok();
 }
 
 std::optional<RowState> PromptCache::read_file(const std::string& path, std::span<const int32_t> tokens,
@@ -625,10 +675,15 @@ std::optional<RowState> PromptCache::read_file(const std::string& path, std::spa
     std::fprintf(stderr, "[prompt_cache] not loading %s: %s\n", path.c_str(), why.c_str());
     std::error_code ec;
     if (owned) std::filesystem::remove(path, ec);  // ours and unusable: it would be rejected again
+    forget_file_locked(path);
     return std::nullopt;
   };
   std::ifstream in(path, std::ios::binary);
-  if (!in) return reject("cannot open");
+  if (!in) {
+    std::error_code ec;
+    if (!std::filesystem::exists(path, ec) && !ec) return std::nullopt;  // evicted by another process sharing the folder
+    return reject("cannot open");
+  }
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (bytes.size() < 12) return reject("truncated");
   uint32_t crc;
@@ -723,6 +778,7 @@ void PromptCache::drop_checkpoint(const std::string& key) {
   if (!e->file.empty()) {
     std::error_code ec;
     std::filesystem::remove(e->file, ec);
+    forget_file_locked(e->file);
     stats_.disk_bytes -= e->file_bytes;
     --stats_.disk_entries;
   }

@@ -21,14 +21,23 @@
 // skipped, counted and named in the log; they are never loaded. The disk tier has its own
 // byte cap (oldest-used files deleted first). flush() waits until every entry queued so far
 // is durable — the only durability point.
+// Shared folder: several processes (replicas, on one machine or a shared file system) may
+// use one DIR. A file's name follows from its tokens, so two writers of the same entry
+// rename onto one file (both whole: the rename is atomic); lookups list the folder again
+// at most once a second and index the files others wrote since (each file once); a file
+// another process evicted is a quiet miss (not a rejection); at start only temporary files
+// older than an hour are removed (a younger one may be another process's write in
+// progress). Each process counts and caps the files it knows of.
 // Thread-safety: all methods may be called from any thread (one mutex; disk I/O happens
 // outside it, on the writer thread or for a read-back).
 // Does not decide when to insert (engine/) or how a layer serialises (state/ layouts).
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -135,11 +144,19 @@ class PromptCache {
   bool is_leaf_entry(size_t node) const;
   void writer_loop();
   Status index_disk();
+  // Indexes the files of `paths` not indexed yet (reads their headers outside the lock).
+  void index_files(std::vector<std::filesystem::path> paths);
+  // At most once a second: the files other processes wrote to the folder since.
+  void rescan_disk();
+  // Forgets `path` as a file of this cache (deleted or never to be used).
+  void forget_file_locked(const std::string& path) { known_files_.erase(path); }
   std::optional<RowState> read_file(const std::string& path, std::span<const int32_t> tokens, const StateRows& group,
                                     bool owned);
   static std::string serialize(const std::string& fingerprint, const Entry& e, const RowState& state);
   std::map<std::string, std::shared_ptr<Entry>> checkpoints_;  // generation checkpoints by key
   std::set<std::string> foreign_;  // imported files: never deleted by this cache
+  std::set<std::string> known_files_;  // files of the folder indexed or written (shared folders)
+  std::atomic<int64_t> last_scan_ms_{0};  // steady-clock ms of the last folder listing
 
   PromptCacheOptions opt_;
   mutable std::mutex mu_;

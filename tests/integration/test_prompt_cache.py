@@ -12,7 +12,8 @@
   * --generation-checkpoint: a sampled generation killed (SIGKILL) midway continues after a
     restart to exactly the text of an uninterrupted run;
   * a flipped byte in an entry file is caught by its checksum (counted, not loaded);
-  * the disk tier keeps to --cache-disk.
+  * the disk tier keeps to --cache-disk;
+  * two servers on one --cache-dir (replicas) serve each other's entries, exactly.
 Exits 77 (skip) without the model.
 """
 import os
@@ -172,9 +173,36 @@ def main():
             check(total <= 40 << 20, f"the disk tier holds {total} bytes, over its 40 MiB cap")
             m = srv.metrics()
             check(m.get('specula_prompt_cache_evictions_total{tier="disk"}', 0) >= 1, "no disk eviction counted")
+        # ---- two replicas sharing one --cache-dir ----
+        shared = os.path.join(tmp, "shared")
+        with ss.Server("--parallel", "2", "--ctx", "4096", "--cache-dir", shared) as a, \
+                ss.Server("--parallel", "2", "--ctx", "4096", "--cache-dir", shared) as b:
+            p7 = words(500, 7)
+            t7a, _ = complete(a, p7)
+            a.post_json("/admin/cache/flush", {})
+            time.sleep(1.2)  # b lists the folder again at most once a second
+            t7b, u7b = complete(b, p7)
+            check(t7b == t7a, "the replica reading the other's entry answered differently")
+            check(u7b["prompt_tokens_details"]["cached_tokens"] >= 490, f"b did not use a's entry: {u7b}")
+            # Both write entries at once, then each reads the other's: nothing rejected.
+            threads = [threading.Thread(target=complete, args=(srv, words(300, 40 + i), 2)) for i, srv in
+                       enumerate([a, b, a, b])]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            for srv in (a, b):
+                srv.post_json("/admin/cache/flush", {})
+            time.sleep(1.2)
+            for i, srv in enumerate([b, a, b, a]):
+                _, u = complete(srv, words(300, 40 + i), 2)
+                check(u["prompt_tokens_details"]["cached_tokens"] >= 290, f"entry {i} not shared: {u}")
+            for srv in (a, b):
+                m = srv.metrics()
+                check(m.get("specula_prompt_cache_disk_rejected_total", 0) == 0, "a shared entry was rejected")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return "RAM hit, continuation, restart, SIGKILL, resume, checksum, disk cap"
+    return "RAM hit, continuation, restart, SIGKILL, resume, checksum, disk cap, shared folder"
 
 
 if __name__ == "__main__":

@@ -3,12 +3,14 @@
 // independent of the cache, LRU leaf-only eviction under the RAM cap; the disk tier round
 // trip and restart, its checks (a flipped byte, a truncated file, another fingerprint, an
 // old version, a leftover temporary file — none loaded, all counted), its byte cap, flush,
-// and single-file export/import.
+// single-file export/import, and a folder shared by two caches (two replicas).
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "core/thread_pool.h"
@@ -217,16 +219,86 @@ TEST(PromptCache, DiskTierSurvivesARestartAndRejectsBadFiles) {
   for (const auto& de : std::filesystem::directory_iterator(other_dir))
     std::filesystem::copy_file(de.path(), std::filesystem::path(dir) / "foreign.spc");
   std::ofstream(std::filesystem::path(dir) / "old.spc", std::ios::binary) << std::string("SPCACHE1\x02\0\0\0\0\0\0\0", 16);
-  std::ofstream(std::filesystem::path(dir) / "x.spc.tmp.123", std::ios::binary) << "half a file";
+  // A leftover temporary file of an hour ago goes; a young one (another process's write in
+  // progress, in a shared folder) stays.
+  const auto stale = std::filesystem::path(dir) / "x.spc.tmp.123", young = std::filesystem::path(dir) / "y.spc.tmp.456";
+  std::ofstream(stale, std::ios::binary) << "half a file";
+  std::ofstream(young, std::ios::binary) << "half a file";
+  std::filesystem::last_write_time(stale, std::filesystem::file_time_type::clock::now() - std::chrono::hours(2));
   {
     auto c = make(int64_t{1} << 30, dir);
     EXPECT_EQ(c->stats().disk_rejected, 2u);   // foreign + old version (found at start)
-    EXPECT_FALSE(std::filesystem::exists(std::filesystem::path(dir) / "x.spc.tmp.123"));
+    EXPECT_FALSE(std::filesystem::exists(stale));
+    EXPECT_TRUE(std::filesystem::exists(young));
     EXPECT_FALSE(c->lookup(a, 90, g));         // flipped byte: checksum
     EXPECT_FALSE(c->lookup(b, 70, g));         // truncated
     EXPECT_EQ(c->stats().disk_rejected, 4u);
     EXPECT_EQ(c->stats().hits, 0u);
   }
+}
+
+// Two caches on one folder, as two replicas sharing --cache-dir: each finds what the other
+// wrote (after its next folder listing, at most a second later), equal to what was stored;
+// two writers of the same entry leave one file; a file the other one deleted is a quiet
+// miss; many concurrent writers leave no file a third reader rejects, each counted once.
+TEST(PromptCache, SharedFolderBetweenTwoCaches) {
+  const std::string dir = tmpdir("shared");
+  StateRows g = group();
+  auto c1 = make(int64_t{1} << 30, dir);
+  auto c2 = make(int64_t{1} << 30, dir);
+  const auto a = seq(80, 21), b = seq(60, 22), d = seq(50, 23);
+  c1->insert(a, row_for(g, a));
+  c1->insert(b, row_for(g, b));
+  c2->insert(b, row_for(g, b));  // the same entry from both
+  ASSERT_TRUE(c1->flush().is_ok());
+  ASSERT_TRUE(c2->flush().is_ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  auto hit = c2->lookup(a, 80, g);
+  ASSERT_TRUE(hit);
+  EXPECT_EQ(hit->length, 80);
+  EXPECT_EQ(bytes_of(hit->state), bytes_of(row_for(g, a)));
+  EXPECT_EQ(c2->stats().disk_reads, 1u);
+  EXPECT_EQ(c2->stats().disk_entries, 2);  // a (c1's) and b (one file for both), each once
+  int files = 0;
+  for (const auto& de : std::filesystem::directory_iterator(dir)) files += de.path().extension() == ".spc";
+  EXPECT_EQ(files, 2);
+  // c1 writes d; c2 indexes it; the file goes (c1's eviction, say): c2 misses quietly.
+  c1->insert(d, row_for(g, d));
+  ASSERT_TRUE(c1->flush().is_ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  EXPECT_FALSE(c2->lookup(seq(5, 99), 5, g));  // (a lookup lists the folder)
+  EXPECT_EQ(c2->stats().disk_entries, 3);
+  for (const auto& de : std::filesystem::directory_iterator(dir)) {
+    std::ifstream in(de.path(), std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (bytes.find(std::string(reinterpret_cast<const char*>(d.data()), d.size() * 4)) != std::string::npos)
+      std::filesystem::remove(de.path());
+  }
+  EXPECT_FALSE(c2->lookup(d, 50, g));
+  EXPECT_EQ(c2->stats().disk_rejected, 0u);
+  EXPECT_EQ(c2->stats().disk_entries, 2);
+  // Concurrent writers of overlapping entries; a third cache then reads every one back.
+  std::vector<std::vector<int32_t>> many;
+  for (int i = 0; i < 24; ++i) many.push_back(seq(40 + i, 100 + i));
+  std::thread w1([&] {
+    for (size_t i = 0; i < many.size(); i += 1) c1->insert(many[i], row_for(g, many[i]));
+  });
+  std::thread w2([&] {
+    for (size_t i = many.size(); i-- > 0;) c2->insert(many[i], row_for(g, many[i]));
+  });
+  w1.join();
+  w2.join();
+  ASSERT_TRUE(c1->flush().is_ok());
+  ASSERT_TRUE(c2->flush().is_ok());
+  auto c3 = make(int64_t{1} << 30, dir);
+  EXPECT_EQ(c3->stats().disk_rejected, 0u);
+  EXPECT_EQ(c3->stats().disk_entries, 2 + static_cast<int64_t>(many.size()));
+  for (const auto& t : many) {
+    auto h = c3->lookup(t, static_cast<int64_t>(t.size()), g);
+    ASSERT_TRUE(h);
+    EXPECT_EQ(bytes_of(h->state), bytes_of(row_for(g, t)));
+  }
+  EXPECT_EQ(c3->stats().disk_rejected, 0u);
 }
 
 TEST(PromptCache, DiskCapAndRamLessMode) {
