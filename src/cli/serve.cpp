@@ -23,7 +23,11 @@ namespace {
 
 struct ServeArgs {
   std::string quantize;
-  std::string model, host = "127.0.0.1", api_key, alias, chat_template_file, draft_model, spec;
+  std::vector<std::string> models;  // -m: one model, or NAME=PATH several times
+  std::string models_dir;
+  int64_t models_memory_mib = 0;
+  double models_idle_unload = 0;
+  std::string host = "127.0.0.1", api_key, alias, chat_template_file, draft_model, spec;
   int port = 8080, parallel = 4, threads = 0, queue = 64, spec_depth = 4, spec_max_batch = 2;
   std::string spec_accept = "exact";
   int64_t ctx = 0, step_tokens = 512;  // ctx 0: 4096 per parallel request
@@ -94,6 +98,42 @@ server::ServerOptions connection_options(const RuntimeConfig& config, const Serv
   return so;
 }
 
+// Several models (-m NAME=PATH repeated, -m given more than once, or --models-dir): their
+// names and paths; none (empty) for one model.
+Result<std::vector<server::ModelSource>> model_sources(const RuntimeConfig& config, const ServeArgs& a) {
+  std::vector<server::ModelSource> out;
+  bool named = false;
+  for (const std::string& m : a.models) named = named || m.find('=') != std::string::npos;
+  if (a.models_dir.empty() && a.models.size() <= 1 && !named) return out;
+  for (const std::string& m : a.models) {
+    const size_t eq = m.find('=');
+    const std::string arg = eq == std::string::npos ? m : m.substr(eq + 1);
+    auto path = resolve_model(config, arg);
+    if (!path) return path.status();
+    std::string name = eq == std::string::npos ? std::filesystem::path(*path).filename().string() : m.substr(0, eq);
+    if (eq == std::string::npos && name.size() > 5 && name.ends_with(".gguf")) name.resize(name.size() - 5);
+    if (name.empty()) return Status::invalid_argument("[cli] -m " + m + ": an empty model name");
+    out.push_back({name, *path});
+  }
+  if (!a.models_dir.empty()) {
+    std::error_code ec;
+    std::vector<server::ModelSource> found;
+    for (const auto& de : std::filesystem::directory_iterator(a.models_dir, ec)) {
+      const std::string file = de.path().filename().string();
+      if (de.is_directory(ec) && std::filesystem::exists(de.path() / "config.json", ec)) {
+        found.push_back({file, de.path().string()});
+      } else if (de.is_regular_file(ec) && file.ends_with(".gguf") && !file.starts_with("mmproj")) {
+        found.push_back({file.substr(0, file.size() - 5), de.path().string()});
+      }
+    }
+    if (ec) return Status::not_found("[cli] cannot list --models-dir " + a.models_dir + ": " + ec.message());
+    std::sort(found.begin(), found.end(), [](const auto& x, const auto& y) { return x.name < y.name; });
+    if (found.empty()) return Status::not_found("[cli] --models-dir " + a.models_dir + " holds no .gguf file or model folder");
+    out.insert(out.end(), found.begin(), found.end());
+  }
+  return out;
+}
+
 // The served model's set-up from the flags (server/model_config.h, shared with the library).
 Result<server::ModelConfig> model_config(const RuntimeConfig& config, const ServeArgs& a) {
   server::ModelConfig mc;
@@ -149,42 +189,95 @@ int run_serve(const RuntimeConfig& config, const ServeArgs& a) {
 #endif
   auto mc = model_config(config, a);
   if (!mc) return fail(mc.message());
-  auto l = load(config, a.model, a.threads, a.quantize, /*with_tokenizer=*/false);  // the server loads its own
-  if (!l) return fail(l.message());
-  auto served = server::open_served_model(std::move(l->model), l->path, *mc, connection_options(config, a));
-  if (!served) return fail(served.message());
-  const std::string model_id = (*served)->id();
-  const EngineOptions& eo = (*served)->engine().options();
-  const std::string spec_note = eo.draft ? ", speculative " + eo.draft->name() + " depth " + std::to_string(a.spec_depth) : "";
-  const int64_t n_ctx = eo.n_ctx;
-  auto srv = server::Server::create(std::move(served).value());
-  if (!srv) return fail(srv.message());
-  if (Status st = (*srv)->bind(); !st.is_ok()) return fail(st.message());
-  g_server = srv->get();
+  auto sources = model_sources(config, a);
+  if (!sources) return fail(sources.message());
+  std::unique_ptr<server::Server> srv;
+  std::string what, details;  // "FILE as 'id'" / "models a, b"; " (parallel ..., ...)"
+  if (sources->empty()) {
+    // One model (-m FILE, or the default): loaded now, every request's model name finds it.
+    auto l = load(config, a.models.empty() ? "" : a.models.front(), a.threads, a.quantize,
+                  /*with_tokenizer=*/false);  // the server loads its own
+    if (!l) return fail(l.message());
+    auto served = server::open_served_model(std::move(l->model), l->path, *mc, connection_options(config, a));
+    if (!served) return fail(served.message());
+    const EngineOptions& eo = (*served)->engine().options();
+    const std::string spec_note =
+        eo.draft ? ", speculative " + eo.draft->name() + " depth " + std::to_string(a.spec_depth) : "";
+    what = l->path + " as '" + (*served)->id() + "'";
+    details = " (parallel " + std::to_string(a.parallel) + ", a request up to " +
+                                std::to_string(eo.n_ctx) + " tokens, KV budget " + std::to_string(eo.kv_budget >> 20) +
+                                " MiB: " + (*served)->engine().describe_state() +
+                                (a.api_key.empty() ? "" : ", API key required") + spec_note + ")";
+    auto s = server::Server::create(std::move(served).value());
+    if (!s) return fail(s.message());
+    srv = std::move(s).value();
+  } else {
+    // Several: each loads on first use (server/model_registry.h).
+    server::ModelConfig base = *mc;
+    server::ServerOptions conn = connection_options(config, a);
+    server::ModelOpener opener = [config, a, base, conn](const server::ModelSource& src)
+        -> Result<std::unique_ptr<server::ServedModel>> {
+      auto l = load(config, src.path, a.threads, a.quantize, /*with_tokenizer=*/false);
+      if (!l) return l.status();
+      server::ModelConfig c = base;
+      c.model_id = src.name;
+      c.aliases.clear();
+      return server::open_served_model(std::move(l->model), l->path, c, conn);
+    };
+    server::RegistryOptions ro;
+    ro.memory_budget_bytes = a.models_memory_mib << 20;
+    ro.idle_unload_s = a.models_idle_unload;
+    std::string names;
+    for (const auto& src : *sources) names += (names.empty() ? "" : ", ") + src.name;
+    auto reg = server::ModelRegistry::create(std::move(sources).value(), std::move(opener), ro);
+    if (!reg) return fail(reg.message());
+    // The connection fields, and the engine shape for the worker count.
+    conn.engine.n_rows = a.parallel;
+    conn.engine.max_queue = a.queue;
+    auto s = server::Server::create(std::move(reg).value(), conn);
+    if (!s) return fail(s.message());
+    srv = std::move(s).value();
+    what = "models " + names;
+    details = " (each loaded on first use, parallel " + std::to_string(a.parallel) +
+           (a.models_memory_mib > 0 ? ", memory budget " + std::to_string(a.models_memory_mib) + " MiB" : "") +
+           (a.models_idle_unload > 0 ? ", unloaded after " + std::to_string(static_cast<int>(a.models_idle_unload)) +
+                                           " s idle"
+                                     : "") +
+           (a.api_key.empty() ? "" : ", API key required") + ")";
+  }
+  if (Status st = srv->bind(); !st.is_ok()) return fail(st.message());
+  g_server = srv.get();
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
   // Every address of --host (a comma-separated list): http://A:PORT, http://[B]:PORT.
   std::string urls;
   for (const std::string& h : split_list(a.host)) {
     if (!urls.empty()) urls += ", ";
-    urls += "http://" + (h.find(':') != std::string::npos ? "[" + h + "]" : h) + ":" + std::to_string((*srv)->port());
+    urls += "http://" + (h.find(':') != std::string::npos ? "[" + h + "]" : h) + ":" + std::to_string(srv->port());
   }
-  std::fprintf(stderr,
-               "specula: serving %s as '%s' on %s (parallel %d, a request up to %lld tokens, KV budget %lld MiB: "
-               "%s%s%s)\n",
-               l->path.c_str(), model_id.c_str(), urls.c_str(), a.parallel,
-               static_cast<long long>(n_ctx), static_cast<long long>((*srv)->engine().options().kv_budget >> 20),
-               (*srv)->engine().describe_state().c_str(), a.api_key.empty() ? "" : ", API key required",
-               spec_note.c_str());
+  std::fprintf(stderr, "specula: serving %s on %s%s\n", what.c_str(), urls.c_str(), details.c_str());
   std::fflush(stderr);
-  (*srv)->serve();
+  srv->serve();
   g_server = nullptr;
   std::fprintf(stderr, "specula: server stopped\n");
   return 0;
 }
 
 void add_serve_flags(CLI::App* cmd, ServeArgs& a) {
-  cmd->add_option("-m,--model", a.model, kModelHelp);
+  cmd->add_option("-m,--model", a.models,
+                  std::string(kModelHelp) +
+                      " Several models in one server: NAME=PATH, once per model (a request's \"model\" chooses; "
+                      "each loads on first use)");
+  cmd->add_option("--models-dir", a.models_dir,
+                  "Serve every model in DIR (each .gguf file, and each folder with a config.json), named by the file "
+                  "name without .gguf or the folder name; each loads on first use");
+  cmd->add_option("--models-memory", a.models_memory_mib,
+                  "Several models: MiB the loaded models may take together (weights + KV budget); the least recently "
+                  "used idle ones unload to make room (default 0: no budget)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+  cmd->add_option("--models-idle-unload", a.models_idle_unload,
+                  "Several models: unload a model after SECONDS without requests (default 0: never)")
+      ->check(CLI::Range(0.0, 1e9));
   cmd->add_option("--host", a.host,
                   "Address to listen on (default 127.0.0.1, loopback only); a comma-separated list listens on each "
                   "(e.g. 127.0.0.1,::1)");

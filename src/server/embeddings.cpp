@@ -125,7 +125,7 @@ void handle_embeddings(ServedModel& served, const http::Request& req, http::Exch
   json data = json::array();
   for (size_t k = 0; k < inputs.size(); ++k) {
     if (ex.client_gone()) return;  // nobody to answer
-    if (served.stopping.load())
+    if (served.stop_requested())
       return send_error(ex, api_error(StatusCode::kUnavailable, "the server is shutting down"));
     auto v = embed(served.engine(), inputs[k], pooling == "last" ? Pooling::kLast : Pooling::kMean, normalize);
     if (!v) {

@@ -143,7 +143,7 @@ std::optional<ApiError> Driver::submit(int i) {
 
 std::string Driver::poll(int i, int ms) {
   Choice& x = ch_[static_cast<size_t>(i)];
-  if (served_.stopping.load()) x.handle->cancel();  // shutting down: don't hold it up
+  if (served_.stop_requested()) x.handle->cancel();  // shutting down: don't hold it up
   CompletionStream::Update u = x.stream->wait(std::chrono::milliseconds(ms));
   std::string events;
   PreparedRequest& pr = *x.prepared;

@@ -224,18 +224,39 @@ void write_router_gauges(Writer& w, const EngineStats& s, const std::string& mod
 
 }  // namespace
 
-std::string metrics_text(const ServedModel& served, const http::Stats& http_stats,
+std::string metrics_text(const ServedModel* served, const http::Stats& http_stats,
                          const std::map<int, uint64_t>& responses_by_status) {
-  const EngineStats s = served.engine().stats();
   Writer w;
+  if (served == nullptr) {
+    write_http(w, http_stats, responses_by_status);
+    write_process(w);
+    return w.take();
+  }
+  const EngineStats s = served->engine().stats();
   write_requests(w, s);
   write_http(w, http_stats, responses_by_status);
   write_engine(w, s);
-  if (const auto& cache = served.options().engine.prompt_cache) write_prompt_cache(w, cache->stats());
+  if (const auto& cache = served->options().engine.prompt_cache) write_prompt_cache(w, cache->stats());
   write_process(w);
   write_histograms(w, s);
-  write_llamacpp(w, s, served.generation_totals());
-  write_router_gauges(w, s, served.id());
+  write_llamacpp(w, s, served->generation_totals());
+  write_router_gauges(w, s, served->id());
+  return w.take();
+}
+
+std::string models_metrics_text(const std::vector<ModelRegistry::Info>& models) {
+  Writer w;
+  Writer::Labelled loaded, bytes, requests;
+  for (const ModelRegistry::Info& m : models) {
+    const std::string label = "model=\"" + label_value(m.name) + "\"";
+    loaded.emplace_back(label, m.state == "loaded" ? 1.0 : 0.0);
+    bytes.emplace_back(label, d(m.bytes));
+    requests.emplace_back(label, d(m.in_use));
+  }
+  w.gauge("specula_model_loaded", "1 when the model is loaded (several models: --models-dir, -m NAME=PATH).", loaded);
+  w.gauge("specula_model_bytes", "The model's size against --models-memory: weights + KV budget (0 before its first load).",
+          bytes);
+  w.gauge("specula_model_requests", "Requests running on the model.", requests);
   return w.take();
 }
 

@@ -11,11 +11,16 @@
 #include <string>
 
 #include "server/http.h"
+#include "server/model_registry.h"
 #include "server/served_model.h"
 
 namespace specula::server {
 
-std::string metrics_text(const ServedModel& served, const http::Stats& http_stats,
+// `served` null (several models, none loaded): the HTTP layer's and the process's only.
+std::string metrics_text(const ServedModel* served, const http::Stats& http_stats,
                          const std::map<int, uint64_t>& responses_by_status);
+// Several models: each one's state (specula_model_loaded{model=}, specula_model_bytes,
+// specula_model_requests).
+std::string models_metrics_text(const std::vector<ModelRegistry::Info>& models);
 
 }  // namespace specula::server

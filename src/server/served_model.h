@@ -59,8 +59,12 @@ class ServedModel {
   // A seed for a request that sent none: in [0, 2^63), so a client can send it back.
   uint64_t random_seed();
 
-  // Set by Server::stop(): waiting handlers cancel their requests and answer.
+  // Set to stop (the library's close): waiting handlers cancel their requests and answer.
   std::atomic<bool> stopping{false};
+  // The server's own stop flag (Server::stop(), set from a signal handler), when a server
+  // serves this model; set before the first request.
+  const std::atomic<bool>* also_stopping = nullptr;
+  bool stop_requested() const { return stopping.load() || (also_stopping != nullptr && also_stopping->load()); }
 
   // Totals over the finished generations of every route, for llama-server's llamacpp:*
   // metrics: prompt tokens prefilled and served by the prompt cache, seconds of prefill

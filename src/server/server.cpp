@@ -126,6 +126,31 @@ class RecordingExchange : public http::Exchange {
   bool gone_ = false;
 };
 
+// The value of `key` in the target's query string ("/props?model=a%2Fb" -> "a/b"), or "".
+std::string query_param(const std::string& target, const std::string& key) {
+  const size_t q = target.find('?');
+  if (q == std::string::npos) return "";
+  for (const std::string& pair : split_list(target.substr(q + 1), '&')) {
+    const size_t eq = pair.find('=');
+    if (pair.substr(0, eq) != key || eq == std::string::npos) continue;
+    std::string out;
+    const std::string v = pair.substr(eq + 1);
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (v[i] == '+') {
+        out += ' ';
+      } else if (v[i] == '%' && i + 2 < v.size() && std::isxdigit(static_cast<unsigned char>(v[i + 1])) &&
+                 std::isxdigit(static_cast<unsigned char>(v[i + 2]))) {
+        out += static_cast<char>(std::stoi(v.substr(i + 1, 2), nullptr, 16));
+        i += 2;
+      } else {
+        out += v[i];
+      }
+    }
+    return out;
+  }
+  return "";
+}
+
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -140,9 +165,18 @@ Result<std::unique_ptr<Server>> Server::create(std::unique_ptr<Model> model, Ser
 
 Result<std::unique_ptr<Server>> Server::create(std::unique_ptr<ServedModel> served) {
   if (served == nullptr) return Status::invalid_argument("[server] no model");
+  ServerOptions options = served->options();
+  return create(std::make_unique<ModelRegistry>(std::move(served)), std::move(options));
+}
+
+Result<std::unique_ptr<Server>> Server::create(std::unique_ptr<ModelRegistry> models, ServerOptions options) {
+  if (models == nullptr) return Status::invalid_argument("[server] no model");
   std::unique_ptr<Server> s(new Server());
-  s->served_ = std::move(served);
-  const ServerOptions& opt = s->served_->options();
+  s->options_ = std::move(options);
+  s->models_ = std::move(models);
+  s->models_->set_stop_flag(&s->stopping_);
+  s->start_time_unix_ = unix_now();
+  const ServerOptions& opt = s->options_;
   http::Options ho;
   ho.host = opt.host;
   ho.port = opt.port;
@@ -152,8 +186,8 @@ Result<std::unique_ptr<Server>> Server::create(std::unique_ptr<ServedModel> serv
   ho.body_timeout_s = opt.body_timeout_s;
   ho.write_timeout_s = opt.write_timeout_s;
   // Every request that may hold a row or wait in the queue has a worker, and a few more
-  // answer /health and /metrics while they all wait.
-  ho.workers = opt.engine.n_rows + opt.engine.max_queue + 8;
+  // answer /health and /metrics while they all wait (several models: each one's rows).
+  ho.workers = (opt.engine.n_rows + opt.engine.max_queue) * static_cast<int>(s->models_->names().size()) + 8;
   ho.error_body = [](int status, const std::string& message, const std::string& path) {
     return error_text(path, connection_error(status, message));
   };
@@ -167,7 +201,7 @@ Result<std::unique_ptr<Server>> Server::create(std::unique_ptr<ServedModel> serv
 
 Server::~Server() {
   http_.reset();    // no handler runs after this
-  served_.reset();  // the engine finishes what still runs before the model goes
+  models_.reset();  // each engine finishes what still runs before its model goes
 }
 
 Status Server::bind() {
@@ -177,17 +211,24 @@ Status Server::bind() {
 }
 
 void Server::serve() {
-  if (served_->stopping.load()) return;
+  if (stopping_.load()) return;
   // The drain watcher: once drain() is asked, waits for the requests in flight to end (or
   // the drain timeout), then stops the server.
   std::atomic<bool> done{false};
   std::thread watcher([this, &done] {
     using clock = std::chrono::steady_clock;
-    while (!done.load() && !draining_.load()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    auto next_tick = clock::now();
+    while (!done.load() && !draining_.load()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      if (clock::now() >= next_tick) {  // idle models unload
+        models_->tick();
+        next_tick = clock::now() + std::chrono::seconds(1);
+      }
+    }
     if (done.load()) return;
     const auto deadline =
         clock::now() + std::chrono::duration_cast<clock::duration>(
-                           std::chrono::duration<double>(std::max(0.0, served_->options().drain_timeout_s)));
+                           std::chrono::duration<double>(std::max(0.0, options_.drain_timeout_s)));
     while (!done.load() && in_flight_.load() > 0 && clock::now() < deadline)
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     if (in_flight_.load() > 0)
@@ -206,11 +247,9 @@ Status Server::listen() {
   return Status::ok();
 }
 
-const Engine& Server::engine() const { return served_->engine(); }
-
 // Async-signal-safe: both only set flags.
 void Server::stop() {
-  served_->stopping.store(true);
+  stopping_.store(true);
   http_->stop();
 }
 
@@ -222,7 +261,7 @@ void Server::count(int status) {
 }
 
 bool Server::authorized(const http::Request& req, http::Exchange& ex) {
-  const std::string& key = served_->options().api_key;
+  const std::string& key = options_.api_key;
   if (key.empty()) return true;
   if (constant_time_equal(req.header("Authorization"), "Bearer " + key)) return true;
   // Anthropic's clients send the key as x-api-key.
@@ -237,9 +276,9 @@ bool Server::authorized(const http::Request& req, http::Exchange& ex) {
 void Server::dispatch(const http::Request& req, http::Exchange& raw) {
   // The request log (--log-requests): one line per request but the health and metrics
   // polls, in logfmt (key=value) so that it greps and parses.
-  const bool log = served_->options().log_requests && req.path != "/health" && req.path != "/metrics";
+  const bool log = options_.log_requests && req.path != "/health" && req.path != "/metrics";
   const auto t0 = std::chrono::steady_clock::now();
-  RecordingExchange ex(raw, cors_headers(served_->options(), req));
+  RecordingExchange ex(raw, cors_headers(options_, req));
   GenerationLog gen;
   const bool counted = req.path != "/health" && req.path != "/v1/health" && req.path != "/metrics" && req.method != "OPTIONS";
   if (counted) ++in_flight_;
@@ -411,8 +450,8 @@ void Server::route(const http::Request& req, http::Exchange& ex, GenerationLog* 
     ex.respond(200, "text/plain", "", {{"Allow", "GET, POST, DELETE, OPTIONS"}});
     return;
   }
-  if (!is_public_path(req.path, served_->options().webui) && !authorized(req, ex)) return;
-  ServedModel& m = *served_;
+  const ServerOptions& so = options_;
+  if (!is_public_path(req.path, so.webui) && !authorized(req, ex)) return;
   if (req.path == "/health" || req.path == "/v1/health" || req.path == "/metrics") {
     if (req.method != "GET") {
       ApiError e = bad_request("", "method " + req.method + " not allowed on " + req.path);
@@ -427,26 +466,116 @@ void Server::route(const http::Request& req, http::Exchange& ex, GenerationLog* 
       ex.respond(200, "application/json", R"({"status":"ok"})");
       return;
     }
-    if (!served_->options().metrics) return handle_not_supported(ex, "metrics are off (--no-metrics)");
+    if (!so.metrics) return handle_not_supported(ex, "metrics are off (--no-metrics)");
     std::map<int, uint64_t> by_status;
     {
       std::lock_guard<std::mutex> lock(counters_mu_);
       by_status = responses_by_status_;
     }
-    ex.respond(200, "text/plain; version=0.0.4", metrics_text(m, http_->stats(), by_status),
-               {{"Process-Start-Time-Unix", std::to_string(m.start_time_unix())}});  // llama-server's header
+    // Several models: the one ?model= names (loaded), else the most recently used loaded
+    // one, and every model's state.
+    std::shared_ptr<ServedModel> m;
+    if (models_->multi()) {
+      const std::string name = query_param(req.target, "model");
+      if (!name.empty()) {
+        bool known = false;
+        for (const auto& info : models_->list()) known = known || info.name == name;
+        if (!known) return send_error_for(req, ex, api_error(StatusCode::kNotFound, "model '" + name + "' is not served here"));
+      }
+      m = models_->any_loaded();
+      if (!name.empty() && (m == nullptr || m->id() != name)) {
+        auto l = models_->acquire(name);
+        if (!l) return send_error_for(req, ex, api_error(l.status().code(), l.status().user_message()));
+        m = models_->any_loaded();
+      }
+    } else {
+      auto l = models_->acquire("");
+      if (l) m = models_->any_loaded();
+    }
+    std::string text = metrics_text(m.get(), http_->stats(), by_status);
+    if (models_->multi()) text += models_metrics_text(models_->list());
+    ex.respond(200, "text/plain; version=0.0.4", std::move(text),
+               {{"Process-Start-Time-Unix", std::to_string(start_time_unix_)}});  // llama-server's header
     return;
   }
-  const ServerOptions& so = served_->options();
-  if (!so.predict_route.empty() && req.path == so.predict_route && req.method == "POST") return handle_predict(m, req, ex);
   if (!so.health_route.empty() && req.path == so.health_route && req.method == "GET") {
     ex.respond(draining_.load() ? 503 : 200, "application/json",
                draining_.load() ? R"({"status":"draining"})" : R"({"status":"ok"})");
     return;
   }
-  if (route_api(m, req, ex, gen)) return;
-  if (served_->options().webui && serve_webui(req, ex)) return;
+  if (models_->multi()) {
+    if (so.webui && serve_webui(req, ex)) return;
+    if (route_models(req, ex, gen)) return;
+  } else {
+    auto lease = models_->acquire("");
+    if (!lease) return send_error_for(req, ex, api_error(lease.status().code(), lease.status().user_message()));
+    ServedModel& m = **lease;
+    if (!so.predict_route.empty() && req.path == so.predict_route && req.method == "POST") return handle_predict(m, req, ex);
+    if (route_api(m, req, ex, gen)) return;
+    if (so.webui && serve_webui(req, ex)) return;
+  }
   send_error_for(req, ex, api_error(StatusCode::kNotFound, "no route for " + req.method + " " + req.path));
+}
+
+bool Server::route_models(const http::Request& req, http::Exchange& ex, GenerationLog* gen) {
+  using json = nlohmann::ordered_json;
+  const ServerOptions& so = options_;
+  if ((req.path == "/v1/models" || req.path == "/models") && req.method == "GET") {
+    json data = json::array();
+    for (const ModelRegistry::Info& i : models_->list())
+      data.push_back(json{{"id", i.name},
+                          {"object", "model"},
+                          {"created", start_time_unix_},
+                          {"owned_by", "specula"},
+                          {"path", i.path},
+                          {"status", {{"value", i.state}, {"bytes", i.bytes}, {"requests", i.in_use}}}});
+    send_json(ex, json{{"object", "list"}, {"data", data}});
+    return true;
+  }
+  if (req.path == "/models/load" || req.path == "/models/unload") {
+    if (req.method != "POST") {
+      ApiError e = bad_request("", "method " + req.method + " not allowed on " + req.path);
+      e.http_override = 405;
+      send_error_for(req, ex, e);
+      return true;
+    }
+    auto parsed = parse_body_object(req.body);
+    if (auto* e = std::get_if<ApiError>(&parsed)) {
+      send_error_for(req, ex, *e);
+      return true;
+    }
+    const json& j = std::get<json>(parsed);
+    if (!j.contains("model") || !j["model"].is_string()) {
+      send_error_for(req, ex, bad_request("model", "'model' is required (a string)"));
+      return true;
+    }
+    const std::string name = j["model"].get<std::string>();
+    const Status st = req.path == "/models/load" ? models_->load(name) : models_->unload(name);
+    if (!st.is_ok()) {
+      send_error_for(req, ex, api_error(st.code(), st.user_message(), "model"));
+      return true;
+    }
+    send_json(ex, json{{"success", true}, {"model", name}});
+    return true;
+  }
+  // Any other route: the model the request names ("model" in a JSON body, ?model= on a GET).
+  std::string name = query_param(req.target, "model");
+  if (name.empty() && !req.body.empty()) {
+    const json j = json::parse(req.body, nullptr, false);
+    if (j.is_object() && j.contains("model") && j["model"].is_string()) name = j["model"].get<std::string>();
+  }
+  auto lease = models_->acquire(name);
+  if (!lease) {
+    send_error_for(req, ex, api_error(lease.status().code(), lease.status().user_message(), "model",
+                                      lease.status().code() == StatusCode::kNotFound ? "model_not_found" : ""));
+    return true;
+  }
+  ServedModel& m = **lease;
+  if (!so.predict_route.empty() && req.path == so.predict_route && req.method == "POST") {
+    handle_predict(m, req, ex);
+    return true;
+  }
+  return route_api(m, req, ex, gen);
 }
 
 }  // namespace specula::server

@@ -23,7 +23,10 @@
 // but /health and /metrics gets 503; requests already in flight run to their end, then the
 // server stops — after ServerOptions::drain_timeout_s at the latest, when stop() cancels
 // what is left.
-// Does not: serve several models, or TLS.
+// Several models (server/model_registry.h): a request's "model" field (a GET route's
+// ?model= query) chooses; an unknown name is 404 naming the served ones; GET /v1/models
+// lists every model with its state; POST /models/load and /models/unload {"model": NAME}.
+// Does not: TLS.
 #pragma once
 
 #include <atomic>
@@ -32,6 +35,7 @@
 #include <mutex>
 
 #include "model/model.h"
+#include "server/model_registry.h"
 #include "server/options.h"
 #include "specula/status.h"
 
@@ -42,6 +46,7 @@ class Engine;
 namespace specula::server {
 
 class ServedModel;
+class ModelRegistry;
 struct GenerationLog;
 namespace http {
 class HttpServer;
@@ -57,6 +62,8 @@ class Server {
   // Serves a model already set up (server/model_config.h: open_served_model); its
   // options' connection fields (host, port, limits, API key) apply.
   static Result<std::unique_ptr<Server>> create(std::unique_ptr<ServedModel> served);
+  // Serves the models of `models` with the connection fields of `options`.
+  static Result<std::unique_ptr<Server>> create(std::unique_ptr<ModelRegistry> models, ServerOptions options);
   ~Server();
 
   // Binds and serves until stop(). Errors: the address cannot be bound.
@@ -65,8 +72,7 @@ class Server {
   Status bind();
   void serve();
   int port() const { return port_; }
-  // The engine (options, layouts, stats).
-  const Engine& engine() const;
+  ModelRegistry& models() { return *models_; }
   // Thread-safe and async-signal-safe (sets flags); makes listen()/serve() return.
   void stop();
   // Thread-safe and async-signal-safe (sets a flag): the graceful stop above; serve()
@@ -80,11 +86,17 @@ class Server {
   void dispatch(const http::Request& req, http::Exchange& ex);
   // The API key, then the route table.
   void route(const http::Request& req, http::Exchange& ex, GenerationLog* gen);
+  // Several models: the routes of the registry (/v1/models, /models/load, /models/unload),
+  // or the model the request names (true: answered here, by a route or an error).
+  bool route_models(const http::Request& req, http::Exchange& ex, GenerationLog* gen);
   bool authorized(const http::Request& req, http::Exchange& ex);
   void count(int status);
 
-  std::unique_ptr<ServedModel> served_;
-  std::unique_ptr<http::HttpServer> http_;  // declared after the served model: goes first
+  ServerOptions options_;                   // the connection fields (and, one model, its options)
+  std::unique_ptr<ModelRegistry> models_;
+  std::unique_ptr<http::HttpServer> http_;  // declared after the models: goes first
+  std::atomic<bool> stopping_{false};       // stop(): every model's also_stopping
+  int64_t start_time_unix_ = 0;
   std::mutex counters_mu_;
   std::map<int, uint64_t> responses_by_status_;  // for /metrics
   std::atomic<uint64_t> requests_logged_{0};
