@@ -235,4 +235,10 @@ std::shared_ptr<ServedModel> ModelRegistry::any_loaded() const {
   return best ? best->model : nullptr;
 }
 
+std::shared_ptr<ServedModel> ModelRegistry::loaded(const std::string& name) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const size_t i = find_locked(name);
+  return i < entries_.size() ? entries_[i].model : nullptr;
+}
+
 }  // namespace specula::server

@@ -96,6 +96,8 @@ class ModelRegistry {
   // A loaded model to describe the server by (/metrics, /props without a name): the most
   // recently used, or none.
   std::shared_ptr<ServedModel> any_loaded() const;
+  // The model `name` if it is loaded (never loads it), else null.
+  std::shared_ptr<ServedModel> loaded(const std::string& name) const;
   const RegistryOptions& options() const { return opt_; }
 
  private:

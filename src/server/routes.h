@@ -33,6 +33,8 @@ namespace specula::server {
 // a 405 answer); false, answering nothing, when no API route has that path. The server's
 // route table and the library's calls (capi/) both come here.
 bool route_api(ServedModel& served, const http::Request& req, http::Exchange& ex, GenerationLog* log);
+// Whether some API route (any method) has this path.
+bool is_api_path(const std::string& path);
 
 // The generation routes fill `log` for the request log line.
 void handle_completion(ServedModel& served, const http::Request& req, http::Exchange& ex, Endpoint endpoint,

@@ -187,7 +187,8 @@ Result<std::unique_ptr<Server>> Server::create(std::unique_ptr<ModelRegistry> mo
   ho.write_timeout_s = opt.write_timeout_s;
   // Every request that may hold a row or wait in the queue has a worker, and a few more
   // answer /health and /metrics while they all wait (several models: each one's rows).
-  ho.workers = (opt.engine.n_rows + opt.engine.max_queue) * static_cast<int>(s->models_->names().size()) + 8;
+  ho.workers = std::min((opt.engine.n_rows + opt.engine.max_queue) * static_cast<int>(s->models_->names().size()),
+                        1024) + 8;
   ho.error_body = [](int status, const std::string& message, const std::string& path) {
     return error_text(path, connection_error(status, message));
   };
@@ -226,6 +227,8 @@ void Server::serve() {
       }
     }
     if (done.load()) return;
+    std::fprintf(stderr, "specula: draining: admitting nothing new, waiting for %lld request(s) (at most %g s)\n",
+                 static_cast<long long>(in_flight_.load()), options_.drain_timeout_s);
     const auto deadline =
         clock::now() + std::chrono::duration_cast<clock::duration>(
                            std::chrono::duration<double>(std::max(0.0, options_.drain_timeout_s)));
@@ -375,64 +378,87 @@ void handle_predict(ServedModel& m, const http::Request& req, http::Exchange& ex
   send_json(ex, json{{"predictions", std::move(predictions)}});
 }
 
-bool route_api(ServedModel& m, const http::Request& req, http::Exchange& ex, GenerationLog* gen) {
+namespace {
+// What a route's handler gets.
+struct RouteCtx {
+  ServedModel* m;
+  const http::Request* req;
+  http::Exchange* ex;
+  GenerationLog* gen;
+};
+struct Route {
+  const char* method;
+  const char* path;
+  void (*run)(const RouteCtx&);
+};
+
+// The API route table (server/routes.h lists it).
+const std::vector<Route>& api_routes() {
   static const std::string kNoRerank =
       "reranking needs a reranking model (a classifier head, e.g. bge-reranker); this server serves a generative model";
-  struct Route {
-    const char* method;
-    const char* path;
-    std::function<void()> run;
-  };
-  const Route routes[] = {
-      {"GET", "/v1/models", [&] { handle_models(m, ex); }},
-      {"GET", "/models", [&] { handle_models(m, ex); }},
-      {"POST", "/v1/completions", [&] { handle_completion(m, req, ex, Endpoint::kCompletions, gen); }},
-      {"POST", "/v1/chat/completions", [&] { handle_completion(m, req, ex, Endpoint::kChat, gen); }},
+  static const std::vector<Route> routes = {
+      {"GET", "/v1/models", [](const RouteCtx& c) { handle_models(*c.m, *c.ex); }},
+      {"GET", "/models", [](const RouteCtx& c) { handle_models(*c.m, *c.ex); }},
+      {"POST", "/v1/completions", [](const RouteCtx& c) { handle_completion(*c.m, *c.req, *c.ex, Endpoint::kCompletions, c.gen); }},
+      {"POST", "/v1/chat/completions", [](const RouteCtx& c) { handle_completion(*c.m, *c.req, *c.ex, Endpoint::kChat, c.gen); }},
       // llama-server's native routes (server/llama_api.h)
-      {"POST", "/completion", [&] { handle_native_completion(m, req, ex, gen); }},
-      {"POST", "/completions", [&] { handle_native_completion(m, req, ex, gen); }},
-      {"POST", "/infill", [&] { handle_infill(m, req, ex, gen); }},
-      {"GET", "/props", [&] { handle_props(m, ex); }},
-      {"POST", "/props", [&] { handle_not_supported(ex, "changing the server's properties is not supported"); }},
-      {"GET", "/slots", [&] { handle_slots(m, ex); }},
-      {"POST", "/chat/completions", [&] { handle_completion(m, req, ex, Endpoint::kChat, gen); }},
-      {"POST", "/chat/completions/input_tokens", [&] { handle_chat_input_tokens(m, req, ex); }},
-      {"POST", "/v1/chat/completions/input_tokens", [&] { handle_chat_input_tokens(m, req, ex); }},
-      {"POST", "/v1/messages", [&] { handle_messages(m, req, ex, false, gen); }},
-      {"POST", "/v1/messages/count_tokens", [&] { handle_messages(m, req, ex, true, gen); }},
-      {"POST", "/admin/cache/flush", [&] { handle_cache_flush(m, req, ex); }},
-      {"POST", "/tokenize", [&] { handle_tokenize(m, req, ex); }},  // llama-server's tokenizer routes
-      {"POST", "/detokenize", [&] { handle_detokenize(m, req, ex); }},
-      {"POST", "/apply-template", [&] { handle_apply_template(m, req, ex); }},
-      {"POST", "/v1/embeddings", [&] { handle_embeddings(m, req, ex); }},
-      {"POST", "/embeddings", [&] { handle_embeddings(m, req, ex); }},
-      {"POST", "/embedding", [&] { handle_embeddings(m, req, ex); }},
-      {"POST", "/rerank", [&] { handle_not_supported(ex, kNoRerank); }},
-      {"POST", "/reranking", [&] { handle_not_supported(ex, kNoRerank); }},
-      {"POST", "/v1/rerank", [&] { handle_not_supported(ex, kNoRerank); }},
-      {"POST", "/v1/reranking", [&] { handle_not_supported(ex, kNoRerank); }},
-      {"GET", "/lora-adapters", [&] { send_json(ex, nlohmann::ordered_json::array()); }},
+      {"POST", "/completion", [](const RouteCtx& c) { handle_native_completion(*c.m, *c.req, *c.ex, c.gen); }},
+      {"POST", "/completions", [](const RouteCtx& c) { handle_native_completion(*c.m, *c.req, *c.ex, c.gen); }},
+      {"POST", "/infill", [](const RouteCtx& c) { handle_infill(*c.m, *c.req, *c.ex, c.gen); }},
+      {"GET", "/props", [](const RouteCtx& c) { handle_props(*c.m, *c.ex); }},
+      {"POST", "/props", [](const RouteCtx& c) { handle_not_supported(*c.ex, "changing the server's properties is not supported"); }},
+      {"GET", "/slots", [](const RouteCtx& c) { handle_slots(*c.m, *c.ex); }},
+      {"POST", "/chat/completions", [](const RouteCtx& c) { handle_completion(*c.m, *c.req, *c.ex, Endpoint::kChat, c.gen); }},
+      {"POST", "/chat/completions/input_tokens", [](const RouteCtx& c) { handle_chat_input_tokens(*c.m, *c.req, *c.ex); }},
+      {"POST", "/v1/chat/completions/input_tokens", [](const RouteCtx& c) { handle_chat_input_tokens(*c.m, *c.req, *c.ex); }},
+      {"POST", "/v1/messages", [](const RouteCtx& c) { handle_messages(*c.m, *c.req, *c.ex, false, c.gen); }},
+      {"POST", "/v1/messages/count_tokens", [](const RouteCtx& c) { handle_messages(*c.m, *c.req, *c.ex, true, c.gen); }},
+      {"POST", "/admin/cache/flush", [](const RouteCtx& c) { handle_cache_flush(*c.m, *c.req, *c.ex); }},
+      {"POST", "/tokenize", [](const RouteCtx& c) { handle_tokenize(*c.m, *c.req, *c.ex); }},  // llama-server's tokenizer routes
+      {"POST", "/detokenize", [](const RouteCtx& c) { handle_detokenize(*c.m, *c.req, *c.ex); }},
+      {"POST", "/apply-template", [](const RouteCtx& c) { handle_apply_template(*c.m, *c.req, *c.ex); }},
+      {"POST", "/v1/embeddings", [](const RouteCtx& c) { handle_embeddings(*c.m, *c.req, *c.ex); }},
+      {"POST", "/embeddings", [](const RouteCtx& c) { handle_embeddings(*c.m, *c.req, *c.ex); }},
+      {"POST", "/embedding", [](const RouteCtx& c) { handle_embeddings(*c.m, *c.req, *c.ex); }},
+      {"POST", "/rerank", [](const RouteCtx& c) { handle_not_supported(*c.ex, kNoRerank); }},
+      {"POST", "/reranking", [](const RouteCtx& c) { handle_not_supported(*c.ex, kNoRerank); }},
+      {"POST", "/v1/rerank", [](const RouteCtx& c) { handle_not_supported(*c.ex, kNoRerank); }},
+      {"POST", "/v1/reranking", [](const RouteCtx& c) { handle_not_supported(*c.ex, kNoRerank); }},
+      {"GET", "/lora-adapters", [](const RouteCtx& c) { send_json(*c.ex, nlohmann::ordered_json::array()); }},
       // llama-server's web UI proxy for MCP servers: not served (403, as llama-server without --ui-mcp-proxy).
-      {"GET", "/cors-proxy", [&] { send_error(ex, api_error(StatusCode::kPermissionDenied, "the CORS proxy is not served")); }},
-      {"POST", "/cors-proxy", [&] { send_error(ex, api_error(StatusCode::kPermissionDenied, "the CORS proxy is not served")); }},
-      {"POST", "/lora-adapters", [&] { handle_not_supported(ex, "LoRA adapters are not supported yet"); }},
+      {"GET", "/cors-proxy", [](const RouteCtx& c) { send_error(*c.ex, api_error(StatusCode::kPermissionDenied, "the CORS proxy is not served")); }},
+      {"POST", "/cors-proxy", [](const RouteCtx& c) { send_error(*c.ex, api_error(StatusCode::kPermissionDenied, "the CORS proxy is not served")); }},
+      {"POST", "/lora-adapters", [](const RouteCtx& c) { handle_not_supported(*c.ex, "LoRA adapters are not supported yet"); }},
       // What routers ask of a worker (server/router_api.h): SGLang's and vLLM's routes.
-      {"GET", "/server_info", [&] { handle_server_info(m, ex); }},
-      {"GET", "/get_server_info", [&] { handle_server_info(m, ex); }},
-      {"GET", "/model_info", [&] { handle_model_info(m, ex); }},
-      {"GET", "/get_model_info", [&] { handle_model_info(m, ex); }},
-      {"GET", "/get_load", [&] { handle_get_load(m, ex); }},
-      {"GET", "/health_generate", [&] { handle_health_generate(m, ex); }},
-      {"POST", "/generate", [&] { handle_generate(m, req, ex, gen); }},
-      {"POST", "/v1/completions/render", [&] { handle_render(m, req, ex, Endpoint::kCompletions); }},
-      {"POST", "/v1/chat/completions/render", [&] { handle_render(m, req, ex, Endpoint::kChat); }},
+      {"GET", "/server_info", [](const RouteCtx& c) { handle_server_info(*c.m, *c.ex); }},
+      {"GET", "/get_server_info", [](const RouteCtx& c) { handle_server_info(*c.m, *c.ex); }},
+      {"GET", "/model_info", [](const RouteCtx& c) { handle_model_info(*c.m, *c.ex); }},
+      {"GET", "/get_model_info", [](const RouteCtx& c) { handle_model_info(*c.m, *c.ex); }},
+      {"GET", "/get_load", [](const RouteCtx& c) { handle_get_load(*c.m, *c.ex); }},
+      {"GET", "/health_generate", [](const RouteCtx& c) { handle_health_generate(*c.m, *c.ex); }},
+      {"POST", "/generate", [](const RouteCtx& c) { handle_generate(*c.m, *c.req, *c.ex, c.gen); }},
+      {"POST", "/v1/completions/render", [](const RouteCtx& c) { handle_render(*c.m, *c.req, *c.ex, Endpoint::kCompletions); }},
+      {"POST", "/v1/chat/completions/render", [](const RouteCtx& c) { handle_render(*c.m, *c.req, *c.ex, Endpoint::kChat); }},
   };
+  return routes;
+}
+}  // namespace
+
+bool is_api_path(const std::string& path) {
+  for (const Route& r : api_routes())
+    if (path == r.path) return true;
+  return false;
+}
+
+bool route_api(ServedModel& m, const http::Request& req, http::Exchange& ex, GenerationLog* gen) {
+  const std::vector<Route>& routes = api_routes();
+  const RouteCtx ctx{&m, &req, &ex, gen};
   bool path_known = false;
   for (const Route& r : routes) {
     if (req.path != r.path) continue;
     path_known = true;
     if (req.method == r.method) {
-      r.run();
+      r.run(ctx);
       return true;
     }
   }
@@ -482,12 +508,8 @@ void Server::route(const http::Request& req, http::Exchange& ex, GenerationLog* 
         for (const auto& info : models_->list()) known = known || info.name == name;
         if (!known) return send_error_for(req, ex, api_error(StatusCode::kNotFound, "model '" + name + "' is not served here"));
       }
-      m = models_->any_loaded();
-      if (!name.empty() && (m == nullptr || m->id() != name)) {
-        auto l = models_->acquire(name);
-        if (!l) return send_error_for(req, ex, api_error(l.status().code(), l.status().user_message()));
-        m = models_->any_loaded();
-      }
+      // (A scrape never loads a model: one not loaded reports its state only.)
+      m = name.empty() ? models_->any_loaded() : models_->loaded(name);
     } else {
       auto l = models_->acquire("");
       if (l) m = models_->any_loaded();
@@ -552,13 +574,19 @@ bool Server::route_models(const http::Request& req, http::Exchange& ex, Generati
     const std::string name = j["model"].get<std::string>();
     const Status st = req.path == "/models/load" ? models_->load(name) : models_->unload(name);
     if (!st.is_ok()) {
-      send_error_for(req, ex, api_error(st.code(), st.user_message(), "model"));
+      send_error_for(req, ex, api_error(st.code(), st.user_message(), "model",
+                                        st.code() == StatusCode::kNotFound ? "model_not_found"
+                                        : st.code() == StatusCode::kBusy   ? "model_busy"
+                                                                           : ""));
       return true;
     }
     send_json(ex, json{{"success", true}, {"model", name}});
     return true;
   }
   // Any other route: the model the request names ("model" in a JSON body, ?model= on a GET).
+  // A path no route has loads nothing (a 404 from the caller).
+  const bool predict = !so.predict_route.empty() && req.path == so.predict_route && req.method == "POST";
+  if (!predict && !is_api_path(req.path)) return false;
   std::string name = query_param(req.target, "model");
   if (name.empty() && !req.body.empty()) {
     const json j = json::parse(req.body, nullptr, false);

@@ -10,7 +10,8 @@ Gemma 3 270M and Qwen2.5-Coder 0.5B (both fetched by ./scripts/test) served by o
     swaps them: after each request exactly the model it named is loaded;
   * concurrent requests for a model being loaded all succeed, and it loads once;
   * an unknown model is a 404 naming the served ones; POST /models/load and /models/unload,
-    the latter refused while the model has a request running; GET routes take ?model=.
+    the latter refused while the model has a request running; GET routes take ?model=; a
+    path no route has, and a /metrics scrape, load nothing.
 Exits 77 (skip) without both models.
 """
 import json
@@ -110,6 +111,10 @@ def main():
         long.join(300)
         st, _, j = srv.post_json("/models/unload", {"model": GEMMA})
         check(st == 200 and states(srv)[GEMMA] == "unloaded", f"/models/unload: {st} {j} {states(srv)}")
+        # Neither a path no route has nor a metrics scrape loads a model.
+        st, _, _ = srv.post("/no/such/route", {"model": GEMMA})
+        st2, _, _ = srv.request("GET", f"/metrics?model={GEMMA}")
+        check(st == 404 and st2 == 200 and states(srv)[GEMMA] == "unloaded", f"404 / scrape loaded a model: {states(srv)}")
         st, _, j = srv.get_json(f"/props?model={QWEN}")
         check(st == 200 and j["model_alias"] == QWEN, f"/props?model=: {st} {str(j)[:200]}")
     stats.append("6 concurrent first requests: one load")
