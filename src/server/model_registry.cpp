@@ -116,7 +116,7 @@ Result<ModelRegistry::Lease> ModelRegistry::acquire(const std::string& name) {
       return l;
     }
     if (e.loading) {
-      cv_.wait(lock);
+      cv_.wait_for(lock, std::chrono::milliseconds(100));  // (and sees a stop within 0.1 s)
       continue;
     }
     // This request loads it; the others wait for this load.
@@ -142,13 +142,24 @@ Result<ModelRegistry::Lease> ModelRegistry::acquire(const std::string& name) {
           continue;
         }
         if (!busy || std::chrono::steady_clock::now() >= deadline) break;  // nothing to free: load over budget
-        cv_.wait_until(lock, deadline);
+        if (stop_flag_ != nullptr && stop_flag_->load()) {
+          e.loading = false;
+          cv_.notify_all();
+          return Status::error(StatusCode::kUnavailable, "the server is stopping");
+        }
+        cv_.wait_for(lock, std::chrono::milliseconds(100));
       }
     }
     const ModelSource src = e.src;
     lock.unlock();
     std::fprintf(stderr, "specula: loading model '%s' from %s\n", src.name.c_str(), src.path.c_str());
-    auto opened = opener_(src);
+    Result<std::unique_ptr<ServedModel>> opened = Status::internal("[server] the model did not load");
+    try {
+      opened = opener_(src);
+    } catch (const std::exception& ex) {
+      opened = Status::internal(std::string("[server] loading model '") + src.name + "' failed: " + ex.what());
+    } catch (...) {
+    }
     lock.lock();
     Entry& f = entries_[i];
     f.loading = false;

@@ -62,7 +62,7 @@ class SglangFormat : public AnswerFormat {
   std::string stream_end(const CompletionStream::Update& u) override {
     if (u.summary.outcome == Outcome::kFailed || u.summary.outcome == Outcome::kCancelled)
       return sse(openai_error_body(generation_error(u, g_.params)));
-    ids_.insert(ids_.end(), u.token_ids.begin(), u.token_ids.end());
+    // (stream_piece already took this update's tokens.)
     return sse(object(text_, ids_, lps_, &u));
   }
   std::string stream_close(const Usage*) override { return "data: [DONE]\n\n"; }
@@ -142,10 +142,12 @@ std::optional<ApiError> translate_sampling(const json& sp, json* body) {
     } else if (k == "json_schema") {
       // A JSON text in SGLang.
       if (!v.is_string()) return bad_request(param, "'" + param + "' must be a string (a JSON schema)");
-      json schema = json::parse(v.get<std::string>(), nullptr, false);
-      if (schema.is_discarded() || !schema.is_object())
-        return bad_request(param, "'" + param + "' is not a JSON object");
-      (*body)["json_schema"] = schema;
+      // (Parsed as a body is: its nesting bounded, so nothing below recurses deeply.)
+      auto schema = parse_body_object(v.get<std::string>());
+      if (std::holds_alternative<ApiError>(schema))
+        return bad_request(param, "'" + param + "' is not a JSON object of bounded nesting: " +
+                                      std::get<ApiError>(schema).message);
+      (*body)["json_schema"] = std::get<json>(std::move(schema));
     } else if (k == "skip_special_tokens" || k == "spaces_between_special_tokens") {
       if (v != json(true)) return bad_request(param, "'" + param + "' is only supported as true");
     } else if (k == "no_stop_trim") {
@@ -174,6 +176,7 @@ std::variant<CompletionParams, ApiError> parse_generate(const std::string& text,
   for (auto it = j.begin(); it != j.end(); ++it) {
     const std::string& k = it.key();
     const json& v = it.value();
+    if (v.is_null()) continue;  // null: the field's default
     if (k == "text" || k == "input_ids") {
       if (v.is_null()) continue;
       if (have_prompt) return bad_request(k, "send either 'text' or 'input_ids', not both");
@@ -194,7 +197,8 @@ std::variant<CompletionParams, ApiError> parse_generate(const std::string& text,
         return bad_request(k, "'top_logprobs_num' must be an integer in [0, 20]");
       top_logprobs = v.is_null() ? 0 : v.get<int64_t>();
     } else if (k == "return_text_in_logprobs") {
-      *text_in_logprobs = v.is_boolean() && v.get<bool>();
+      if (!v.is_boolean()) return bad_request(k, "'return_text_in_logprobs' must be a boolean");
+      *text_in_logprobs = v.get<bool>();
     } else if (k == "logprob_start_len") {
       if (!v.is_null() && v != json(-1)) return bad_request(k, "'logprob_start_len' is only supported as -1 (no prompt logprobs)");
     } else if (k == "log_metrics" || k == "no_logs" || k == "background") {

@@ -284,6 +284,12 @@ void Server::dispatch(const http::Request& req, http::Exchange& raw) {
   RecordingExchange ex(raw, cors_headers(options_, req));
   GenerationLog gen;
   const bool counted = req.path != "/health" && req.path != "/v1/health" && req.path != "/metrics" && req.method != "OPTIONS";
+  struct InFlight {  // counted while it is answered, even if its handler throws
+    std::atomic<int64_t>* n;
+    ~InFlight() {
+      if (n != nullptr) --*n;
+    }
+  } in_flight{counted ? &in_flight_ : nullptr};
   if (counted) ++in_flight_;
   if (counted && draining_.load()) {
     // Draining: nothing new is admitted (a router retries it on another replica).
@@ -291,7 +297,6 @@ void Server::dispatch(const http::Request& req, http::Exchange& raw) {
   } else {
     route(req, ex, &gen);
   }
-  if (counted) --in_flight_;
   if (!log) return;
   const uint64_t n = ++requests_logged_;
   std::string line = "[request] n=" + std::to_string(n) + " method=" + req.method + " path=" + req.path +

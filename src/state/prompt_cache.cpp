@@ -6,12 +6,14 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <chrono>
 #include <limits>
+#include <random>
 
 namespace specula {
 namespace {
@@ -44,7 +46,13 @@ uint32_t crc32_of(std::string_view s) {
 // Writes bytes to path atomically: a temporary file in the same folder, fsync, rename,
 // fsync of the folder. Errors name the step.
 Status write_atomic(const std::string& path, const std::string& bytes) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  // Unique per write: the pid alone is not (threads of one process, containers sharing a
+  // file system).
+  static std::atomic<uint64_t> counter{std::random_device{}()};
+  char suffix[40];
+  std::snprintf(suffix, sizeof(suffix), "%d.%llx", static_cast<int>(::getpid()),
+                static_cast<unsigned long long>(counter.fetch_add(0x9E3779B97F4A7C15ULL)));
+  const std::string tmp = path + ".tmp." + suffix;
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return Status::error("[prompt_cache] cannot create " + tmp + ": " + std::strerror(errno));
   size_t off = 0;
@@ -504,10 +512,12 @@ void PromptCache::writer_loop() {
     int64_t size = 0;
     if (state) {
       const std::string out = serialize(opt_.fingerprint, *e, *state);
-      char name[48];
+      char name[64];
+      // The fingerprint's hash first: models (or layouts) sharing a folder never meet on a name.
+      const std::vector<int32_t> fb(opt_.fingerprint.begin(), opt_.fingerprint.end());
       if (e->key.empty()) {
-        std::snprintf(name, sizeof(name), "%016llx-%08x.spc", static_cast<unsigned long long>(fnv1a(e->tokens)),
-                      static_cast<unsigned>(e->tokens.size()));
+        std::snprintf(name, sizeof(name), "%08x-%016llx-%08x.spc", static_cast<unsigned>(fnv1a(fb)),
+                      static_cast<unsigned long long>(fnv1a(e->tokens)), static_cast<unsigned>(e->tokens.size()));
       } else {
         const std::vector<int32_t> kb(e->key.begin(), e->key.end());
         std::snprintf(name, sizeof(name), "gen-%016llx.spg", static_cast<unsigned long long>(fnv1a(kb)));
@@ -580,15 +590,18 @@ Status PromptCache::index_disk() {
       if (!tec && now - t > std::chrono::hours(1)) std::filesystem::remove(de.path(), tec);
       continue;
     }
-    if (de.path().extension() == ".spc" || de.path().extension() == ".spg")
-      files.push_back({de.last_write_time(ec), de.path()});
+    if (de.path().extension() == ".spc" || de.path().extension() == ".spg") {
+      std::error_code sec;  // a file another process deletes meanwhile: skipped
+      const auto t = de.last_write_time(sec);
+      if (!sec) files.push_back({t, de.path()});
+    }
   }
   if (ec) return Status::error("[prompt_cache] cannot list " + opt_.dir + ": " + ec.message());
   std::sort(files.begin(), files.end());  // oldest first: LRU order
   std::vector<std::filesystem::path> paths;
   for (auto& [t, path] : files) paths.push_back(std::move(path));
   last_scan_ms_ = steady_ms();
-  index_files(std::move(paths));
+  index_files(std::move(paths), /*startup=*/true);
   std::lock_guard<std::mutex> lock(mu_);
   evict_disk_locked();
   return Status::ok();
@@ -598,15 +611,21 @@ void PromptCache::rescan_disk() {
   const int64_t now = steady_ms();
   int64_t last = last_scan_ms_.load();
   if (now - last < 1000 || !last_scan_ms_.compare_exchange_strong(last, now)) return;
-  std::error_code ec;
-  std::vector<std::filesystem::path> paths;
-  for (const auto& de : std::filesystem::directory_iterator(opt_.dir, ec))
-    if (de.path().extension() == ".spc" || de.path().extension() == ".spg") paths.push_back(de.path());
-  if (ec) return;
-  index_files(std::move(paths));
+  // (On the engine thread: nothing may escape; a folder that cannot be listed now is listed
+  // again next time.)
+  try {
+    std::error_code ec;
+    std::vector<std::filesystem::path> paths;
+    std::filesystem::directory_iterator it(opt_.dir, ec), end;
+    for (; !ec && it != end; it.increment(ec))
+      if (it->path().extension() == ".spc") paths.push_back(it->path());  // (others' checkpoints: theirs)
+    if (ec) return;
+    index_files(std::move(paths), /*startup=*/false);
+  } catch (...) {
+  }
 }
 
-void PromptCache::index_files(std::vector<std::filesystem::path> paths) {
+void PromptCache::index_files(std::vector<std::filesystem::path> paths, bool startup) {
   {
     // Each file once: claimed here, so a concurrent listing skips it.
     std::lock_guard<std::mutex> lock(mu_);
@@ -647,8 +666,8 @@ void PromptCache::index_files(std::vector<std::filesystem::path> paths) {
     e->min_length = h.min_length;
     e->file = path.string();
     e->file_bytes = file_bytes;
-    if (!h.key.empty()) {  // a generation checkpoint
-      if (checkpoints_.count(h.key)) continue;  // ours, being written under the same name
+    if (!h.key.empty()) {  // a generation checkpoint (at start only: later ones are other processes')
+      if (!startup || checkpoints_.count(h.key)) continue;
       e->key = std::move(h.key);
       e->record = std::move(h.record);
       checkpoints_[e->key] = e;
@@ -669,12 +688,14 @@ void PromptCache::index_files(std::vector<std::filesystem::path> paths) {
 
 std::optional<RowState> PromptCache::read_file(const std::string& path, std::span<const int32_t> tokens,
                                                const StateRows& group, bool owned) {
-  const auto reject = [&](const std::string& why) -> std::optional<RowState> {
+  // `damaged`: the file itself is bad (checksum, format) — ours then goes; a file of another
+  // model, or a failure of this process, leaves it to whoever can use it.
+  const auto reject = [&](const std::string& why, bool damaged = true) -> std::optional<RowState> {
     std::lock_guard<std::mutex> lock(mu_);
     ++stats_.disk_rejected;
     std::fprintf(stderr, "[prompt_cache] not loading %s: %s\n", path.c_str(), why.c_str());
     std::error_code ec;
-    if (owned) std::filesystem::remove(path, ec);  // ours and unusable: it would be rejected again
+    if (owned && damaged) std::filesystem::remove(path, ec);  // ours and unusable: it would be rejected again
     forget_file_locked(path);
     return std::nullopt;
   };
@@ -692,11 +713,11 @@ std::optional<RowState> PromptCache::read_file(const std::string& path, std::spa
   if (crc32_of(body) != crc) return reject("checksum mismatch (corrupted or truncated)");
   FileHeader h;
   if (Status st = parse_header(body, h); !st.is_ok()) return reject(st.message());
-  if (h.fingerprint != opt_.fingerprint) return reject("made for another model or cache layout");
+  if (h.fingerprint != opt_.fingerprint) return reject("made for another model or cache layout", false);
   if (!std::equal(h.tokens.begin(), h.tokens.end(), tokens.begin(), tokens.end())) return reject("tokens differ from the index");
   if (h.n_layers != static_cast<uint64_t>(group.n_layers())) return reject("layer count differs");
   auto row = group.new_row();
-  if (!row) return reject(row.message());
+  if (!row) return reject(row.message(), false);
   for (uint64_t il = 0; il < h.n_layers; ++il) {
     uint64_t n;
     if (!get_u64(body, n) || body.size() < n) return reject("truncated layer " + std::to_string(il));

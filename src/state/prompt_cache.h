@@ -27,7 +27,9 @@
 // at most once a second and index the files others wrote since (each file once); a file
 // another process evicted is a quiet miss (not a rejection); at start only temporary files
 // older than an hour are removed (a younger one may be another process's write in
-// progress). Each process counts and caps the files it knows of.
+// progress); names begin with a hash of the fingerprint, so different models may share a
+// folder too. Each process counts and caps the files it knows of; other processes'
+// generation checkpoints are left to them.
 // Thread-safety: all methods may be called from any thread (one mutex; disk I/O happens
 // outside it, on the writer thread or for a read-back).
 // Does not decide when to insert (engine/) or how a layer serialises (state/ layouts).
@@ -145,7 +147,8 @@ class PromptCache {
   void writer_loop();
   Status index_disk();
   // Indexes the files of `paths` not indexed yet (reads their headers outside the lock).
-  void index_files(std::vector<std::filesystem::path> paths);
+  // startup: also generation checkpoints (later listings leave other processes' alone).
+  void index_files(std::vector<std::filesystem::path> paths, bool startup);
   // At most once a second: the files other processes wrote to the folder since.
   void rescan_disk();
   // Forgets `path` as a file of this cache (deleted or never to be used).

@@ -347,7 +347,8 @@ def test_router_requests(srv, stats):
                 check(st == 200 and events and events[-1] == "[DONE]", f"{fwd['path']} {json.dumps(body)[:300]}: {st} {data[:300]!r}")
                 if fwd["path"] == "/generate":
                     last = json.loads(events[-2])
-                    check(last["meta_info"]["finish_reason"] is not None and last["text"], f"/generate stream end: {last}")
+                    check(last["meta_info"]["finish_reason"] is not None and last["text"]
+                          and len(last["output_ids"]) == last["meta_info"]["completion_tokens"], f"/generate stream end: {last}")
                 continue
             st, _, j = srv.post_json(fwd["path"], body)
             if "tools" in body and not srv.get_json("/props")[2]["chat_template_caps"]["supports_tool_calls"]:
@@ -389,6 +390,15 @@ def test_router_requests(srv, stats):
                         ({"text": "x", "sampling_params": {"max_new_tokens": -2}}, "sampling_params.max_new_tokens")):
         st, _, data = srv.post("/generate", body)
         ss.check_error_body(st, data, 400, f"/generate {body}", param)
+    # A one-token stream (its last update carries the token and the finish): the id once.
+    st, _, data, events = srv.stream("/generate", {"text": "Hi", "sampling_params": {"max_new_tokens": 1}, "stream": True})
+    last = json.loads(events[-2])
+    check(len(last["output_ids"]) == 1, f"one-token /generate stream: {last}")
+    # A schema string nested past the body limit is refused, not recursed into.
+    deep = "[" * 100000 + "]" * 100000
+    st, _, data = srv.post("/generate", {"text": "x", "sampling_params": {"json_schema": deep}})
+    ss.check_error_body(st, data, 400, "a deeply nested json_schema string", "sampling_params.json_schema")
+    check(srv.alive(), "the server died on a deeply nested json_schema")
     st, _, j = srv.get_json("/health_generate")
     check(st == 200, f"/health_generate: {st} {j}")
     m = srv.metrics()
