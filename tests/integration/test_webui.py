@@ -81,7 +81,13 @@ class Chromium:
     def wait_for(self, expression, timeout, what):
         deadline = time.time() + timeout
         while time.time() < deadline:
-            v = self.js(expression)
+            try:
+                v = self.js(expression)
+            except ss.TestFailure as e:
+                # A page that is navigating (a reload under way) answers no evaluation: ask again.
+                if "navigated or closed" not in str(e):
+                    raise
+                v = None
             if v:
                 return v
             time.sleep(0.1)
