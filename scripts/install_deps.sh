@@ -31,6 +31,12 @@ if ! command -v python3 >/dev/null 2>&1 || ! python3 -c "import pip" >/dev/null 
   status=$(dpkg-query -W -f='${Status}' python3-pip 2>/dev/null || true)
   [[ "$status" == "install ok installed" ]] || missing+=(python3-pip)
 fi
+# venv (scripts/cluster installs the router into build/router-venv): Debian's python3
+# has it only with python3-venv.
+if ! command -v python3 >/dev/null 2>&1 || ! python3 -c "import ensurepip, venv" >/dev/null 2>&1; then
+  status=$(dpkg-query -W -f='${Status}' python3-venv 2>/dev/null || true)
+  [[ "$status" == "install ok installed" ]] || missing+=(python3-venv)
+fi
 
 # Node.js and npm (the npm package js/ and its tests; Bun comes from npm as a dev
 # dependency): Debian's, only when no `node` / `npm` works (they may come from elsewhere,
