@@ -311,6 +311,14 @@ def test_queue_full(srv, stats):
     stats["queue"] = "429 ok"
 
 
+def wait_for_metric(srv, name, at_least, what, timeout=60):
+    """Polls /metrics until `name` reaches `at_least`; fails with `what` after `timeout` s."""
+    deadline = time.time() + timeout
+    while srv.metrics().get(name, 0) < at_least:
+        check(time.time() < deadline, what)
+        time.sleep(0.05)
+
+
 def test_shutdown(stats):
     """SIGTERM right after start is not lost; SIGINT during a long stream and a long
     non-streamed request ends them promptly (non-streamed: a 503 error body)."""
@@ -333,10 +341,7 @@ def test_shutdown(stats):
     threads = [threading.Thread(target=stream), threading.Thread(target=whole)]
     for t in threads:
         t.start()
-    deadline = time.time() + 60
-    while srv.metrics().get("specula_running_rows", 0) < 2:
-        check(time.time() < deadline, "the two long requests never both ran")
-        time.sleep(0.05)
+    wait_for_metric(srv, "specula_running_rows", 2, "the two long requests never both ran")
     t1 = time.time()
     srv.stop(timeout=30, sig=signal.SIGINT)
     t_stop = time.time() - t1
@@ -372,15 +377,10 @@ def test_drain(stats):
     threads = [threading.Thread(target=whole, args=("a",)), threading.Thread(target=stream)]
     for t in threads:
         t.start()
-    deadline = time.time() + 60
-    while srv.metrics().get("specula_running_rows", 0) < 2:
-        check(time.time() < deadline, "the two long requests never both ran")
-        time.sleep(0.05)
+    wait_for_metric(srv, "specula_running_rows", 2, "the two long requests never both ran")
     queued = threading.Thread(target=whole, args=("queued",))
     queued.start()
-    while srv.metrics().get("specula_queue_depth", 0) < 1:
-        check(time.time() < deadline, "the third request never queued")
-        time.sleep(0.05)
+    wait_for_metric(srv, "specula_queue_depth", 1, "the third request never queued")
     srv.proc.send_signal(signal.SIGTERM)
     time.sleep(0.3)
     st, _, data = srv.request("GET", "/health")
@@ -405,9 +405,7 @@ def test_drain(stats):
     t = threading.Thread(target=lambda: out.__setitem__("long", srv.post(C, {"prompt": "Long:", "max_tokens": 1500,
                                                                           "ignore_eos": True})))
     t.start()
-    while srv.metrics().get("specula_running_rows", 0) < 1:
-        check(time.time() < deadline + 60, "the long request never ran")
-        time.sleep(0.05)
+    wait_for_metric(srv, "specula_running_rows", 1, "the long request never ran")
     t0 = time.time()
     srv.stop(timeout=30)
     t.join(30)
