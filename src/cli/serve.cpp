@@ -49,6 +49,9 @@ struct ServeArgs {
   std::string cors_origin = "*";
   bool no_webui = false, no_slots = false, no_metrics = false, verbose = false, kv_split = false;
   std::string reasoning = "auto";
+  std::string reasoning_format = "auto";
+  int64_t reasoning_budget = -1;
+  int64_t responses_max = 1024;
   std::string chat_template;
   std::string tags;
 };
@@ -88,6 +91,12 @@ server::ServerOptions connection_options(const RuntimeConfig& config, const Serv
   so.metrics = !a.no_metrics;
   so.verbose = a.verbose;
   so.reasoning = a.reasoning;
+  so.reasoning_format = a.reasoning_format == "deepseek" ? "auto" : a.reasoning_format;
+  so.reasoning_budget = a.reasoning_budget;
+  // One response store for every model; on disk beside the prompt cache with --cache-dir.
+  so.responses = std::make_shared<server::ResponseStore>(
+      a.cache_dir.empty() ? std::string() : (std::filesystem::path(a.cache_dir) / "responses").string(),
+      static_cast<size_t>(a.responses_max));
   // Vertex AI's custom-container variables (cloud.google.com/vertex-ai/docs/predictions/
   // custom-container-requirements), as llama-server reads them.
   if (config.aip_mode == "PREDICTION") {
@@ -328,6 +337,18 @@ void add_serve_flags(CLI::App* cmd, ServeArgs& a) {
                   "Reasoning models: auto (the template as it is), off (ask not to think: enable_thinking false and an "
                   "empty thinking block after the generation prompt), on (enable_thinking true)")
       ->check(CLI::IsMember({"auto", "on", "off"}));
+  cmd->add_option("--reasoning-format", a.reasoning_format,
+                  "Reasoning models' thinking (<think>...</think>): auto / deepseek (split out: reasoning_content, "
+                  "thinking blocks, reasoning items) or none (left in the content); a request's reasoning_format wins")
+      ->check(CLI::IsMember({"auto", "deepseek", "none"}));
+  cmd->add_option("--responses-max", a.responses_max,
+                  "Responses API: stored responses kept for previous_response_id (least recently used out; on disk "
+                  "under --cache-dir/responses when set; default 1024)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+  cmd->add_option("--reasoning-budget", a.reasoning_budget,
+                  "Thinking tokens a request may spend before the closing tag is forced (-1: unlimited, 0: none); a "
+                  "request's thinking_budget_tokens / reasoning_effort / thinking.budget_tokens wins")
+      ->check(CLI::Range(int64_t{-1}, int64_t{1} << 30));
   cmd->add_flag("--kv-split", a.kv_split,
                 "One request holds at most --ctx / --parallel tokens (llama-server's per-slot context); default: one "
                 "request may use all of --ctx");

@@ -126,6 +126,29 @@ const char* constraint_kind_name(ConstraintKind k) {
   return "?";
 }
 
+namespace {
+// The llguidance matcher of one grammar.
+class GrammarConstraint final : public TokenConstraint {
+ public:
+  GrammarConstraint(std::shared_ptr<const GrammarVocab> vocab, LlgMatcher* m) : vocab_(std::move(vocab)), m_(m) {}
+  ~GrammarConstraint() override;
+  int32_t mask_words() const override { return (vocab_->n_vocab() + 31) / 32; }
+  Status compute_mask(uint32_t* bits) override;
+  Status consume(std::span<const int32_t> tokens) override;
+  Status rollback(int32_t n) override;
+  int32_t valid_prefix(std::span<const int32_t> tokens) override;
+  std::vector<int32_t> forced_tokens(int32_t max_tokens) override;
+  bool stopped() const override;
+  bool accepting() override;
+  Result<std::unique_ptr<TokenConstraint>> clone() const override;
+
+ private:
+  std::shared_ptr<const GrammarVocab> vocab_;
+  LlgMatcher* m_ = nullptr;
+  std::vector<uint32_t> scratch_;
+};
+}  // namespace
+
 Result<std::unique_ptr<TokenConstraint>> TokenConstraint::create(std::shared_ptr<const GrammarVocab> vocab,
                                                                  const ConstraintSpec& spec) {
   const std::string what = std::string("[grammar] ") + constraint_kind_name(spec.kind) + ": ";
@@ -198,9 +221,7 @@ Result<std::unique_ptr<TokenConstraint>> TokenConstraint::create(std::shared_ptr
     llg_free_matcher(m);
     return Status::error(msg);
   }
-  std::unique_ptr<TokenConstraint> c(new TokenConstraint());
-  c->vocab_ = std::move(vocab);
-  c->m_ = m;
+  std::unique_ptr<TokenConstraint> c = std::make_unique<GrammarConstraint>(std::move(vocab), m);
   // The first mask now, so that a grammar that cannot start (an empty language, limits
   // exceeded at once) is the request's error before it queues.
   std::vector<uint32_t> first(static_cast<size_t>(c->mask_words()));
@@ -211,7 +232,7 @@ Result<std::unique_ptr<TokenConstraint>> TokenConstraint::create(std::shared_ptr
   return c;
 }
 
-TokenConstraint::~TokenConstraint() { llg_free_matcher(m_); }
+GrammarConstraint::~GrammarConstraint() { llg_free_matcher(m_); }
 
 namespace {
 Status matcher_error(LlgMatcher* m, const char* op) {
@@ -219,7 +240,7 @@ Status matcher_error(LlgMatcher* m, const char* op) {
 }
 }  // namespace
 
-Status TokenConstraint::compute_mask(uint32_t* bits) {
+Status GrammarConstraint::compute_mask(uint32_t* bits) {
   const size_t n = llg_matcher_get_mask_byte_size(m_);
   const size_t want = static_cast<size_t>(mask_words()) * sizeof(uint32_t);
   if (n == want) {
@@ -236,25 +257,25 @@ Status TokenConstraint::compute_mask(uint32_t* bits) {
 // Token ids as llguidance's u32 (ids are >= 0; int32_t and uint32_t may alias each other).
 static const uint32_t* as_u32(std::span<const int32_t> tokens) { return reinterpret_cast<const uint32_t*>(tokens.data()); }
 
-Status TokenConstraint::consume(std::span<const int32_t> tokens) {
+Status GrammarConstraint::consume(std::span<const int32_t> tokens) {
   if (tokens.empty()) return Status::ok();
   if (llg_matcher_consume_tokens(m_, as_u32(tokens), tokens.size()) != 0) return matcher_error(m_, "consume");
   return Status::ok();
 }
 
-Status TokenConstraint::rollback(int32_t n) {
+Status GrammarConstraint::rollback(int32_t n) {
   if (n <= 0) return Status::ok();
   if (llg_matcher_rollback(m_, static_cast<size_t>(n)) != 0) return matcher_error(m_, "rollback");
   return Status::ok();
 }
 
-int32_t TokenConstraint::valid_prefix(std::span<const int32_t> tokens) {
+int32_t GrammarConstraint::valid_prefix(std::span<const int32_t> tokens) {
   if (tokens.empty()) return 0;
   const int32_t n = llg_matcher_validate_tokens(m_, as_u32(tokens), tokens.size());
   return n < 0 ? 0 : n;
 }
 
-std::vector<int32_t> TokenConstraint::forced_tokens(int32_t max_tokens) {
+std::vector<int32_t> GrammarConstraint::forced_tokens(int32_t max_tokens) {
   if (max_tokens <= 0) return {};
   std::vector<uint32_t> out(static_cast<size_t>(max_tokens));
   const int32_t n = llg_matcher_compute_ff_tokens(m_, out.data(), out.size());
@@ -262,19 +283,16 @@ std::vector<int32_t> TokenConstraint::forced_tokens(int32_t max_tokens) {
   return std::vector<int32_t>(out.begin(), out.begin() + std::min(n, max_tokens));
 }
 
-bool TokenConstraint::stopped() const { return llg_matcher_is_stopped(m_); }
-bool TokenConstraint::accepting() { return llg_matcher_is_accepting(m_); }
+bool GrammarConstraint::stopped() const { return llg_matcher_is_stopped(m_); }
+bool GrammarConstraint::accepting() { return llg_matcher_is_accepting(m_); }
 
-Result<std::unique_ptr<TokenConstraint>> TokenConstraint::clone() const {
+Result<std::unique_ptr<TokenConstraint>> GrammarConstraint::clone() const {
   LlgMatcher* m = llg_clone_matcher(m_);
   if (m == nullptr || llg_matcher_is_error(m)) {
     llg_free_matcher(m);
     return Status::error("[grammar] clone failed");
   }
-  std::unique_ptr<TokenConstraint> c(new TokenConstraint());
-  c->vocab_ = vocab_;
-  c->m_ = m;
-  return c;
+  return std::unique_ptr<TokenConstraint>(std::make_unique<GrammarConstraint>(vocab_, m));
 }
 
 void apply_token_mask(float* logits, int32_t n_vocab, const uint32_t* bits) {

@@ -83,7 +83,10 @@ struct ConstraintSpec {
 // "grammar", "lark").
 const char* constraint_kind_name(ConstraintKind k);
 
-// One request's matcher: the state after the tokens consumed so far.
+// One request's matcher: the state after the tokens consumed so far. An interface: the
+// grammar's matcher (create()) and the thinking budget (grammar/thinking_budget.h, which
+// may wrap a grammar for the text after the thinking) implement it; decoding/round.h only
+// sees this.
 class TokenConstraint {
  public:
   // Compiles the grammar (milliseconds; large schemas longer: call it off the engine
@@ -91,34 +94,30 @@ class TokenConstraint {
   // message (unsupported schema keyword, bad regex, GBNF syntax with its line).
   static Result<std::unique_ptr<TokenConstraint>> create(std::shared_ptr<const GrammarVocab> vocab,
                                                          const ConstraintSpec& spec);
-  ~TokenConstraint();
+  TokenConstraint() = default;
+  virtual ~TokenConstraint() = default;
   TokenConstraint(const TokenConstraint&) = delete;
   TokenConstraint& operator=(const TokenConstraint&) = delete;
 
-  int32_t mask_words() const { return (vocab_->n_vocab() + 31) / 32; }
+  // uint32 words of a mask: (n_vocab + 31) / 32.
+  virtual int32_t mask_words() const = 0;
   // The allowed tokens after the consumed ones into bits [mask_words()]. Errors: the
   // matcher failed (llguidance's message).
-  Status compute_mask(uint32_t* bits);
+  virtual Status compute_mask(uint32_t* bits) = 0;
   // Advances by tokens (each must be allowed). Errors: a token the grammar refuses.
-  Status consume(std::span<const int32_t> tokens);
+  virtual Status consume(std::span<const int32_t> tokens) = 0;
   // Undoes the last n consumed tokens.
-  Status rollback(int32_t n);
+  virtual Status rollback(int32_t n) = 0;
   // How many leading tokens of `tokens` the grammar accepts (0..size), without consuming.
-  int32_t valid_prefix(std::span<const int32_t> tokens);
+  virtual int32_t valid_prefix(std::span<const int32_t> tokens) = 0;
   // The tokens the grammar forces next (each the only way on; at most max_tokens).
-  std::vector<int32_t> forced_tokens(int32_t max_tokens);
+  virtual std::vector<int32_t> forced_tokens(int32_t max_tokens) = 0;
   // Nothing may follow but end of generation.
-  bool stopped() const;
+  virtual bool stopped() const = 0;
   // The text so far is a complete sentence of the grammar.
-  bool accepting();
+  virtual bool accepting() = 0;
   // An independent matcher in the same state (n > 1 choices).
-  Result<std::unique_ptr<TokenConstraint>> clone() const;
-
- private:
-  TokenConstraint() = default;
-  std::shared_ptr<const GrammarVocab> vocab_;
-  LlgMatcher* m_ = nullptr;
-  std::vector<uint32_t> scratch_;
+  virtual Result<std::unique_ptr<TokenConstraint>> clone() const = 0;
 };
 
 // logits[id] = -inf for every id in [0, n_vocab) whose bit is clear.

@@ -11,6 +11,12 @@ void AnswerFormat::begin(Generation g, chat::ToolFormat tools) {
   if (g_.params->tools.is_array())
     for (const auto& t : g_.params->tools) names.push_back(t["function"]["name"].get<std::string>());
   calls_ = chat::ToolCallStream(tools, std::move(names), g_.params->parallel_tool_calls);
+  reasoning_ = chat::ReasoningStream(g_.reasoning, g_.in_thinking);
+}
+
+int64_t AnswerFormat::reasoning_tokens() const {
+  if (g_.reasoning == chat::ReasoningFormat::kNone) return -1;
+  return g_.thinking ? g_.thinking->thinking_tokens() : 0;
 }
 
 ApiError generation_error(const CompletionStream::Update& u, const CompletionParams* c) {

@@ -14,7 +14,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "chat/reasoning.h"
 #include "chat/tool_calls.h"
+#include "grammar/thinking_budget.h"
 #include "server/completion_stream.h"
 #include "server/errors.h"
 #include "server/request.h"
@@ -31,12 +33,19 @@ struct Generation {
   int index = 0;        // the choice's index (n > 1)
   const CompletionParams* params = nullptr;
   std::string prompt_text;  // the prompt's tokens as text (only for formats that want it)
+  // Reasoning (chat/reasoning.h): the answer's thinking format (kNone: not split), whether
+  // the prompt opened the block, and the budget constraint that counts its tokens (null:
+  // none runs).
+  chat::ReasoningFormat reasoning = chat::ReasoningFormat::kNone;
+  bool in_thinking = false;
+  std::shared_ptr<const ThinkingBudget> thinking;
 };
 
 // Token counts of a whole answer (all its choices).
 struct Usage {
   int64_t prompt_tokens = 0, completion_tokens = 0;
   int64_t cached_tokens = 0;  // prompt tokens served by the prompt cache (usage.prompt_tokens_details)
+  int64_t reasoning_tokens = -1;  // thinking tokens (-1: not a reasoning answer)
   // Speculative decoding telemetry (specula extension, reported as usage.speculative
   // when spec_rounds > 0): verify rounds with drafts, drafted and accepted tokens.
   int64_t spec_rounds = 0, drafted = 0, accepted = 0;
@@ -82,8 +91,11 @@ class AnswerFormat {
   }
 
  protected:
+  // The thinking tokens of this choice (-1: not a reasoning answer).
+  int64_t reasoning_tokens() const;
   Generation g_;
   chat::ToolCallStream calls_;
+  chat::ReasoningStream reasoning_;  // streamed answers' split
 };
 
 // The error of a generation that did not finish: the request's own grammar giving out

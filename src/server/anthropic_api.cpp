@@ -6,6 +6,7 @@
 
 #include "server/engine_request.h"
 #include "server/generation.h"
+#include "server/openai_api.h"
 #include "server/routes.h"
 #include "server/sampling_fields.h"
 
@@ -44,18 +45,56 @@ std::optional<ApiError> check_fields(const json& j) {
     if (v.is_null() || std::any_of(std::begin(kRead), std::end(kRead), [&](const char* k) { return key == k; }) ||
         is_sampling_key(key, SamplingApi::kAnthropic))
       continue;
-    if (key == "thinking" && string_field(v, "type") == "disabled") continue;
+    if (key == "thinking") continue;  // read_thinking
     if (key == "tools" || key == "tool_choice") continue;  // read_tools
-    if (key == "output_config" && v.is_object()) {  // effort: no reasoning to spend it on; format: read_output_format
+    if (key == "output_config" && v.is_object()) {  // effort: read_thinking; format: read_output_format
       bool ok = true;
       for (auto f = v.begin(); f != v.end(); ++f)
         ok = ok && (f.key() == "effort" || f.key() == "format" || f.value().is_null());
       if (ok) continue;
       return bad(key, "unknown field in 'output_config' (effort and format are read)");
     }
-    if (key == "thinking" || key == "mcp_servers" || key == "container" || key == "diagnostics")
+    if (key == "mcp_servers" || key == "container" || key == "diagnostics")
       return bad(key, "'" + key + "' is not implemented yet");
     return bad(key, "unknown field '" + key + "' for /v1/messages");
+  }
+  return std::nullopt;
+}
+
+// Extended thinking: thinking {"type": "enabled", "budget_tokens": N} (the thinking budget),
+// {"type": "disabled"} (the template is asked not to think, and a block the model opens
+// anyway is closed at once), {"type": "adaptive"} (the model decides); output_config.effort
+// (low, medium, high, max) as a budget when thinking gives none.
+std::optional<ApiError> read_thinking(const json& j, CompletionParams& c) {
+  if (j.contains("output_config") && j["output_config"].is_object() && j["output_config"].contains("effort") &&
+      !j["output_config"]["effort"].is_null()) {
+    const json& e = j["output_config"]["effort"];
+    auto b = e == "max" ? std::optional<int64_t>(-1) : reasoning_effort_budget(e);
+    if (!b || e == "none" || e == "minimal" || e == "xhigh")
+      return bad("output_config", "'output_config.effort' " + shown(e) + " must be \"low\", \"medium\", \"high\" or \"max\"");
+    c.thinking_budget = *b;
+    c.thinking_budget_field = "output_config.effort";
+  }
+  if (!j.contains("thinking") || j["thinking"].is_null()) return std::nullopt;
+  const json& t = j["thinking"];
+  const std::string type = string_field(t, "type");
+  if (!t.is_object() || (type != "enabled" && type != "disabled" && type != "adaptive"))
+    return bad("thinking", "'thinking' must be {\"type\": \"enabled\", \"budget_tokens\": N}, {\"type\": \"disabled\"} or "
+                           "{\"type\": \"adaptive\"}");
+  for (auto it = t.begin(); it != t.end(); ++it)
+    if (it.key() != "type" && it.key() != "budget_tokens" && it.key() != "display")
+      return bad("thinking", "unknown field 'thinking." + it.key() + "'");
+  if (type == "disabled") {
+    if (!c.template_kwargs.is_object()) c.template_kwargs = json::object();
+    c.template_kwargs["enable_thinking"] = false;
+    c.thinking_budget = 0;
+    c.thinking_budget_field = "thinking";
+  } else if (type == "enabled") {
+    const json& b = t.contains("budget_tokens") ? t["budget_tokens"] : json(nullptr);
+    if (!b.is_number_integer() || b.get<int64_t>() < 0 || b.get<int64_t>() > std::numeric_limits<int32_t>::max())
+      return bad("thinking", "'thinking.budget_tokens' must be a non-negative integer, got " + shown(b));
+    c.thinking_budget = b.get<int64_t>();
+    c.thinking_budget_field = "thinking.budget_tokens";
   }
   return std::nullopt;
 }
@@ -129,7 +168,7 @@ std::optional<ApiError> read_tools(FieldReader& p, CompletionParams& c) {
 // One message's content blocks: tool_result blocks (user) become tool messages before the
 // text; tool_use blocks (assistant) become the turn's tool_calls; the rest is its text.
 std::optional<ApiError> read_blocks(const json& msg, const std::string& where, CompletionParams& c, std::string* text,
-                                    json* calls, bool* only_results) {
+                                    json* calls, bool* only_results, std::string* reasoning) {
   std::string why;
   json text_blocks = json::array();
   for (const json& b : msg["content"]) {
@@ -143,6 +182,13 @@ std::optional<ApiError> read_blocks(const json& msg, const std::string& where, C
       // A failed tool's result says so (the template has no field for it).
       if (b.contains("is_error") && b["is_error"] == true) result = "Error: " + result;
       c.messages.push_back({{"role", "tool"}, {"tool_call_id", b["tool_use_id"]}, {"content", result}});
+    } else if ((type == "thinking" || type == "redacted_thinking") && msg["role"] == "assistant") {
+      // An earlier turn's thinking: the template's reasoning_content (redacted: nothing to show).
+      if (type == "thinking") {
+        if (!b.contains("thinking") || !b["thinking"].is_string())
+          return bad("messages", where + ": a thinking block needs its 'thinking' text");
+        *reasoning += b["thinking"].get<std::string>();
+      }
     } else if (type == "tool_use" && msg["role"] == "assistant") {
       if (!b.contains("id") || !b.contains("name") || !b["name"].is_string() || !b.contains("input") ||
           !b["input"].is_object())
@@ -153,7 +199,7 @@ std::optional<ApiError> read_blocks(const json& msg, const std::string& where, C
     }
   }
   if (!flatten_blocks(text_blocks, text, &why)) return bad("messages", where + ".content " + why);
-  *only_results = text_blocks.empty() && calls->empty();
+  *only_results = text_blocks.empty() && calls->empty() && reasoning->empty();
   return std::nullopt;
 }
 
@@ -173,17 +219,18 @@ std::optional<ApiError> read_messages(FieldReader& p, CompletionParams& c, bool 
     if (!msg.contains("role") || !(msg["role"] == "user" || msg["role"] == "assistant"))
       return bad("messages", where + ".role must be \"user\" or \"assistant\"");
     if (!msg.contains("content")) return bad("messages", where + ".content is required");
-    std::string text, why;
+    std::string text, why, reasoning;
     json calls = json::array();
     if (msg["content"].is_array()) {
       bool only_results = false;
-      if (auto e = read_blocks(msg, where, c, &text, &calls, &only_results)) return e;
+      if (auto e = read_blocks(msg, where, c, &text, &calls, &only_results, &reasoning)) return e;
       if (only_results) continue;
     } else if (!flatten_blocks(msg["content"], &text, &why)) {
       return bad("messages", where + ".content " + why);
     }
     json m = {{"role", msg["role"]}, {"content", text}};
     if (!calls.empty()) m["tool_calls"] = std::move(calls);
+    if (!reasoning.empty()) m["reasoning_content"] = std::move(reasoning);
     c.messages.push_back(std::move(m));
   }
   // A final assistant message is a prefill the answer must continue; chat templates close
@@ -225,6 +272,7 @@ std::variant<CompletionParams, ApiError> parse_messages_request(const std::strin
   CompletionParams c;
   c.endpoint = Endpoint::kChat;
   if (auto e = read_output_format(j, c)) return *e;
+  if (auto e = read_thinking(j, c)) return *e;
   // Anthropic's defaults: temperature 1.0 and no truncation of the distribution.
   c.sampling = api_default_sampling(SamplingApi::kAnthropic);
   const json* m = p.get("model");
@@ -291,8 +339,40 @@ AnthropicUsage usage(const RequestSummary& s) {
 }  // namespace
 
 json AnthropicFormat::whole(const std::string& text, const std::vector<TokenLogprob>&, const CompletionStream::Update& u) {
-  const chat::ParsedAnswer a = calls_.parse_whole(text, u.summary.outcome == Outcome::kLength);
-  return anthropic_message(g_.id, g_.model, a.content, a.calls, stop_reason(u, a), u.stop_sequence, usage(u.summary));
+  const chat::SplitAnswer split = g_.reasoning != chat::ReasoningFormat::kNone
+                                      ? chat::split_reasoning(text, g_.in_thinking)
+                                      : chat::SplitAnswer{"", text, false};
+  const chat::ParsedAnswer a = calls_.parse_whole(split.content, u.summary.outcome == Outcome::kLength);
+  json msg = anthropic_message(g_.id, g_.model, a.content, a.calls, stop_reason(u, a), u.stop_sequence, usage(u.summary));
+  if (split.has_reasoning) {
+    // The thinking first, as Claude's extended thinking answers (no signature: nothing here
+    // checks one when the block comes back).
+    msg["content"].insert(msg["content"].begin(), json{{"type", "thinking"}, {"thinking", split.reasoning}, {"signature", ""}});
+    // A thinking-only answer has no empty text block.
+    if (a.content.empty() && a.calls.empty() && msg["content"].size() == 2) msg["content"].erase(1);
+  }
+  return msg;
+}
+
+std::string AnthropicFormat::thinking_delta(const std::string& thinking) {
+  if (thinking.empty()) return "";
+  std::string out;
+  if (!thinking_open_) {
+    thinking_open_ = true;
+    out += anthropic_event({{"type", "content_block_start"},
+                            {"index", index_},
+                            {"content_block", {{"type", "thinking"}, {"thinking", ""}, {"signature", ""}}}});
+  }
+  return out + anthropic_event({{"type", "content_block_delta"},
+                                {"index", index_},
+                                {"delta", {{"type", "thinking_delta"}, {"thinking", thinking}}}});
+}
+
+std::string AnthropicFormat::close_thinking() {
+  if (!thinking_open_) return "";
+  thinking_open_ = false;
+  return anthropic_event({{"type", "content_block_delta"}, {"index", index_}, {"delta", {{"type", "signature_delta"}, {"signature", ""}}}}) +
+         anthropic_event({{"type", "content_block_stop"}, {"index", index_++}});
 }
 
 std::string AnthropicFormat::stream_start() {
@@ -301,15 +381,27 @@ std::string AnthropicFormat::stream_start() {
   return anthropic_event({{"type", "message_start"}, {"message", msg}}) + anthropic_event({{"type", "ping"}});
 }
 
-std::string AnthropicFormat::stream_piece(const CompletionStream::Update& u) { return text_delta(calls_.feed(u.text)); }
+std::string AnthropicFormat::stream_piece(const CompletionStream::Update& u) {
+  const chat::SplitAnswer split = reasoning_.feed(u.text);
+  std::string out = thinking_delta(split.reasoning);
+  const std::string content = calls_.feed(split.content);
+  if (!content.empty()) out += close_thinking();
+  return out + text_delta(content);
+}
 
 std::string AnthropicFormat::stream_end(const CompletionStream::Update& u) {
   if (u.summary.outcome == Outcome::kFailed || u.summary.outcome == Outcome::kCancelled)
     return anthropic_event(anthropic_error_body(generation_error(u, g_.params)));
-  std::string out;
+  const chat::SplitAnswer split = reasoning_.finish();
+  std::string out = thinking_delta(split.reasoning);
+  std::string content = calls_.feed(split.content);
   const chat::ParsedAnswer a = calls_.finish(u.summary.outcome == Outcome::kLength);
-  out += text_delta(a.content);
-  if (!text_open_ && a.calls.empty()) out += text_delta("", true);  // an empty answer is an empty text block
+  content += a.content;
+  const bool had_thinking = thinking_open_ || index_ > 0;
+  out += close_thinking();
+  out += text_delta(content);
+  // An empty answer is an empty text block (a thinking-only one has none).
+  if (!text_open_ && a.calls.empty() && !had_thinking) out += text_delta("", true);
   if (text_open_) out += anthropic_event({{"type", "content_block_stop"}, {"index", index_++}});
   for (size_t k = 0; k < a.calls.size(); ++k) {
     out += anthropic_event({{"type", "content_block_start"}, {"index", index_},

@@ -81,7 +81,12 @@ class AnthropicFormat : public AnswerFormat {
  private:
   // Opens the text block when needed; a delta for non-empty text.
   std::string text_delta(const std::string& text, bool open_even_if_empty = false);
+  // The thinking block (first, before any text): opened with the first thinking, closed
+  // (signature_delta, content_block_stop) when the text starts or at the end.
+  std::string thinking_delta(const std::string& thinking);
+  std::string close_thinking();
   bool text_open_ = false;
+  bool thinking_open_ = false;
   int index_ = 0;
 };
 

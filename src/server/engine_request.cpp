@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "chat/prompt.h"
+#include "grammar/thinking_budget.h"
 
 namespace specula::server {
 
@@ -138,7 +139,7 @@ std::variant<std::string, ApiError> render_chat_prompt(const ServedModel& served
 }
 
 std::optional<ApiError> build_prompt(const ServedModel& served, const CompletionParams& c, std::vector<int32_t>* ids,
-                                     size_t index) {
+                                     size_t index, bool* opens_thinking) {
   const tokenizer::Tokenizer& tok = served.tokenizer();
   const tokenizer::Vocab& vocab = tok.vocab();
   if (c.endpoint == Endpoint::kCompletions) {
@@ -178,6 +179,7 @@ std::optional<ApiError> build_prompt(const ServedModel& served, const Completion
     std::optional<ApiError> error;
     auto rendered = render(served, c, &error);
     if (error) return error;
+    if (opens_thinking != nullptr) *opens_thinking = chat::prompt_opens_thinking(rendered->text);
     // Only the template's own text may yield control tokens; BOS as the template has it.
     *ids = chat::prompt_ids(tok, *rendered);
   }
@@ -214,6 +216,26 @@ std::optional<ApiError> compile_constraint(ServedModel& served, const Completion
   return std::nullopt;
 }
 
+ReasoningPlan reasoning_plan(const ServedModel& served, const CompletionParams& c) {
+  ReasoningPlan plan;
+  if (c.endpoint != Endpoint::kChat || served.reasoning_format() == chat::ReasoningFormat::kNone) return plan;
+  const std::string& fmt = c.reasoning_format.empty() ? served.options().reasoning_format : c.reasoning_format;
+  if (fmt != "none") plan.format = served.reasoning_format();
+  plan.budget = c.thinking_budget ? *c.thinking_budget : served.options().reasoning_budget;
+  plan.constrain = plan.format != chat::ReasoningFormat::kNone || plan.budget >= 0;
+  return plan;
+}
+
+std::optional<ApiError> wrap_thinking(const ServedModel& served, const ReasoningPlan& plan, bool opens_thinking,
+                                      std::shared_ptr<TokenConstraint>* grammar) {
+  if (!plan.constrain) return std::nullopt;
+  auto t = ThinkingBudget::create(served.tokenizer(), static_cast<int32_t>(served.model().info().n_vocab), plan.budget,
+                                  opens_thinking, *grammar);
+  if (!t) return api_error(StatusCode::kInternal, t.status().user_message());
+  *grammar = std::move(t).value();
+  return std::nullopt;
+}
+
 std::optional<ApiError> check_request(const ServedModel& served, const CompletionParams& c, StatusCode unknown_model) {
   // A server of one model answers whatever name the request gives (as llama-server: many
   // clients hard-code one) and reports its own id in the answer.
@@ -232,7 +254,7 @@ std::variant<PreparedRequest, ApiError> prepare_request(ServedModel& served, con
   PreparedRequest out;
   EngineRequest& er = out.request;
   std::vector<int32_t> ids;
-  if (auto e = build_prompt(served, c, &ids, index)) return *e;
+  if (auto e = build_prompt(served, c, &ids, index, &out.opens_thinking)) return *e;
   // echo: the answer starts with the prompt (as sent; token ids as their text), and with
   // logprobs the prompt's tokens lead the entries (the first has no logprob: null).
   const tokenizer::Tokenizer& tok = served.tokenizer();

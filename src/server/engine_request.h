@@ -17,6 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "chat/reasoning.h"
 #include "engine/engine.h"
 #include "server/errors.h"
 #include "server/request.h"
@@ -35,8 +36,10 @@ std::variant<std::string, ApiError> render_chat_prompt(const ServedModel& served
 
 // Prompt ids of a parsed request (completions: of its prompt `index`), or why not (no
 // template, the template failed, empty, an id outside the vocabulary).
+// opens_thinking (chat): set to whether the rendered prompt leaves the model inside a
+// thinking block (chat/reasoning.h).
 std::optional<ApiError> build_prompt(const ServedModel& served, const CompletionParams& c, std::vector<int32_t>* ids,
-                                     size_t index = 0);
+                                     size_t index = 0, bool* opens_thinking = nullptr);
 
 // The request's grammar compiled (its first mask included, so an empty language is
 // refused here), or null when it has none; or the 400 that says why not.
@@ -48,7 +51,22 @@ struct PreparedRequest {
   int64_t n_prompt = 0;
   std::string echo_text;             // echo: the prompt as sent (token ids as their text)
   std::vector<TokenLogprob> echo_logprobs;  // echo with logprobs: the first prompt token's (null) entry
+  bool opens_thinking = false;       // chat: the prompt ends inside a thinking block
 };
+
+// Reasoning for a chat request on this model: whether its answer's thinking is split out
+// (the template has a thinking format and neither the request nor --reasoning-format says
+// "none"), and the thinking budget in tokens (< 0: unlimited).
+struct ReasoningPlan {
+  chat::ReasoningFormat format = chat::ReasoningFormat::kNone;  // kNone: not split
+  int64_t budget = -1;
+  bool constrain = false;  // a ThinkingBudget runs (to split: counts; with a budget: enforces)
+};
+ReasoningPlan reasoning_plan(const ServedModel& served, const CompletionParams& c);
+
+// `grammar` (may be null) wrapped in the request's thinking budget when `plan` asks for one.
+std::optional<ApiError> wrap_thinking(const ServedModel& served, const ReasoningPlan& plan, bool opens_thinking,
+                                      std::shared_ptr<TokenConstraint>* grammar);
 
 // The engine request of the prompt `index` of a request (chat: 0) with `seed` (the
 // request's: the client's, or one random seed for all its prompts); its constraint is left

@@ -50,8 +50,9 @@ class Driver {
   // `grammar`: the request's compiled constraint (null: none); every choice but the first
   // gets a clone of it.
   Driver(ServedModel& served, const CompletionParams& c, http::Exchange& ex, AnswerFormat& fmt,
-         std::vector<PreparedRequest>& prepared, std::shared_ptr<TokenConstraint> grammar, GenerationLog* log)
-      : served_(served), c_(c), ex_(ex), fmt_(fmt), grammar_(std::move(grammar)), log_(log) {
+         std::vector<PreparedRequest>& prepared, std::shared_ptr<TokenConstraint> grammar, ReasoningPlan plan,
+         GenerationLog* log)
+      : served_(served), c_(c), ex_(ex), fmt_(fmt), grammar_(std::move(grammar)), plan_(plan), log_(log) {
     const bool batch = prepared.size() > 1;
     const size_t n = batch ? prepared.size() : static_cast<size_t>(c.n);
     ch_.resize(n);
@@ -86,6 +87,7 @@ class Driver {
   http::Exchange& ex_;
   AnswerFormat& fmt_;
   std::shared_ptr<TokenConstraint> grammar_;
+  ReasoningPlan plan_;
   GenerationLog* log_;
   std::vector<Choice> ch_;
   std::vector<std::unique_ptr<AnswerFormat>> formats_;  // choices 1..n-1
@@ -135,9 +137,19 @@ std::optional<ApiError> Driver::submit(int i) {
     formats_.push_back(fmt_.another());
     x.fmt = formats_.back().get();
   }
-  x.fmt->begin(Generation{id_, served_.id(), created_, x.prepared->n_prompt, seed + x.seed_offset, i, &c_,
-                          std::move(prompt_text)},
-               c_.tools.is_null() ? chat::ToolFormat::kNone : served_.tool_format());
+  Generation g;
+  g.id = id_;
+  g.model = served_.id();
+  g.created = created_;
+  g.n_prompt = x.prepared->n_prompt;
+  g.seed = seed + x.seed_offset;
+  g.index = i;
+  g.params = &c_;
+  g.prompt_text = std::move(prompt_text);
+  g.reasoning = plan_.format;
+  g.in_thinking = x.prepared->opens_thinking;
+  g.thinking = std::dynamic_pointer_cast<const ThinkingBudget>(grammars_[static_cast<size_t>(i)]);
+  x.fmt->begin(std::move(g), c_.tools.is_null() ? chat::ToolFormat::kNone : served_.tool_format());
   return std::nullopt;
 }
 
@@ -206,6 +218,11 @@ Usage Driver::total_usage() const {
     total.spec_rounds += x.last.summary.spec_rounds;
     total.drafted += x.last.summary.drafted;
     total.accepted += x.last.summary.accepted;
+  }
+  if (plan_.format != chat::ReasoningFormat::kNone) {
+    total.reasoning_tokens = 0;
+    for (const auto& gr : grammars_)
+      if (auto t = std::dynamic_pointer_cast<const ThinkingBudget>(gr)) total.reasoning_tokens += t->thinking_tokens();
   }
   return total;
 }
@@ -336,7 +353,11 @@ void run_generation(ServedModel& served, const CompletionParams& params, http::E
     if (auto* e = std::get_if<ApiError>(&p)) return send_error(ex, fmt, *e);
     prepared.push_back(std::move(std::get<PreparedRequest>(p)));
   }
-  Driver(served, c, ex, fmt, prepared, std::move(grammar), log).run();
+  // Reasoning: the thinking budget wraps the grammar (which then applies to the answer).
+  const ReasoningPlan plan = reasoning_plan(served, c);
+  if (auto e = wrap_thinking(served, plan, !prepared.empty() && prepared[0].opens_thinking, &grammar))
+    return send_error(ex, fmt, *e);
+  Driver(served, c, ex, fmt, prepared, std::move(grammar), plan, log).run();
 }
 
 }  // namespace specula::server

@@ -41,7 +41,8 @@ const char* const kStructured[] = {"response_format", "grammar",      "json_sche
                                    "guided_json",     "guided_regex", "guided_choice", "guided_grammar"};
 const char* const kReadChat[] = {"messages",           "parse_special",         "tools",
                                  "tool_choice",        "parallel_tool_calls",   "chat_template_kwargs",
-                                 "add_generation_prompt", "continue_final_message"};
+                                 "add_generation_prompt", "continue_final_message", "reasoning_format",
+                                 "thinking_budget_tokens", "reasoning_effort"};
 const char* const kIgnored[] = {"user",          "metadata",         "store",           "service_tier",
                                 "cache_prompt",  "id_slot",          "slot_id",         "n_keep",          "n_discard",
                                 "sse_ping_interval", "backend_sampling", "speculative.n_max", "speculative.n_min",
@@ -88,8 +89,9 @@ std::optional<ApiError> check_fields(const json& body, Endpoint endpoint, bool n
       {"preserved_tokens", is_empty_array, "preserved_tokens is not implemented"},
       {"parse_tool_calls", [](const json& v) { return v == true; }, "tool calls are always parsed when tools are given"},
       {"chat_template", [](const json&) { return false; }, "the template is the server's (--chat-template)"},
-      {"reasoning_effort", [](const json&) { return false; }, "reasoning controls are not implemented yet"},
-      {"reasoning_format", [](const json& v) { return v == "none"; }, "reasoning extraction is not implemented yet"},
+      {"reasoning_effort", [](const json&) { return false; }, "reasoning applies to /v1/chat/completions"},
+      {"reasoning_format", [](const json& v) { return v == "none"; }, "reasoning applies to /v1/chat/completions"},
+      {"thinking_budget_tokens", [](const json&) { return false; }, "reasoning applies to /v1/chat/completions"},
       {"adaptive_target", [](const json& v) { return v.is_number() && v.get<double>() < 0; },
        "the adaptive-p sampler is not implemented"},
       {"adaptive_decay", [](const json& v) { return v.is_number(); }, "must be a number"},
@@ -302,6 +304,28 @@ std::optional<ApiError> read_tools(FieldReader& p, CompletionParams& c) {
   return std::nullopt;
 }
 
+// reasoning_format, thinking_budget_tokens, reasoning_effort (chat).
+std::optional<ApiError> read_reasoning(FieldReader& p, CompletionParams& c) {
+  if (const json* f = p.get("reasoning_format")) {
+    if (!f->is_string() || (*f != "none" && *f != "auto" && *f != "deepseek"))
+      return bad_request("reasoning_format", "'reasoning_format' " + shown(*f) + " must be \"auto\", \"deepseek\" or \"none\"");
+    c.reasoning_format = f->get<std::string>();
+  }
+  if (const json* e = p.get("reasoning_effort")) {
+    auto b = reasoning_effort_budget(*e);
+    if (!b) return bad_request("reasoning_effort", "'reasoning_effort' " + shown(*e) + " must be one of " + kReasoningEfforts);
+    c.thinking_budget = *b;
+    c.thinking_budget_field = "reasoning_effort";
+  }
+  std::optional<int64_t> budget;
+  if (!p.integer("thinking_budget_tokens", -1, std::numeric_limits<int32_t>::max(), &budget)) return p.error;
+  if (budget) {
+    c.thinking_budget = *budget;
+    c.thinking_budget_field = "thinking_budget_tokens";
+  }
+  return std::nullopt;
+}
+
 // max_tokens (llama-server's n_predict, OpenAI's newer max_completion_tokens) and n. On
 // completions 0 asks for no generation (a prompt scored with echo + logprobs, as
 // lm-evaluation-harness does, or only prefilled into the prompt cache).
@@ -401,6 +425,17 @@ std::optional<ApiError> read_output_options(FieldReader& p, CompletionParams& c)
 }
 
 }  // namespace
+
+const char* const kReasoningEfforts = "\"none\", \"minimal\", \"low\", \"medium\", \"high\", \"xhigh\"";
+
+std::optional<int64_t> reasoning_effort_budget(const nlohmann::ordered_json& effort) {
+  static const std::pair<const char*, int64_t> kBudgets[] = {
+      {"none", 0}, {"minimal", 128}, {"low", 512}, {"medium", 2048}, {"high", 8192}, {"xhigh", -1}};
+  if (!effort.is_string()) return std::nullopt;
+  for (const auto& [name, budget] : kBudgets)
+    if (effort == name) return budget;
+  return std::nullopt;
+}
 
 std::optional<ApiError> parse_constraint_fields(const json& body, CompletionParams& c) {
   auto bad = [](const std::string& field, const std::string& msg) { return bad_request(field, msg); };
@@ -568,6 +603,7 @@ std::variant<CompletionParams, ApiError> parse_request(const std::string& body, 
     if (auto e = read_messages(p, c)) return *e;
     if (auto e = read_tools(p, c)) return *e;
     if (auto e = read_template_options(p, c)) return *e;
+    if (auto e = read_reasoning(p, c)) return *e;
   }
   if (auto e = read_limits(p, c)) return *e;
   if (auto e = read_sampling_fields(j, SamplingApi::kOpenAi, &c.sampling, &c.seed_given, &c.text_bias)) return *e;
@@ -639,6 +675,7 @@ nlohmann::ordered_json usage_json(const Usage& u) {
                 {"completion_tokens", u.completion_tokens},
                 {"total_tokens", u.prompt_tokens + u.completion_tokens},
                 {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
+  if (u.reasoning_tokens >= 0) j["completion_tokens_details"] = {{"reasoning_tokens", u.reasoning_tokens}};
   if (u.spec_rounds > 0)
     j["speculative"] = {{"rounds", u.spec_rounds},
                         {"draft_tokens", u.drafted},
@@ -703,14 +740,20 @@ nlohmann::ordered_json usage_chunk(const std::string& id, int64_t created, const
 
 json OpenAiFormat::whole(const std::string& text, const std::vector<TokenLogprob>& lps,
                          const CompletionStream::Update& u) {
-  const Usage usage = usage_of(u.summary);
+  Usage usage = usage_of(u.summary);
+  usage.reasoning_tokens = reasoning_tokens();
   const auto* lp = g_.params->logprobs >= 0 ? &lps : nullptr;
+  // A reasoning model's thinking goes to reasoning_content; the rest is the content.
+  const chat::SplitAnswer split = g_.reasoning != chat::ReasoningFormat::kNone
+                                      ? chat::split_reasoning(text, g_.in_thinking)
+                                      : chat::SplitAnswer{"", text, false};
   json body = endpoint_ == Endpoint::kChat
-                  ? chat_response(g_.id, g_.created, g_.model, text, lp, u.finish_reason, usage)
+                  ? chat_response(g_.id, g_.created, g_.model, split.content, lp, u.finish_reason, usage)
                   : completion_response(g_.id, g_.created, g_.model, text, lp, u.finish_reason, usage);
   body["choices"][0]["index"] = g_.index;
   body["seed"] = g_.seed;  // the seed this request sampled with (random when not given)
-  const chat::ParsedAnswer a = calls_.parse_whole(text, u.summary.outcome == Outcome::kLength);
+  if (split.has_reasoning) body["choices"][0]["message"]["reasoning_content"] = split.reasoning;
+  const chat::ParsedAnswer a = calls_.parse_whole(split.content, u.summary.outcome == Outcome::kLength);
   if (!a.calls.empty()) {
     json& msg = body["choices"][0]["message"];
     msg["content"] = a.content.empty() ? json(nullptr) : json(a.content);
@@ -748,8 +791,29 @@ std::string OpenAiFormat::stream_piece(const CompletionStream::Update& u) {
       if (g_.params->timings_per_token) o["timings"] = progress_timings_json(p);
       out += chunk(std::move(o));
     }
-  // Text goes out until a call's opening; from there on it is held for parsing.
-  return out + text_piece(calls_.feed(u.text), u.logprobs);  // (logprobs with tools are refused)
+  // Thinking goes out as reasoning_content deltas; the rest as content until a call's
+  // opening; from there on it is held for parsing.
+  const chat::SplitAnswer split = reasoning_.feed(u.text);
+  out += reasoning_piece(split.reasoning);
+  return out + text_piece(calls_.feed(split.content), u.logprobs);  // (logprobs with tools are refused)
+}
+
+std::string OpenAiFormat::reasoning_piece(const std::string& reasoning) {
+  if (reasoning.empty()) return "";
+  std::string out = role_piece();
+  json ch = chat_chunk(g_.id, g_.created, g_.model, nullptr, false, nullptr, "", g_.index);
+  ch["choices"][0]["delta"]["reasoning_content"] = reasoning;
+  return out + chunk(std::move(ch));
+}
+
+std::string OpenAiFormat::role_piece() {
+  if (endpoint_ != Endpoint::kChat || sent_role_) return "";
+  // The first chunk names the role only, content null (OpenAI's and llama-server's first
+  // delta); no delta ever carries empty content.
+  sent_role_ = true;
+  json first = chat_chunk(g_.id, g_.created, g_.model, nullptr, true, nullptr, "", g_.index);
+  first["choices"][0]["delta"]["content"] = nullptr;
+  return chunk(std::move(first));
 }
 
 std::string OpenAiFormat::text_piece(const std::string& text, const std::vector<TokenLogprob>& logprobs) {
@@ -757,14 +821,7 @@ std::string OpenAiFormat::text_piece(const std::string& text, const std::vector<
   if (text.empty() && logprobs.empty() && !(endpoint_ == Endpoint::kChat && !sent_role_)) return "";
   std::string out;
   if (endpoint_ == Endpoint::kChat) {
-    if (!sent_role_) {
-      // The first chunk names the role only, content null (OpenAI's and llama-server's
-      // first delta); no delta ever carries empty content.
-      sent_role_ = true;
-      json first = chat_chunk(g_.id, g_.created, g_.model, nullptr, true, nullptr, "", g_.index);
-      first["choices"][0]["delta"]["content"] = nullptr;
-      out = chunk(std::move(first));
-    }
+    out = role_piece();
     if (!text.empty() || !logprobs.empty())
       out += chunk(chat_chunk(g_.id, g_.created, g_.model, text.empty() ? nullptr : &text, false,
                               want_lp ? &logprobs : nullptr, "", g_.index));
@@ -781,8 +838,11 @@ std::string OpenAiFormat::stream_end(const CompletionStream::Update& u) {
   if (u.summary.outcome == Outcome::kFailed || u.summary.outcome == Outcome::kCancelled)
     return sse(openai_error_body(generation_error(u, g_.params)));
   std::string reason = u.summary.outcome == Outcome::kLength ? "length" : "stop";
+  const chat::SplitAnswer split = reasoning_.finish();
+  std::string out = reasoning_piece(split.reasoning);
+  out += text_piece(calls_.feed(split.content), {});
   const chat::ParsedAnswer a = calls_.finish(reason == "length");
-  std::string out = text_piece(a.content, {});
+  out += text_piece(a.content, {});
   if (!a.calls.empty()) {
     json delta = {{"tool_calls", tool_calls_json(a.calls, true)}};
     json ch = {{"id", g_.id}, {"object", "chat.completion.chunk"}, {"created", g_.created}, {"model", g_.model},

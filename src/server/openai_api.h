@@ -36,6 +36,12 @@ namespace specula::server {
 // guided_choice / guided_grammar), at most one of them. Errors name the field.
 std::optional<ApiError> parse_constraint_fields(const nlohmann::ordered_json& body, CompletionParams& c);
 
+// reasoning_effort (OpenAI's, also Responses' reasoning.effort) as a thinking budget in
+// tokens: none 0, minimal 128, low 512, medium 2048, high 8192, xhigh unlimited (-1);
+// nullopt for anything else (kReasoningEfforts lists the names for errors).
+std::optional<int64_t> reasoning_effort_budget(const nlohmann::ordered_json& effort);
+extern const char* const kReasoningEfforts;
+
 // Parses a body for `endpoint`. Every wrong type or value is an ApiError naming the field
 // ("'temperature' must be in [0.0, 2.0], got \"hot\"").
 // `defaults`: the model's sampling defaults (generation_config.json), which replace
@@ -86,6 +92,9 @@ class OpenAiFormat : public AnswerFormat {
 
  private:
   std::string text_piece(const std::string& text, const std::vector<TokenLogprob>& logprobs);
+  // A reasoning_content delta (chat); the role chunk first when it has not gone out.
+  std::string reasoning_piece(const std::string& reasoning);
+  std::string role_piece();
   // With include_usage every chunk but the last carries "usage": null (OpenAI's shape).
   std::string chunk(nlohmann::ordered_json j) const;
   // OpenAI's tool_calls array (streamed: with each call's index).

@@ -8,7 +8,10 @@
 #include <string>
 #include <vector>
 
+#include <memory>
+
 #include "engine/engine.h"
+#include "server/response_store.h"
 
 namespace specula::server {
 
@@ -54,6 +57,14 @@ struct ServerOptions {
   // "off" asks them not to think (enable_thinking false, and an empty thinking block after
   // a generation prompt that opens one, as llama-server does).
   std::string reasoning = "auto";
+  // --reasoning-format: "auto" splits a reasoning model's thinking out of the content
+  // (chat/reasoning.h), "none" leaves it in the content; --reasoning-budget: the thinking
+  // tokens a request may spend unless it says otherwise (-1: unlimited).
+  std::string reasoning_format = "auto";
+  int64_t reasoning_budget = -1;
+  // The Responses API's stored responses (server/response_store.h), shared by every model
+  // of a server (one is made per ServedModel when none is given).
+  std::shared_ptr<ResponseStore> responses;
   // Vertex AI's custom-container protocol (the CLI sets it from AIP_MODE=PREDICTION, with
   // AIP_PREDICT_ROUTE, AIP_HEALTH_ROUTE): POST predict_route {"instances": [...]} runs each
   // instance on the route its "@requestFormat" names (chatCompletions, completions,

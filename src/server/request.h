@@ -77,6 +77,14 @@ struct CompletionParams {
   nlohmann::ordered_json template_kwargs;  // an object, or null
   bool add_generation_prompt = true;
   bool continue_final_message = false;
+  // Reasoning models (chat/reasoning.h), chat routes: whether the answer's thinking is split
+  // out (reasoning_content, thinking blocks, reasoning items) — "auto" (when the template
+  // has it), "deepseek" (the same), or "none" (all of it is content, tags included, as the model wrote it) — and
+  // the thinking budget in tokens (grammar/thinking_budget.h; absent: the server's
+  // --reasoning-budget), with the field it came from.
+  std::string reasoning_format;  // "" : the server's --reasoning-format
+  std::optional<int64_t> thinking_budget;
+  std::string thinking_budget_field;
   // llama-server's native answer (/completion, /completions, /infill): the generated
   // token ids in "tokens" (return_tokens), and only these fields of the answer
   // (response_fields: "a/b" paths into the object).

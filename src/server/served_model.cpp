@@ -22,13 +22,16 @@ Result<std::unique_ptr<ServedModel>> ServedModel::create(std::unique_ptr<Model> 
     s->chat_template_ = std::move(t).value();
     s->chat_template_origin_ = "file";
     s->tool_format_ = chat::tool_format_of(*options.chat_template);
+    s->reasoning_format_ = chat::reasoning_format_of(*options.chat_template);
   } else if (auto src = chat::chat_template_from_gguf(model->file())) {
     auto t = chat::ChatTemplate::parse(*src);
     if (!t) return Status::error(t.status().code(), "[server] the model's chat template: " + t.message());
     s->chat_template_ = std::move(t).value();
     s->chat_template_origin_ = "model metadata";
     s->tool_format_ = chat::tool_format_of(*src);
+    s->reasoning_format_ = chat::reasoning_format_of(*src);
   }
+  if (!options.responses) options.responses = std::make_shared<ResponseStore>();
   if (options.model_id.empty()) options.model_id = model->info().name.empty() ? "model" : model->info().name;
   if (options.engine.eog_ids.empty()) options.engine.eog_ids = chat::end_of_generation_ids(s->tok_->vocab(), model->file());
   s->sampling_defaults_ = model_sampling_defaults(model->file());

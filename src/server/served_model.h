@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "chat/chat_template.h"
+#include "chat/reasoning.h"
 #include "chat/tool_calls.h"
 #include "engine/engine.h"
 #include "grammar/constraint.h"
@@ -47,6 +48,10 @@ class ServedModel {
   const chat::ChatTemplate* chat_template() const { return chat_template_ ? &*chat_template_ : nullptr; }
   const std::string& chat_template_origin() const { return chat_template_origin_; }  // "model metadata" / "file"
   chat::ToolFormat tool_format() const { return tool_format_; }
+  // The template's thinking format (chat/reasoning.h; kNone: not a reasoning template).
+  chat::ReasoningFormat reasoning_format() const { return reasoning_format_; }
+  // The Responses API's store (ServerOptions::responses).
+  ResponseStore& responses() const { return *options_.responses; }
   const SamplingDefaults& sampling_defaults() const { return sampling_defaults_; }  // generation_config.json
   const std::string& default_pooling() const { return default_pooling_; }
   Engine& engine() const { return *engine_; }
@@ -86,6 +91,7 @@ class ServedModel {
   std::optional<chat::ChatTemplate> chat_template_;
   std::string chat_template_origin_;
   chat::ToolFormat tool_format_ = chat::ToolFormat::kNone;
+  chat::ReasoningFormat reasoning_format_ = chat::ReasoningFormat::kNone;
   SamplingDefaults sampling_defaults_;
   std::string default_pooling_ = "mean";
   std::unique_ptr<Engine> engine_;

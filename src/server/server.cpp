@@ -17,6 +17,7 @@
 #include "server/json_util.h"
 #include "server/llama_api.h"
 #include "server/metrics.h"
+#include "server/responses_api.h"
 #include "server/router_api.h"
 #include "server/routes.h"
 #include "server/served_model.h"
@@ -417,6 +418,7 @@ const std::vector<Route>& api_routes() {
       {"POST", "/chat/completions/input_tokens", [](const RouteCtx& c) { handle_chat_input_tokens(*c.m, *c.req, *c.ex); }},
       {"POST", "/v1/chat/completions/input_tokens", [](const RouteCtx& c) { handle_chat_input_tokens(*c.m, *c.req, *c.ex); }},
       {"POST", "/v1/messages", [](const RouteCtx& c) { handle_messages(*c.m, *c.req, *c.ex, false, c.gen); }},
+      {"POST", "/v1/responses", [](const RouteCtx& c) { handle_responses(*c.m, *c.req, *c.ex, c.gen); }},
       {"POST", "/v1/messages/count_tokens", [](const RouteCtx& c) { handle_messages(*c.m, *c.req, *c.ex, true, c.gen); }},
       {"POST", "/admin/cache/flush", [](const RouteCtx& c) { handle_cache_flush(*c.m, *c.req, *c.ex); }},
       {"POST", "/tokenize", [](const RouteCtx& c) { handle_tokenize(*c.m, *c.req, *c.ex); }},  // llama-server's tokenizer routes
@@ -449,7 +451,14 @@ const std::vector<Route>& api_routes() {
 }
 }  // namespace
 
+// GET / DELETE /v1/responses/{id}, POST .../cancel, GET .../input_items.
+bool is_response_item_path(const std::string& path) {
+  const std::string prefix = "/v1/responses/";
+  return path.size() > prefix.size() && path.compare(0, prefix.size(), prefix) == 0;
+}
+
 bool is_api_path(const std::string& path) {
+  if (is_response_item_path(path)) return true;
   for (const Route& r : api_routes())
     if (path == r.path) return true;
   return false;
@@ -458,6 +467,10 @@ bool is_api_path(const std::string& path) {
 bool route_api(ServedModel& m, const http::Request& req, http::Exchange& ex, GenerationLog* gen) {
   const std::vector<Route>& routes = api_routes();
   const RouteCtx ctx{&m, &req, &ex, gen};
+  if (is_response_item_path(req.path)) {
+    handle_response_item(m, req, ex);
+    return true;
+  }
   bool path_known = false;
   for (const Route& r : routes) {
     if (req.path != r.path) continue;

@@ -1,0 +1,190 @@
+// server/response_store.cpp — see response_store.h.
+#include "server/response_store.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <vector>
+
+namespace specula::server {
+
+namespace fs = std::filesystem;
+using json = nlohmann::ordered_json;
+
+namespace {
+constexpr size_t kEvictedRemembered = 4096;
+
+// Ids are ours ("resp_" + hex): anything else is never a file name.
+bool safe_id(const std::string& id) {
+  if (id.empty() || id.size() > 128) return false;
+  return std::all_of(id.begin(), id.end(), [](char ch) {
+    return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '_' || ch == '-';
+  });
+}
+}  // namespace
+
+std::string ResponseStore::new_id(const std::string& prefix) {
+  static std::mutex mu;
+  static std::mt19937_64 rng{std::random_device{}()};
+  std::lock_guard<std::mutex> lock(mu);
+  static const char* const kHex = "0123456789abcdef";
+  std::string s = prefix;
+  for (int k = 0; k < 2; ++k) {
+    uint64_t v = rng();
+    for (int i = 0; i < 12; ++i, v >>= 4) s += kHex[v & 15];
+  }
+  return s;
+}
+
+ResponseStore::ResponseStore(std::string dir, size_t max_responses) : dir_(std::move(dir)), max_(std::max<size_t>(1, max_responses)) {
+  if (dir_.empty()) return;
+  std::error_code ec;
+  fs::create_directories(dir_, ec);
+  if (ec) {
+    dir_.clear();  // memory only: the server still answers
+    return;
+  }
+  // What an earlier run stored, oldest first (loaded at first use).
+  std::vector<std::pair<fs::file_time_type, std::string>> found;
+  for (const auto& e : fs::directory_iterator(dir_, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.size() <= 5 || name.compare(name.size() - 5, 5, ".json") != 0) continue;
+    const std::string id = name.substr(0, name.size() - 5);
+    if (!safe_id(id)) continue;
+    std::error_code tec;
+    found.emplace_back(e.last_write_time(tec), id);
+  }
+  std::sort(found.begin(), found.end());
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [t, id] : found) {
+    lru_.push_front(id);
+    entries_[id] = Entry{std::nullopt, lru_.begin()};
+  }
+  evict_over_bound();
+}
+
+std::string ResponseStore::path_of(const std::string& id) const { return (fs::path(dir_) / (id + ".json")).string(); }
+
+bool ResponseStore::load_file(const std::string& id, StoredResponse* out) const {
+  std::ifstream f(path_of(id), std::ios::binary);
+  if (!f) return false;
+  std::stringstream ss;
+  ss << f.rdbuf();
+  const json j = json::parse(ss.str(), nullptr, false);
+  if (!j.is_object() || !j.contains("model") || !j["model"].is_string() || !j.contains("response") ||
+      !j.contains("conversation") || !j["conversation"].is_array())
+    return false;
+  out->id = id;
+  out->model = j["model"].get<std::string>();
+  out->response = j["response"];
+  out->conversation = j["conversation"];
+  return true;
+}
+
+void ResponseStore::write_file(const StoredResponse& r) const {
+  if (dir_.empty()) return;
+  const json j = {{"model", r.model}, {"response", r.response}, {"conversation", r.conversation}};
+  const std::string path = path_of(r.id);
+  const std::string tmp = path + ".tmp" + new_id("");
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    if (!f) return;  // a full or read-only disk: memory still has it
+    f << j.dump(-1, ' ', false, json::error_handler_t::replace);
+    if (!f.good()) {
+      f.close();
+      std::error_code ec;
+      fs::remove(tmp, ec);
+      return;
+    }
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) fs::remove(tmp, ec);
+}
+
+void ResponseStore::touch(const std::string& id) {
+  auto it = entries_.find(id);
+  if (it == entries_.end()) return;
+  lru_.splice(lru_.begin(), lru_, it->second.pos);
+}
+
+void ResponseStore::evict_over_bound() {
+  while (entries_.size() > max_) {
+    const std::string id = lru_.back();
+    lru_.pop_back();
+    entries_.erase(id);
+    if (!dir_.empty()) {
+      std::error_code ec;
+      fs::remove(path_of(id), ec);
+    }
+    evicted_.insert(id);
+    evicted_order_.push_back(id);
+    if (evicted_order_.size() > kEvictedRemembered) {
+      evicted_.erase(evicted_order_.front());
+      evicted_order_.pop_front();
+    }
+  }
+}
+
+void ResponseStore::put(StoredResponse r) {
+  write_file(r);
+  std::lock_guard<std::mutex> lock(mu_);
+  const std::string id = r.id;
+  auto it = entries_.find(id);
+  if (it != entries_.end()) {
+    it->second.value = std::move(r);
+    touch(id);
+    return;
+  }
+  lru_.push_front(id);
+  entries_[id] = Entry{std::move(r), lru_.begin()};
+  evict_over_bound();
+}
+
+ResponseStore::Lookup ResponseStore::get(const std::string& id, StoredResponse* out) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = entries_.find(id);
+  if (it == entries_.end()) return evicted_.count(id) ? Lookup::kEvicted : Lookup::kNotFound;
+  if (!it->second.value) {
+    StoredResponse r;
+    if (!load_file(id, &r)) {  // gone or damaged on disk: forget it
+      lru_.erase(it->second.pos);
+      entries_.erase(it);
+      return Lookup::kNotFound;
+    }
+    it->second.value = std::move(r);
+  }
+  *out = *it->second.value;
+  touch(id);
+  return Lookup::kFound;
+}
+
+bool ResponseStore::update_response(const std::string& id, const json& response) {
+  StoredResponse r;
+  if (get(id, &r) != Lookup::kFound) return false;
+  r.response = response;
+  put(std::move(r));
+  return true;
+}
+
+bool ResponseStore::remove(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = entries_.find(id);
+  if (it == entries_.end()) return false;
+  lru_.erase(it->second.pos);
+  entries_.erase(it);
+  if (!dir_.empty()) {
+    std::error_code ec;
+    fs::remove(path_of(id), ec);
+  }
+  return true;
+}
+
+size_t ResponseStore::size() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return entries_.size();
+}
+
+}  // namespace specula::server
