@@ -76,6 +76,9 @@ Status ThinkingBudget::step(const State& from, int32_t id, State* to) {
       to->phase = Phase::kAnswer;
       to->tail.clear();
       if (inner_) {
+        // (checked first: a matcher that refuses a token is dead, not just unmoved)
+        if (inner_->valid_prefix(to->start_ids) != static_cast<int32_t>(to->start_ids.size()))
+          return Status::error("[grammar] the output's grammar refuses token " + std::to_string(id));
         if (Status st = inner_->consume(to->start_ids); !st.is_ok()) return st;
         to->inner_consumed = static_cast<int32_t>(to->start_ids.size());
       }
@@ -84,12 +87,22 @@ Status ThinkingBudget::step(const State& from, int32_t id, State* to) {
     }
     case Phase::kThinking: {
       const std::string s = from.tail + piece;
-      if (s.find(kClose) != std::string::npos) {
+      if (const size_t at = s.find(kClose); at != std::string::npos) {
+        // Earlier tokens that wrote the tag's beginning were not thinking.
+        int64_t overlap = from.tail.size() > at ? static_cast<int64_t>(from.tail.size() - at) : 0;
+        while (overlap > 0 && !to->recent.empty()) {
+          overlap -= to->recent.back();
+          to->recent.pop_back();
+          --to->count;
+        }
+        to->recent.clear();
         to->phase = Phase::kAnswer;
         to->tail.clear();
         return Status::ok();
       }
       ++to->count;
+      to->recent.push_back(static_cast<int32_t>(piece.size()));
+      if (to->recent.size() > kClose.size()) to->recent.erase(to->recent.begin());
       to->tail = s.substr(s.size() - std::min(s.size(), kClose.size() - 1));
       if (budget_ >= 0 && to->count >= budget_) {
         to->phase = Phase::kForcing;
@@ -108,6 +121,8 @@ Status ThinkingBudget::step(const State& from, int32_t id, State* to) {
       return Status::ok();
     case Phase::kAnswer:
       if (inner_) {
+        if (inner_->valid_prefix(std::span<const int32_t>(&id, 1)) != 1)
+          return Status::error("[grammar] the output's grammar refuses token " + std::to_string(id));
         if (Status st = inner_->consume(std::span<const int32_t>(&id, 1)); !st.is_ok()) return st;
         to->inner_consumed = 1;
       }

@@ -10,7 +10,8 @@
 //               (allowed: anything without an inner constraint; with one, its tokens or the
 //               tokens that spell the beginning of "<think>"); text that leaves "<think>"
 //               is the answer (given to the inner constraint);
-//   thinking  — any token, counted; the one whose text completes "</think>" ends it;
+//   thinking  — any token, counted; the one whose text completes "</think>" ends it (the
+//               tokens that wrote the tag's beginning are then uncounted);
 //               after `budget` counted tokens the closing is forced;
 //   forcing   — only the next token of the closing tag;
 //   answer    — the inner constraint's tokens (any token without one).
@@ -51,7 +52,8 @@ class ThinkingBudget final : public TokenConstraint {
   bool accepting() override;
   Result<std::unique_ptr<TokenConstraint>> clone() const override;
 
-  // Thinking tokens consumed so far (the tags not counted; forced closing tokens neither).
+  // Thinking tokens consumed so far: the tokens whose text ends before the closing tag (a
+  // natural tag's tokens are uncounted once its text is complete; forced ones never count).
   int64_t thinking_tokens() const { return states_.back().count; }
   // The block was opened (by the prompt or the model) and is closed now.
   bool thinking_closed() const { return states_.back().phase == Phase::kAnswer && states_.back().opened; }
@@ -63,6 +65,7 @@ class ThinkingBudget final : public TokenConstraint {
     int64_t count = 0;        // thinking tokens
     std::string tail;         // start: the text so far; thinking: the last bytes (a partial tag)
     int32_t forced = 0;       // forcing: closing tokens written
+    std::vector<int32_t> recent;  // thinking: byte lengths of the last counted tokens (a tag's own are uncounted)
     bool opened = false;
     std::vector<int32_t> start_ids;  // start: tokens held back from the inner constraint
     int32_t inner_consumed = 0;      // tokens this step gave the inner constraint

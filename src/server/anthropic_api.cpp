@@ -371,8 +371,10 @@ std::string AnthropicFormat::thinking_delta(const std::string& thinking) {
 std::string AnthropicFormat::close_thinking() {
   if (!thinking_open_) return "";
   thinking_open_ = false;
-  return anthropic_event({{"type", "content_block_delta"}, {"index", index_}, {"delta", {{"type", "signature_delta"}, {"signature", ""}}}}) +
-         anthropic_event({{"type", "content_block_stop"}, {"index", index_++}});
+  std::string out = anthropic_event(
+      {{"type", "content_block_delta"}, {"index", index_}, {"delta", {{"type", "signature_delta"}, {"signature", ""}}}});
+  out += anthropic_event({{"type", "content_block_stop"}, {"index", index_++}});
+  return out;
 }
 
 std::string AnthropicFormat::stream_start() {

@@ -460,7 +460,10 @@ json ResponsesFormat::whole(const std::string& text, const std::vector<TokenLogp
 
 std::string ResponsesFormat::stream_start() {
   const json r = response_object("in_progress", json::array());
-  return event("response.created", {{"response", r}}) + event("response.in_progress", {{"response", r}});
+  // (one statement each: the operands of + are evaluated in no fixed order)
+  std::string out = event("response.created", {{"response", r}});
+  out += event("response.in_progress", {{"response", r}});
+  return out;
 }
 
 std::string ResponsesFormat::reasoning_delta(const std::string& text) {
@@ -488,13 +491,16 @@ std::string ResponsesFormat::close_reasoning() {
   reasoning_open_ = false;
   const json item = reasoning_item(reasoning_id_, reasoning_text_, "completed");
   done_items_.push_back(item);
-  return event("response.reasoning_text.done",
-               {{"item_id", reasoning_id_}, {"output_index", reasoning_index_}, {"content_index", 0}, {"text", reasoning_text_}}) +
-         event("response.content_part.done", {{"item_id", reasoning_id_},
+  std::string out = event("response.reasoning_text.done", {{"item_id", reasoning_id_},
+                                                           {"output_index", reasoning_index_},
+                                                           {"content_index", 0},
+                                                           {"text", reasoning_text_}});
+  out += event("response.content_part.done", {{"item_id", reasoning_id_},
                                               {"output_index", reasoning_index_},
                                               {"content_index", 0},
-                                              {"part", {{"type", "reasoning_text"}, {"text", reasoning_text_}}}}) +
-         event("response.output_item.done", {{"output_index", reasoning_index_}, {"item", item}});
+                                              {"part", {{"type", "reasoning_text"}, {"text", reasoning_text_}}}});
+  out += event("response.output_item.done", {{"output_index", reasoning_index_}, {"item", item}});
+  return out;
 }
 
 std::string ResponsesFormat::text_delta(const std::string& text) {
@@ -524,23 +530,27 @@ std::string ResponsesFormat::close_message() {
   message_open_ = false;
   json item = message_item(message_id_, message_text_, "completed");
   done_items_.push_back(item);
-  return event("response.output_text.done", {{"item_id", message_id_},
-                                             {"output_index", message_index_},
-                                             {"content_index", 0},
-                                             {"text", message_text_},
-                                             {"logprobs", json::array()}}) +
-         event("response.content_part.done", {{"item_id", message_id_},
+  std::string out = event("response.output_text.done", {{"item_id", message_id_},
+                                                         {"output_index", message_index_},
+                                                         {"content_index", 0},
+                                                         {"text", message_text_},
+                                                         {"logprobs", json::array()}});
+  out += event("response.content_part.done", {{"item_id", message_id_},
                                               {"output_index", message_index_},
                                               {"content_index", 0},
-                                              {"part", output_text_part(message_text_)}}) +
-         event("response.output_item.done", {{"output_index", message_index_}, {"item", item}});
+                                              {"part", output_text_part(message_text_)}});
+  out += event("response.output_item.done", {{"output_index", message_index_}, {"item", item}});
+  return out;
 }
 
 std::string ResponsesFormat::stream_piece(const CompletionStream::Update& u) {
   const chat::SplitAnswer split = reasoning_.feed(u.text);
   std::string out = reasoning_delta(split.reasoning);
   const std::string content = calls_.feed(split.content);
-  if (!content.empty()) out += close_reasoning() + text_delta(content);
+  if (!content.empty()) {
+    out += close_reasoning();
+    out += text_delta(content);
+  }
   return out;
 }
 
