@@ -218,7 +218,7 @@ Status Round::prepare(std::span<const RoundRow> rows) {
       const int32_t words = r.constraint->mask_words();
       for (int64_t j = 0; j < out_count[i]; ++j)
         apply_token_mask(lg + j * n_vocab, n_vocab, masks_[i].data() + j * words);
-      ignore_eos = false;  // the grammar says where the text ends
+      if (r.constraint->governs_eos()) ignore_eos = false;  // the grammar says where the text ends
     }
     res.walk = draft_q[i].empty() ? speculative_walk(*r.sampler, lg, n_vocab, res.drafts, r.budget, eog_,
                                                      ignore_eos, r.top_logprobs, r.post_sampling)

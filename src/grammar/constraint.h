@@ -118,6 +118,10 @@ class TokenConstraint {
   virtual bool accepting() = 0;
   // An independent matcher in the same state (n > 1 choices).
   virtual Result<std::unique_ptr<TokenConstraint>> clone() const = 0;
+  // Whether its masks say where the text ends (a grammar: the request's ignore_eos then
+  // yields to it); false for one that only shapes part of the text (a thinking budget
+  // without an inner grammar).
+  virtual bool governs_eos() const { return true; }
 };
 
 // logits[id] = -inf for every id in [0, n_vocab) whose bit is clear.

@@ -51,6 +51,7 @@ class ThinkingBudget final : public TokenConstraint {
   bool stopped() const override;
   bool accepting() override;
   Result<std::unique_ptr<TokenConstraint>> clone() const override;
+  bool governs_eos() const override { return inner_ && inner_->governs_eos(); }
 
   // Thinking tokens consumed so far: the tokens whose text ends before the closing tag (a
   // natural tag's tokens are uncounted once its text is complete; forced ones never count).

@@ -9,8 +9,12 @@
 // stream, temperature [0, 1] (default 1.0), top_p, top_k (no truncation by default;
 // older clients send them, current SDKs through extra_body); ignored (they change no
 // token): metadata, service_tier, cache_control, inference_geo, speed, user_profile_id,
-// workspace_id, output_config.effort, thinking {"type": "disabled"}, tools []; refused
-// with a 400 naming them until implemented: thinking, output_config.format, container,
+// workspace_id, tools []; extended thinking (reasoning models, chat/reasoning.h): thinking
+// {"type": "enabled", "budget_tokens"} (the thinking budget), {"type": "disabled"}
+// (enable_thinking false, budget 0), {"type": "adaptive"}, output_config.effort (a budget),
+// thinking blocks of earlier turns (reasoning_content); the answer's thinking is a thinking
+// block first (signature ""), streamed as thinking_delta + signature_delta. Refused
+// with a 400 naming them until implemented: container,
 // mcp_servers, diagnostics, server tools, tool_choice any/tool, and content blocks other
 // than text, tool_use and tool_result (image, document); any other field is refused as
 // unknown. Tool use: client tools {name, description, input_schema} reach the chat
@@ -24,7 +28,7 @@
 // (server/errors.h's table: invalid_request_error 400, authentication_error 401,
 // permission_error 403, not_found_error 404, request_too_large 413, rate_limit_error 429,
 // api_error 500, overloaded_error 503).
-// Does not: images, extended thinking, forced tool choice, prompt-caching controls (the
+// Does not: images, thinking signatures, prompt-caching controls (the
 // server's prompt cache works without them; cache_read_input_tokens reports its hits).
 #pragma once
 

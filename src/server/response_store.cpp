@@ -60,7 +60,7 @@ ResponseStore::ResponseStore(std::string dir, size_t max_responses) : dir_(std::
   std::lock_guard<std::mutex> lock(mu_);
   for (const auto& [t, id] : found) {
     lru_.push_front(id);
-    entries_[id] = Entry{std::nullopt, lru_.begin()};
+    entries_[id] = Entry{std::nullopt, lru_.begin(), true};
   }
   evict_over_bound();
 }
@@ -83,25 +83,40 @@ bool ResponseStore::load_file(const std::string& id, StoredResponse* out) const 
   return true;
 }
 
-void ResponseStore::write_file(const StoredResponse& r) const {
-  if (dir_.empty()) return;
+bool ResponseStore::write_file(const StoredResponse& r) const {
+  if (dir_.empty()) return false;
   const json j = {{"model", r.model}, {"response", r.response}, {"conversation", r.conversation}};
   const std::string path = path_of(r.id);
   const std::string tmp = path + ".tmp" + new_id("");
   {
     std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) return;  // a full or read-only disk: memory still has it
+    if (!f) return false;  // a full or read-only disk: memory still has it
     f << j.dump(-1, ' ', false, json::error_handler_t::replace);
+    f.flush();
     if (!f.good()) {
       f.close();
       std::error_code ec;
       fs::remove(tmp, ec);
-      return;
+      return false;
     }
   }
   std::error_code ec;
   fs::rename(tmp, path, ec);
-  if (ec) fs::remove(tmp, ec);
+  if (ec) {
+    fs::remove(tmp, ec);
+    return false;
+  }
+  return true;
+}
+
+void ResponseStore::trim_memory() {
+  if (dir_.empty() || entries_.size() <= kInMemory) return;
+  size_t k = 0;
+  for (const std::string& id : lru_) {
+    if (k++ < kInMemory) continue;
+    Entry& e = entries_[id];
+    if (e.on_disk && e.value) e.value.reset();
+  }
 }
 
 void ResponseStore::touch(const std::string& id) {
@@ -129,18 +144,20 @@ void ResponseStore::evict_over_bound() {
 }
 
 void ResponseStore::put(StoredResponse r) {
-  write_file(r);
+  const bool on_disk = write_file(r);
   std::lock_guard<std::mutex> lock(mu_);
   const std::string id = r.id;
   auto it = entries_.find(id);
   if (it != entries_.end()) {
     it->second.value = std::move(r);
+    it->second.on_disk = on_disk;
     touch(id);
-    return;
+  } else {
+    lru_.push_front(id);
+    entries_[id] = Entry{std::move(r), lru_.begin(), on_disk};
+    evict_over_bound();
   }
-  lru_.push_front(id);
-  entries_[id] = Entry{std::move(r), lru_.begin()};
-  evict_over_bound();
+  trim_memory();
 }
 
 ResponseStore::Lookup ResponseStore::get(const std::string& id, StoredResponse* out) {
@@ -158,6 +175,7 @@ ResponseStore::Lookup ResponseStore::get(const std::string& id, StoredResponse* 
   }
   *out = *it->second.value;
   touch(id);
+  trim_memory();
   return Lookup::kFound;
 }
 

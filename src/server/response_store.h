@@ -56,7 +56,7 @@ class ResponseStore {
  private:
   std::string path_of(const std::string& id) const;
   bool load_file(const std::string& id, StoredResponse* out) const;
-  void write_file(const StoredResponse& r) const;
+  bool write_file(const StoredResponse& r) const;  // false: not written (memory keeps it)
   void touch(const std::string& id);  // most recently used; mu_ held
   void evict_over_bound();            // mu_ held
 
@@ -67,7 +67,12 @@ class ResponseStore {
   struct Entry {
     std::optional<StoredResponse> value;  // nullopt: on disk only (loaded at first use)
     std::list<std::string>::iterator pos;
+    bool on_disk = false;                 // its file is written (memory may let it go)
   };
+  // With a directory, only the most recent responses stay in memory too (conversations
+  // repeat their history: 1024 long ones would be a lot of RAM); the rest load at use.
+  void trim_memory();  // mu_ held
+  static constexpr size_t kInMemory = 64;
   std::unordered_map<std::string, Entry> entries_;
   std::deque<std::string> evicted_order_;
   std::unordered_set<std::string> evicted_;

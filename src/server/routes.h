@@ -9,6 +9,8 @@
 //   GET  /props, /slots                        handle_props, handle_slots (llama_api.cpp)
 //   POST /rerank, /v1/rerank, /lora-adapters   handle_not_supported (llama_api.cpp: 501)
 //   POST /v1/messages, /v1/messages/count_tokens handle_messages    (anthropic_api.cpp)
+//   POST /v1/responses                         handle_responses    (responses_api.cpp)
+//   GET/DELETE /v1/responses/{id}, .../cancel, .../input_items  handle_response_item (responses_api.cpp)
 //   POST /v1/embeddings, /embeddings, /embedding handle_embeddings (embeddings.cpp)
 //   GET  /v1/models, /models                   handle_models       (side_routes.cpp)
 //   POST /tokenize, /detokenize, /apply-template  handle_tokenize, ... (side_routes.cpp)
