@@ -10,14 +10,19 @@ ReasoningFormat reasoning_format_of(const std::string& template_source) {
   return template_source.find(kThinkOpen) != std::string::npos ? ReasoningFormat::kThink : ReasoningFormat::kNone;
 }
 
-bool prompt_opens_thinking(const std::string& prompt_text) {
-  size_t end = prompt_text.size();
-  while (end > 0 && (prompt_text[end - 1] == '\n' || prompt_text[end - 1] == ' ' || prompt_text[end - 1] == '\r' ||
-                     prompt_text[end - 1] == '\t'))
+namespace {
+// The prompt ends with `tag` and optional whitespace.
+bool ends_with_tag(const std::string& text, const char* tag) {
+  size_t end = text.size();
+  while (end > 0 && (text[end - 1] == '\n' || text[end - 1] == ' ' || text[end - 1] == '\r' || text[end - 1] == '\t'))
     --end;
-  const size_t n = std::strlen(kThinkOpen);
-  return end >= n && prompt_text.compare(end - n, n, kThinkOpen) == 0;
+  const size_t n = std::strlen(tag);
+  return end >= n && text.compare(end - n, n, tag) == 0;
 }
+}  // namespace
+
+bool prompt_opens_thinking(const std::string& prompt_text) { return ends_with_tag(prompt_text, kThinkOpen); }
+bool prompt_closes_thinking(const std::string& prompt_text) { return ends_with_tag(prompt_text, kThinkClose); }
 
 ReasoningStream::ReasoningStream(ReasoningFormat format, bool in_thinking)
     : format_(format),

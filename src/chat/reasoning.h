@@ -31,6 +31,10 @@ ReasoningFormat reasoning_format_of(const std::string& template_source);
 // Whether a rendered prompt leaves the model inside a thinking block: it ends with
 // "<think>" and optional whitespace (DeepSeek-R1's "<think>\n").
 bool prompt_opens_thinking(const std::string& prompt_text);
+// Whether a rendered prompt already closed the thinking block it opened for this answer:
+// it ends with "</think>" and optional whitespace (Qwen3's enable_thinking false writes
+// "<think>\n\n</think>\n\n"). The answer is then all content: a "<think>" in it is text.
+bool prompt_closes_thinking(const std::string& prompt_text);
 
 struct SplitAnswer {
   std::string reasoning;  // between the tags (empty: none)

@@ -139,7 +139,7 @@ std::variant<std::string, ApiError> render_chat_prompt(const ServedModel& served
 }
 
 std::optional<ApiError> build_prompt(const ServedModel& served, const CompletionParams& c, std::vector<int32_t>* ids,
-                                     size_t index, bool* opens_thinking) {
+                                     size_t index, ThinkingStart* thinking) {
   const tokenizer::Tokenizer& tok = served.tokenizer();
   const tokenizer::Vocab& vocab = tok.vocab();
   if (c.endpoint == Endpoint::kCompletions) {
@@ -179,7 +179,10 @@ std::optional<ApiError> build_prompt(const ServedModel& served, const Completion
     std::optional<ApiError> error;
     auto rendered = render(served, c, &error);
     if (error) return error;
-    if (opens_thinking != nullptr) *opens_thinking = chat::prompt_opens_thinking(rendered->text);
+    if (thinking != nullptr)
+      *thinking = chat::prompt_opens_thinking(rendered->text)    ? ThinkingStart::kOpen
+                  : chat::prompt_closes_thinking(rendered->text) ? ThinkingStart::kClosed
+                                                                 : ThinkingStart::kMaybe;
     // Only the template's own text may yield control tokens; BOS as the template has it.
     *ids = chat::prompt_ids(tok, *rendered);
   }
@@ -216,9 +219,11 @@ std::optional<ApiError> compile_constraint(ServedModel& served, const Completion
   return std::nullopt;
 }
 
-ReasoningPlan reasoning_plan(const ServedModel& served, const CompletionParams& c) {
+ReasoningPlan reasoning_plan(const ServedModel& served, const CompletionParams& c, ThinkingStart start) {
   ReasoningPlan plan;
-  if (c.endpoint != Endpoint::kChat || served.reasoning_format() == chat::ReasoningFormat::kNone) return plan;
+  if (c.endpoint != Endpoint::kChat || served.reasoning_format() == chat::ReasoningFormat::kNone ||
+      start == ThinkingStart::kClosed)
+    return plan;
   const std::string& fmt = c.reasoning_format.empty() ? served.options().reasoning_format : c.reasoning_format;
   if (fmt != "none") plan.format = served.reasoning_format();
   plan.budget = c.thinking_budget ? *c.thinking_budget : served.options().reasoning_budget;
@@ -254,7 +259,7 @@ std::variant<PreparedRequest, ApiError> prepare_request(ServedModel& served, con
   PreparedRequest out;
   EngineRequest& er = out.request;
   std::vector<int32_t> ids;
-  if (auto e = build_prompt(served, c, &ids, index, &out.opens_thinking)) return *e;
+  if (auto e = build_prompt(served, c, &ids, index, &out.thinking)) return *e;
   // echo: the answer starts with the prompt (as sent; token ids as their text), and with
   // logprobs the prompt's tokens lead the entries (the first has no logprob: null).
   const tokenizer::Tokenizer& tok = served.tokenizer();

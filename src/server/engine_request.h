@@ -36,10 +36,12 @@ std::variant<std::string, ApiError> render_chat_prompt(const ServedModel& served
 
 // Prompt ids of a parsed request (completions: of its prompt `index`), or why not (no
 // template, the template failed, empty, an id outside the vocabulary).
-// opens_thinking (chat): set to whether the rendered prompt leaves the model inside a
-// thinking block (chat/reasoning.h).
+// thinking (chat): set to where the rendered prompt leaves the model — inside a thinking
+// block (kOpen), after one it closed (kClosed: the answer is all content), or neither
+// (chat/reasoning.h).
+enum class ThinkingStart { kMaybe, kOpen, kClosed };
 std::optional<ApiError> build_prompt(const ServedModel& served, const CompletionParams& c, std::vector<int32_t>* ids,
-                                     size_t index = 0, bool* opens_thinking = nullptr);
+                                     size_t index = 0, ThinkingStart* thinking = nullptr);
 
 // The request's grammar compiled (its first mask included, so an empty language is
 // refused here), or null when it has none; or the 400 that says why not.
@@ -51,18 +53,19 @@ struct PreparedRequest {
   int64_t n_prompt = 0;
   std::string echo_text;             // echo: the prompt as sent (token ids as their text)
   std::vector<TokenLogprob> echo_logprobs;  // echo with logprobs: the first prompt token's (null) entry
-  bool opens_thinking = false;       // chat: the prompt ends inside a thinking block
+  ThinkingStart thinking = ThinkingStart::kMaybe;  // chat: where the prompt leaves the thinking
 };
 
 // Reasoning for a chat request on this model: whether its answer's thinking is split out
-// (the template has a thinking format and neither the request nor --reasoning-format says
-// "none"), and the thinking budget in tokens (< 0: unlimited).
+// (the template has a thinking format, neither the request nor --reasoning-format says
+// "none", and the prompt did not close the block already: `start`), and the thinking budget
+// in tokens (< 0: unlimited).
 struct ReasoningPlan {
   chat::ReasoningFormat format = chat::ReasoningFormat::kNone;  // kNone: not split
   int64_t budget = -1;
   bool constrain = false;  // a ThinkingBudget runs (to split: counts; with a budget: enforces)
 };
-ReasoningPlan reasoning_plan(const ServedModel& served, const CompletionParams& c);
+ReasoningPlan reasoning_plan(const ServedModel& served, const CompletionParams& c, ThinkingStart start);
 
 // `grammar` (may be null) wrapped in the request's thinking budget when `plan` asks for one.
 std::optional<ApiError> wrap_thinking(const ServedModel& served, const ReasoningPlan& plan, bool opens_thinking,

@@ -147,7 +147,7 @@ std::optional<ApiError> Driver::submit(int i) {
   g.params = &c_;
   g.prompt_text = std::move(prompt_text);
   g.reasoning = plan_.format;
-  g.in_thinking = x.prepared->opens_thinking;
+  g.in_thinking = x.prepared->thinking == ThinkingStart::kOpen;
   g.thinking = std::dynamic_pointer_cast<const ThinkingBudget>(grammars_[static_cast<size_t>(i)]);
   x.fmt->begin(std::move(g), c_.tools.is_null() ? chat::ToolFormat::kNone : served_.tool_format());
   return std::nullopt;
@@ -354,8 +354,9 @@ void run_generation(ServedModel& served, const CompletionParams& params, http::E
     prepared.push_back(std::move(std::get<PreparedRequest>(p)));
   }
   // Reasoning: the thinking budget wraps the grammar (which then applies to the answer).
-  const ReasoningPlan plan = reasoning_plan(served, c);
-  if (auto e = wrap_thinking(served, plan, !prepared.empty() && prepared[0].opens_thinking, &grammar))
+  const ThinkingStart start = prepared.empty() ? ThinkingStart::kMaybe : prepared[0].thinking;
+  const ReasoningPlan plan = reasoning_plan(served, c, start);
+  if (auto e = wrap_thinking(served, plan, start == ThinkingStart::kOpen, &grammar))
     return send_error(ex, fmt, *e);
   Driver(served, c, ex, fmt, prepared, std::move(grammar), plan, log).run();
 }

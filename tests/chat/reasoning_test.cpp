@@ -22,6 +22,9 @@ TEST(Reasoning, PromptOpensThinking) {
   EXPECT_FALSE(prompt_opens_thinking("<|im_start|>assistant\n<think>\n\n</think>\n\n"));
   EXPECT_FALSE(prompt_opens_thinking("<|im_start|>assistant\n"));
   EXPECT_FALSE(prompt_opens_thinking(""));
+  EXPECT_TRUE(prompt_closes_thinking("<|im_start|>assistant\n<think>\n\n</think>\n\n"));
+  EXPECT_FALSE(prompt_closes_thinking("<|im_start|>assistant\n<think>\n"));
+  EXPECT_FALSE(prompt_closes_thinking("<|im_start|>assistant\n"));
 }
 
 TEST(Reasoning, WholeSplit) {

@@ -16,7 +16,12 @@ and closes it empty when enable_thinking is false).
   - prompt safety: "</think>" and "<think>" typed by the user stay text — the answer still
     starts inside the thinking block and the budget still holds;
   - tool calls after the thinking still parse (tool_choice required with a budget);
-  - bad input: reasoning_effort "extreme", a negative budget, thinking {"type": "sometimes"} (400).
+  - bad input: reasoning_effort "extreme", a negative budget, thinking {"type": "sometimes"} (400);
+  - Qwen3's vocabulary, where "<think>" and "</think>" are one token each: a tiny random-weight
+    qwen3 GGUF (tools/make_reasoning_model.py, written at test time) whose template lets the
+    model open the block itself; with "<think>" pushed by logit_bias, a budget of N gives
+    exactly N thinking tokens and one forced "</think>" token, streamed == whole; without it
+    the answer has no reasoning.
 Exit 0 pass, 1 fail, 77 skip (no Qwen2.5-Coder 0.5B GGUF, or no `openai` module).
 """
 
@@ -207,6 +212,49 @@ def test_bad_input(srv):
     check(status == 400 and "thinking" in json.dumps(out), f"bad thinking: {status} {out}")
 
 
+def test_qwen3_vocabulary(qwen, stats):
+    import subprocess
+    import tempfile
+
+    d = tempfile.mkdtemp(prefix="specula_reasoning_")
+    path = os.path.join(d, "qwen3-reasoning-tiny.gguf")
+    tool = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "make_reasoning_model.py")
+    subprocess.run([sys.executable, tool, qwen, path], check=True, timeout=300)
+    think, close = 151667, 151668
+    try:
+        with ss.Server(model=path) as srv:
+            for budget in (0, 2, 5):
+                kw = {"logit_bias": {str(think): 100}, "thinking_budget_tokens": budget, "max_tokens": 12}
+                out = chat(srv, **kw)
+                msg = out["choices"][0]["message"]
+                check(msg.get("reasoning_content") == "<think>" * budget, f"qwen3 budget {budget}: {msg}")
+                check(out["usage"]["completion_tokens_details"]["reasoning_tokens"] == budget,
+                      f"qwen3 budget {budget}: {out['usage']}")
+                raw = chat(srv, reasoning_format="none", logprobs=True, **kw)["choices"][0]
+                toks = [t["token"] for t in raw["logprobs"]["content"]]
+                check(toks[:budget + 2] == ["<think>"] * (budget + 1) + ["</think>"],
+                      f"qwen3 budget {budget}: tokens {toks}")
+                check(msg["reasoning_content"] + msg["content"] ==
+                      raw["message"]["content"].replace("<think>", "", 1).replace("</think>", "", 1), "qwen3 split")
+                body = {"messages": [{"role": "user", "content": QUESTION}], "temperature": 0, "stream": True, **kw}
+                r = c = ""
+                for p in srv.stream("/v1/chat/completions", body)[3]:
+                    if p != "[DONE]":
+                        for ch in json.loads(p).get("choices", []):
+                            r += ch["delta"].get("reasoning_content") or ""
+                            c += ch["delta"].get("content") or ""
+                check(r == msg["reasoning_content"] and c == msg["content"], f"qwen3 stream {r!r}|{c!r}")
+            plain = chat(srv, max_tokens=8)["choices"][0]["message"]
+            check("reasoning_content" not in plain, f"qwen3 without <think>: {plain}")
+            off = chat(srv, max_tokens=8, chat_template_kwargs={"enable_thinking": False},
+                       logit_bias={str(think): 100})["choices"][0]["message"]
+            check("reasoning_content" not in off, f"qwen3 enable_thinking false: {off}")
+        stats["qwen3_vocab"] = f"<think>={think} </think>={close} one token each"
+    finally:
+        import shutil
+        shutil.rmtree(d, ignore_errors=True)
+
+
 def main():
     qwen = qwen_path()
     tpl = os.path.join(ss.fixtures_dir(), "chat_templates", "qwen_thinking.jinja")
@@ -217,6 +265,7 @@ def main():
         test_no_thinking_and_safety(srv, stats)
         test_tools_after_thinking(srv, stats)
         test_bad_input(srv)
+    test_qwen3_vocabulary(qwen, stats)
     return ", ".join(f"{k}={v}" for k, v in stats.items())
 
 
