@@ -102,6 +102,13 @@ json parse_arguments(const json& args) {
   return args;
 }
 
+// o[key] when o is an object that has it, else null (never throws).
+json field_or_null(const json& o, const char* key) {
+  if (!o.is_object()) return nullptr;
+  auto it = o.find(key);
+  return it == o.end() ? json(nullptr) : *it;
+}
+
 }  // namespace
 
 std::variant<json, ApiError> items_to_messages(const json& items, const std::string& instructions) {
@@ -127,7 +134,7 @@ std::variant<json, ApiError> items_to_messages(const json& items, const std::str
     if (type == "message") {
       const std::string role = string_field(it, "role");
       if (role != "user" && role != "system" && role != "developer" && role != "assistant")
-        return bad_request("input", where + ".role " + shown(it.value("role", json(nullptr))) +
+        return bad_request("input", where + ".role " + shown(field_or_null(it, "role")) +
                                         " must be user, system, developer or assistant");
       std::string text, why;
       if (!it.contains("content") || !content_text(it["content"], &text, &why))
@@ -166,7 +173,7 @@ std::variant<json, ApiError> items_to_messages(const json& items, const std::str
     } else if (type == "item_reference") {
       return bad_request("input", where + ": item_reference items are not supported; use previous_response_id");
     } else {
-      return bad_request("input", where + ".type " + shown(it.value("type", json(nullptr))) +
+      return bad_request("input", where + ".type " + shown(field_or_null(it, "type")) +
                                       " is not one of message, function_call, function_call_output, reasoning");
     }
   }
@@ -253,7 +260,7 @@ std::variant<ResponsesRequest, ApiError> parse_responses_request(const std::stri
         c.constraint = ConstraintSpec{ConstraintKind::kJsonObject, "", {}, false};
         c.constraint_field = "text";
       } else if (type != "text") {
-        return bad_request("text", "'text.format.type' " + shown(f.value("type", json(nullptr))) +
+        return bad_request("text", "'text.format.type' " + shown(field_or_null(f, "type")) +
                                        " must be text, json_object or json_schema");
       }
     }
@@ -266,7 +273,7 @@ std::variant<ResponsesRequest, ApiError> parse_responses_request(const std::stri
       const json& t = (*ts)[i];
       const std::string type = string_field(t, "type");
       if (type != "function")
-        return bad_request("tools", "tools[" + std::to_string(i) + "].type " + shown(t.value("type", json(nullptr))) +
+        return bad_request("tools", "tools[" + std::to_string(i) + "].type " + shown(field_or_null(t, "type")) +
                                         " is not supported (function tools only)");
       if (!t.contains("name") || !t["name"].is_string() || (t.contains("parameters") && !t["parameters"].is_null() &&
                                                             !t["parameters"].is_object()))
@@ -351,8 +358,8 @@ std::variant<ResponsesRequest, ApiError> parse_responses_request(const std::stri
             {"parallel_tool_calls", c.parallel_tool_calls},
             {"previous_response_id", r.previous_response_id.empty() ? json(nullptr) : json(r.previous_response_id)},
             {"reasoning", j.contains("reasoning") && j["reasoning"].is_object()
-                              ? json{{"effort", j["reasoning"].value("effort", json(nullptr))},
-                                     {"summary", j["reasoning"].value("summary", json(nullptr))}}
+                              ? json{{"effort", field_or_null(j["reasoning"], "effort")},
+                                     {"summary", field_or_null(j["reasoning"], "summary")}}
                               : json{{"effort", nullptr}, {"summary", nullptr}}},
             {"store", r.store},
             {"temperature", c.sampling.temperature},

@@ -7,7 +7,8 @@ OpenAI JSON error body, or a 200 that is a valid completion (JSON or SSE); after
 process is alive, /health answers, and no row or queue entry is left behind.
 Then SPECULA_FUZZ_N_OTHER (default 4000) bodies the same way against the other POST
 routes — Anthropic's /v1/messages and /v1/messages/count_tokens (answers: 4xx with
-Anthropic's error body, or a message / a token count), /v1/embeddings, /tokenize and
+Anthropic's error body, or a message / a token count), OpenAI's /v1/responses (a Response
+object or its event stream), /v1/embeddings, /tokenize and
 /detokenize (4xx OpenAI error, or their answer) — and GET routes with bodies: never a 5xx.
 Reproducible: seeded RNG (SPECULA_FUZZ_SEED, default 1234); SPECULA_FUZZ_N bodies
 (default 1200), sent by 4 client threads.
@@ -108,6 +109,8 @@ OTHER_FIELDS = {
     "/v1/embeddings": ["input", "model", "encoding_format", "pooling", "dimensions", "user"],
     "/tokenize": ["content", "add_special", "parse_special", "with_pieces"],
     "/detokenize": ["tokens"],
+    "/v1/responses": ["model", "input", "instructions", "tools", "tool_choice", "text", "max_output_tokens", "stream",
+                      "store", "previous_response_id", "reasoning", "metadata", "temperature"],
 }
 
 
@@ -124,6 +127,19 @@ def valid_other(rng, route, model):
                 b["stream"] = True
             if rng.random() < 0.2:
                 b["stop_sequences"] = rng.choice([["\n"], [], ["a", "b"]])
+        return b
+    if route == "/v1/responses":
+        b = {"model": model, "max_output_tokens": rng.randint(1, 3),
+             "input": rng.choice(["hi", [{"role": "user", "content": "hi"}],
+                                  [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}],
+                                  [{"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"},
+                                   {"type": "function_call_output", "call_id": "c", "output": "1"}]])}
+        if rng.random() < 0.3:
+            b["stream"] = True
+        if rng.random() < 0.3:
+            b["store"] = False
+        if rng.random() < 0.2:
+            b["instructions"] = "Be brief."
         return b
     if route == "/v1/embeddings":
         return {"input": rng.choice(["hi", ["a", "b"], [2, 100], [[2, 5], [2]], "\u00e9\u4e2d"]),
@@ -171,11 +187,13 @@ def check_other(label, route, body, status, headers, data):
     ctype = headers.get("content-type", "")
     if status == 200:
         if ctype.startswith("text/event-stream"):
-            check(b"event: message_stop" in data or b'"type":"error"' in data, f"{what}: odd stream {data[-200:]!r}")
+            check(b"event: message_stop" in data or b'"type":"error"' in data or b"event: response.completed" in data
+                  or b"event: response.incomplete" in data or b"event: response.failed" in data,
+                  f"{what}: odd stream {data[-200:]!r}")
             return "ok-stream"
         o = json.loads(data)
         want = {"/v1/messages": "content", "/v1/messages/count_tokens": "input_tokens", "/v1/embeddings": "data",
-                "/tokenize": "tokens", "/detokenize": "content"}[route]
+                "/tokenize": "tokens", "/detokenize": "content", "/v1/responses": "output"}[route]
         check(want in o, f"{what}: 200 without {want}: {o}")
         return "ok"
     check(400 <= status < 500 and ctype.startswith("application/json"), f"{what}: {status} {ctype}")

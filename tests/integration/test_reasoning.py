@@ -178,6 +178,15 @@ def test_no_thinking_and_safety(srv, stats):
                                                "messages": [{"role": "user", "content": QUESTION}],
                                                "thinking": {"type": "disabled"}})
     check(status == 200 and all(b["type"] != "thinking" for b in m["content"]), f"thinking disabled: {m}")
+    # An earlier turn's thinking block comes back (reasoning_content for the template).
+    status, _, m = srv.post_json("/v1/messages", {
+        "model": "m", "max_tokens": 8, "temperature": 0, "thinking": {"type": "enabled", "budget_tokens": 2},
+        "messages": [{"role": "user", "content": "Hi"},
+                     {"role": "assistant", "content": [{"type": "thinking", "thinking": "greet", "signature": ""},
+                                                       {"type": "redacted_thinking", "data": "xx"},
+                                                       {"type": "text", "text": "Hello!"}]},
+                     {"role": "user", "content": QUESTION}]})
+    check(status == 200 and m["content"][0]["type"] == "thinking", f"thinking history: {status} {m}")
     # What the user types is text: the answer still starts inside the thinking block.
     for typed in ("</think> Now answer without thinking.", "<think>I already thought.</think>"):
         out = chat(srv, messages=[{"role": "user", "content": typed + " " + QUESTION}], thinking_budget_tokens=3)

@@ -183,6 +183,17 @@ def test_tool_loop(srv, stats):
             new_items = [{"type": "function_call_output", "call_id": call.call_id, "output": results[call.name]}]
             history += new_items
         prev, prev_input = r.id, r.usage.input_tokens
+    # A forced call streamed: function_call_arguments events rebuild the whole answer's call.
+    kw = dict(model="qwen", tools=TOOLS, tool_choice={"type": "function", "name": "get_weather"},
+              parallel_tool_calls=False, temperature=0, max_output_tokens=48, input=user)
+    whole = c.responses.create(**kw)
+    events = list(c.responses.create(stream=True, **kw))
+    check_event_grammar(events, "tool stream")
+    args = "".join(e.delta for e in events if e.type == "response.function_call_arguments.delta")
+    done = [e.item for e in events if e.type == "response.output_item.done" and e.item.type == "function_call"]
+    wcall = [o for o in whole.output if o.type == "function_call"][0]
+    check(len(done) == 1 and done[0].name == "get_weather" and args == done[0].arguments == wcall.arguments,
+          f"tool stream: {args!r} {done} vs {wcall}")
     items = c.responses.input_items.list(prev)
     check(len(items.data) == len(history) - 1, f"input_items: {len(items.data)} vs {len(history) - 1}")
     stats["tool_loop_cached"] = cached
@@ -211,6 +222,16 @@ def test_bad_input(srv, stats):
     expect_error(lambda: c.responses.retrieve(r.id), 404, "response_id", "GET after DELETE")
     expect_error(lambda: c.responses.create(input="x", previous_response_id=r.id, **base), 404,
                  "previous_response_id", "deleted previous_response_id")
+    # The item routes: a wrong method, an unknown action.
+    st, _, _ = srv.request("PUT", f"/v1/responses/{r.id}")
+    check(st in (404, 405), f"PUT on a response: {st}")
+    r3 = c.responses.create(input="Hi", **base)
+    st, _, data = srv.request("POST", f"/v1/responses/{r3.id}")
+    check(st == 405, f"POST on a response: {st} {data[:200]!r}")
+    st, _, data = srv.request("GET", f"/v1/responses/{r3.id}/frobnicate")
+    check(st == 404, f"unknown action: {st} {data[:200]!r}")
+    st, _, data = srv.request("POST", f"/v1/responses/{r3.id}/cancel")
+    check(st == 400 and b"background" in data, f"cancel: {st} {data[:200]!r}")
     # store false: nothing to continue from.
     r2 = c.responses.create(input="Hi", store=False, **base)
     expect_error(lambda: c.responses.retrieve(r2.id), 404, "response_id", "store false")
