@@ -609,8 +609,12 @@ void handle_responses(ServedModel& served, const http::Request& req, http::Excha
   run_generation(served, r.params, ex, fmt, log);
 }
 
-void handle_response_item(ServedModel& served, const http::Request& req, http::Exchange& ex) {
-  ResponseStore& store = served.responses();
+bool is_response_item_path(const std::string& path) {
+  const std::string prefix = "/v1/responses/";
+  return path.size() > prefix.size() && path.compare(0, prefix.size(), prefix) == 0;
+}
+
+void handle_response_item(ResponseStore& store, const http::Request& req, http::Exchange& ex) {
   std::string rest = req.path.substr(std::string("/v1/responses/").size());
   std::string action;
   if (const size_t slash = rest.find('/'); slash != std::string::npos) {

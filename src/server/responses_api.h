@@ -118,7 +118,10 @@ class ResponsesFormat : public AnswerFormat {
 
 // The routes (server/routes.h).
 void handle_responses(ServedModel& served, const http::Request& req, http::Exchange& ex, GenerationLog* log);
-// GET / DELETE /v1/responses/{id}, POST .../cancel, GET .../input_items.
-void handle_response_item(ServedModel& served, const http::Request& req, http::Exchange& ex);
+// GET / DELETE /v1/responses/{id}, POST .../cancel, GET .../input_items: the store's
+// (no model runs, none need be loaded).
+void handle_response_item(ResponseStore& store, const http::Request& req, http::Exchange& ex);
+// Whether `path` is one of those: /v1/responses/ and something.
+bool is_response_item_path(const std::string& path);
 
 }  // namespace specula::server

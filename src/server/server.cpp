@@ -451,12 +451,6 @@ const std::vector<Route>& api_routes() {
 }
 }  // namespace
 
-// GET / DELETE /v1/responses/{id}, POST .../cancel, GET .../input_items.
-bool is_response_item_path(const std::string& path) {
-  const std::string prefix = "/v1/responses/";
-  return path.size() > prefix.size() && path.compare(0, prefix.size(), prefix) == 0;
-}
-
 bool is_api_path(const std::string& path) {
   if (is_response_item_path(path)) return true;
   for (const Route& r : api_routes())
@@ -468,7 +462,7 @@ bool route_api(ServedModel& m, const http::Request& req, http::Exchange& ex, Gen
   const std::vector<Route>& routes = api_routes();
   const RouteCtx ctx{&m, &req, &ex, gen};
   if (is_response_item_path(req.path)) {
-    handle_response_item(m, req, ex);
+    handle_response_item(m.responses(), req, ex);
     return true;
   }
   bool path_known = false;
@@ -605,6 +599,10 @@ bool Server::route_models(const http::Request& req, http::Exchange& ex, Generati
   // A path no route has loads nothing (a 404 from the caller).
   const bool predict = !so.predict_route.empty() && req.path == so.predict_route && req.method == "POST";
   if (!predict && !is_api_path(req.path)) return false;
+  if (is_response_item_path(req.path) && so.responses) {  // the server's store: no model loads
+    handle_response_item(*so.responses, req, ex);
+    return true;
+  }
   std::string name = query_param(req.target, "model");
   if (name.empty() && !req.body.empty()) {
     const json j = json::parse(req.body, nullptr, false);

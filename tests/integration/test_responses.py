@@ -253,7 +253,8 @@ def main():
         a = c.responses.create(model="qwen", input="Hi", max_output_tokens=4)
         expect_error(lambda: c.responses.create(model="gemma", input="x", previous_response_id=a.id, max_output_tokens=4),
                      400, "previous_response_id", "another model's response", "belongs to model")
-        c.responses.create(model="qwen", input="Hello", max_output_tokens=4)
+        b = c.responses.create(model="qwen", input="Hello", max_output_tokens=4)
+        check(c.responses.retrieve(b.id).id == b.id, "retrieve with two models")
         expect_error(lambda: c.responses.create(model="qwen", input="x", previous_response_id=a.id, max_output_tokens=4),
                      400, "previous_response_id", "evicted response", "evicted")
     # Restart with --cache-dir: the response and its prompt survive.
