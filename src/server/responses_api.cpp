@@ -102,6 +102,9 @@ json parse_arguments(const json& args) {
   return args;
 }
 
+// A float setting as a client wrote it (0.8, not 0.800000011920929).
+double as_sent(float v) { return std::stod(std::to_string(v)); }
+
 // o[key] when o is an object that has it, else null (never throws).
 json field_or_null(const json& o, const char* key) {
   if (!o.is_object()) return nullptr;
@@ -362,13 +365,13 @@ std::variant<ResponsesRequest, ApiError> parse_responses_request(const std::stri
                                      {"summary", field_or_null(j["reasoning"], "summary")}}
                               : json{{"effort", nullptr}, {"summary", nullptr}}},
             {"store", r.store},
-            {"temperature", c.sampling.temperature},
+            {"temperature", as_sent(c.sampling.temperature)},
             {"text", j.contains("text") && j["text"].is_object() && j["text"].contains("format")
                          ? json{{"format", j["text"]["format"]}}
                          : json{{"format", {{"type", "text"}}}}},
             {"tool_choice", j.contains("tool_choice") && !j["tool_choice"].is_null() ? j["tool_choice"] : json("auto")},
             {"tools", j.contains("tools") && j["tools"].is_array() ? j["tools"] : json::array()},
-            {"top_p", c.sampling.top_p},
+            {"top_p", as_sent(c.sampling.top_p)},
             {"truncation", "disabled"},
             {"user", j.contains("user") && j["user"].is_string() ? j["user"] : json(nullptr)}};
   return r;
@@ -565,8 +568,12 @@ std::string ResponsesFormat::stream_end(const CompletionStream::Update& u) {
   if (u.summary.outcome == Outcome::kFailed || u.summary.outcome == Outcome::kCancelled) {
     const ApiError e = generation_error(u, g_.params);
     json r = response_object("failed", done_items_);
-    r["error"] = {{"code", e.api_code.empty() ? "server_error" : e.api_code}, {"message", e.message}};
-    return event("response.failed", {{"response", r}});
+    const std::string code = e.api_code.empty() ? (http_status(e) < 500 ? "invalid_request" : "server_error") : e.api_code;
+    r["error"] = {{"code", code}, {"message", e.message}};
+    // An `error` event (what went wrong), then the response as it ended.
+    std::string out = event("error", {{"code", code}, {"message", e.message}, {"param", e.param.empty() ? json(nullptr) : json(e.param)}});
+    out += event("response.failed", {{"response", r}});
+    return out;
   }
   const bool cut = u.summary.outcome == Outcome::kLength;
   const chat::SplitAnswer split = reasoning_.finish();

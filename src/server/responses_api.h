@@ -31,7 +31,8 @@
 // sequence_number: response.created, response.in_progress, then per item
 // output_item.added, content_part.added, output_text.delta* / reasoning_text.delta*,
 // *.done, content_part.done, output_item.done (function calls: function_call_arguments
-// .delta and .done), and response.completed (or response.incomplete / response.failed).
+// .delta and .done), and response.completed (or response.incomplete; a failure: an error
+// event, then response.failed).
 // Errors: OpenAI's error body; an unknown previous_response_id is a 404 naming it, one of
 // another model or evicted a 400.
 // Does not: background responses, conversations objects, built-in tools (web search,
