@@ -2,6 +2,8 @@
 #include "server/responses_api.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <limits>
 
 #include "server/engine_request.h"
@@ -103,7 +105,11 @@ json parse_arguments(const json& args) {
 }
 
 // A float setting as a client wrote it (0.8, not 0.800000011920929).
-double as_sent(float v) { return std::stod(std::to_string(v)); }
+double as_sent(float v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.7g", static_cast<double>(v));
+  return std::strtod(buf, nullptr);
+}
 
 // o[key] when o is an object that has it, else null (never throws).
 json field_or_null(const json& o, const char* key) {
