@@ -67,6 +67,14 @@ def require_model():
     return p
 
 
+def require_qwen05():
+    """Qwen2.5-Coder 0.5B's GGUF beside the default model, or skip."""
+    p = os.path.join(os.path.dirname(model_path()), "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")
+    if not os.path.exists(p):
+        skip(f"{p} not found (run scripts/fetch_model.sh qwen2.5-coder-0.5b)")
+    return p
+
+
 def fixtures_dir():
     return os.environ.get("SPECULA_FIXTURES_DIR") or os.path.join(_REPO, "tests", "fixtures")
 

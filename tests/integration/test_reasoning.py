@@ -48,13 +48,6 @@ TOOLS = [{"type": "function", "function": {"name": "get_weather", "description":
                                                           "required": ["city"]}}}]
 
 
-def qwen_path():
-    p = os.path.join(os.path.dirname(ss.model_path()), "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")
-    if not os.path.exists(p):
-        ss.skip(f"{p} not found (run scripts/fetch_model.sh qwen2.5-coder-0.5b)")
-    return p
-
-
 def chat(srv, **kw):
     body = {"messages": [{"role": "user", "content": QUESTION}], "max_tokens": 40, "temperature": 0}
     body.update(kw)
@@ -265,7 +258,7 @@ def test_qwen3_vocabulary(qwen, stats):
 
 
 def main():
-    qwen = qwen_path()
+    qwen = ss.require_qwen05()
     tpl = os.path.join(ss.fixtures_dir(), "chat_templates", "qwen_thinking.jinja")
     stats = {}
     with ss.Server("--chat-template-file", tpl, model=qwen) as srv:

@@ -43,13 +43,6 @@ PERSON = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"
           "required": ["name", "age"], "additionalProperties": False}
 
 
-def qwen_path():
-    p = os.path.join(os.path.dirname(ss.model_path()), "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")
-    if not os.path.exists(p):
-        ss.skip(f"{p} not found (run scripts/fetch_model.sh qwen2.5-coder-0.5b)")
-    return p
-
-
 def client(srv):
     return openai.OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0)
 
@@ -238,7 +231,7 @@ def test_bad_input(srv, stats):
 
 
 def main():
-    qwen = qwen_path()
+    qwen = ss.require_qwen05()
     gemma = ss.require_model()
     stats = {}
     with ss.Server(model=qwen) as srv:
