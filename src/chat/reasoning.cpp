@@ -11,18 +11,22 @@ ReasoningFormat reasoning_format_of(const std::string& template_source) {
 }
 
 namespace {
-// The prompt ends with `tag` and optional whitespace.
-bool ends_with_tag(const std::string& text, const char* tag) {
+// The prompt ends with `tag` (starting at or after trusted_from) and optional whitespace.
+bool ends_with_tag(const std::string& text, const char* tag, size_t trusted_from) {
   size_t end = text.size();
   while (end > 0 && (text[end - 1] == '\n' || text[end - 1] == ' ' || text[end - 1] == '\r' || text[end - 1] == '\t'))
     --end;
   const size_t n = std::strlen(tag);
-  return end >= n && text.compare(end - n, n, tag) == 0;
+  return end >= n && end - n >= trusted_from && text.compare(end - n, n, tag) == 0;
 }
 }  // namespace
 
-bool prompt_opens_thinking(const std::string& prompt_text) { return ends_with_tag(prompt_text, kThinkOpen); }
-bool prompt_closes_thinking(const std::string& prompt_text) { return ends_with_tag(prompt_text, kThinkClose); }
+bool prompt_opens_thinking(const std::string& prompt_text, size_t trusted_from) {
+  return ends_with_tag(prompt_text, kThinkOpen, trusted_from);
+}
+bool prompt_closes_thinking(const std::string& prompt_text, size_t trusted_from) {
+  return ends_with_tag(prompt_text, kThinkClose, trusted_from);
+}
 
 ReasoningStream::ReasoningStream(ReasoningFormat format, bool in_thinking)
     : format_(format),

@@ -16,6 +16,7 @@
 // Does not: enforce a thinking budget (grammar/thinking_budget.h) or render templates.
 #pragma once
 
+#include <cstddef>
 #include <string>
 
 namespace specula::chat {
@@ -29,12 +30,14 @@ inline constexpr const char* kThinkClose = "</think>";
 ReasoningFormat reasoning_format_of(const std::string& template_source);
 
 // Whether a rendered prompt leaves the model inside a thinking block: it ends with
-// "<think>" and optional whitespace (DeepSeek-R1's "<think>\n").
-bool prompt_opens_thinking(const std::string& prompt_text);
+// "<think>" and optional whitespace (DeepSeek-R1's "<think>\n"). `trusted_from`: where the
+// template's own text begins after the last client text (RenderedPrompt::untrusted) — a tag
+// the client wrote (an assistant prefill ending in "<think>") does not count.
+bool prompt_opens_thinking(const std::string& prompt_text, size_t trusted_from = 0);
 // Whether a rendered prompt already closed the thinking block it opened for this answer:
 // it ends with "</think>" and optional whitespace (Qwen3's enable_thinking false writes
 // "<think>\n\n</think>\n\n"). The answer is then all content: a "<think>" in it is text.
-bool prompt_closes_thinking(const std::string& prompt_text);
+bool prompt_closes_thinking(const std::string& prompt_text, size_t trusted_from = 0);
 
 struct SplitAnswer {
   std::string reasoning;  // between the tags (empty: none)

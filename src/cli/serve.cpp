@@ -344,7 +344,7 @@ void add_serve_flags(CLI::App* cmd, ServeArgs& a) {
   cmd->add_option("--responses-max", a.responses_max,
                   "Responses API: stored responses kept for previous_response_id (least recently used out; on disk "
                   "under --cache-dir/responses when set; default 1024)")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+      ->check(CLI::Range(int64_t{1}, int64_t{1000000}));
   cmd->add_option("--reasoning-budget", a.reasoning_budget,
                   "Thinking tokens a request may spend before the closing tag is forced (-1: unlimited, 0: none); a "
                   "request's thinking_budget_tokens / reasoning_effort / thinking.budget_tokens wins")

@@ -20,7 +20,8 @@ void set_bit(uint32_t* bits, int32_t id) { bits[id / 32] |= 1u << (id % 32); }
 
 Result<std::unique_ptr<ThinkingBudget>> ThinkingBudget::create(const tokenizer::Tokenizer& tokenizer, int32_t n_vocab,
                                                                int64_t budget, bool in_thinking,
-                                                               std::shared_ptr<TokenConstraint> inner) {
+                                                               std::shared_ptr<TokenConstraint> inner,
+                                                               std::vector<int32_t> eog) {
   std::unique_ptr<ThinkingBudget> t(new ThinkingBudget());
   t->tok_ = &tokenizer;
   t->n_vocab_ = n_vocab;
@@ -30,6 +31,7 @@ Result<std::unique_ptr<ThinkingBudget>> ThinkingBudget::create(const tokenizer::
   for (int32_t id : t->close_ids_)
     if (id < 0 || id >= n_vocab) return Status::error("[grammar] thinking budget: \"</think>\" is outside the vocabulary");
   t->inner_ = std::move(inner);
+  t->eog_ = std::move(eog);
   State s0;
   if (in_thinking) {
     s0.phase = budget == 0 ? Phase::kForcing : Phase::kThinking;
@@ -45,7 +47,7 @@ const std::vector<int32_t>& ThinkingBudget::open_prefix_ids() {
     const int32_t n = std::min<int32_t>(n_vocab_, static_cast<int32_t>(tok_->vocab().size()));
     for (int32_t id = 0; id < n; ++id) {
       const std::string p = tok_->token_to_piece(id, false);
-      if (!p.empty() && (open_prefix(p) || starts_with(p, kOpen))) open_ids_->push_back(id);
+      if (starts_with(p, kOpen)) open_ids_->push_back(id);
     }
   }
   return *open_ids_;
@@ -59,7 +61,9 @@ Status ThinkingBudget::step(const State& from, int32_t id, State* to) {
     case Phase::kStart: {
       to->tail += piece;
       to->start_ids.push_back(id);
-      if (open_prefix(to->tail) && !piece.empty()) return Status::ok();
+      // Without an inner grammar a "<think>" may come in pieces; with one, only a token that
+      // writes all of it opens the block (a "<" is the grammar's: XML, a <tool_call>).
+      if (!inner_ && open_prefix(to->tail) && !piece.empty()) return Status::ok();
       if (starts_with(to->tail, kOpen)) {
         to->opened = true;
         to->tail.erase(0, kOpen.size());
@@ -100,6 +104,7 @@ Status ThinkingBudget::step(const State& from, int32_t id, State* to) {
         to->tail.clear();
         return Status::ok();
       }
+      if (piece.empty()) return Status::ok();  // a control token (the end of generation) is no thinking
       ++to->count;
       to->recent.push_back(static_cast<int32_t>(piece.size()));
       if (to->recent.size() > kClose.size()) to->recent.erase(to->recent.begin());
@@ -141,21 +146,15 @@ Status ThinkingBudget::compute_mask(uint32_t* bits) {
         all();
         return Status::ok();
       }
-      if (!s.start_ids.empty()) {
-        // Inside a partial "<think>": only its continuation (a rare path; one vocabulary pass).
-        std::memset(bits, 0, words * sizeof(uint32_t));
-        const int32_t n = std::min<int32_t>(n_vocab_, static_cast<int32_t>(tok_->vocab().size()));
-        for (int32_t id = 0; id < n; ++id) {
-          const std::string t = s.tail + tok_->token_to_piece(id, false);
-          if (t.size() > s.tail.size() && (open_prefix(t) || starts_with(t, kOpen))) set_bit(bits, id);
-        }
-        return Status::ok();
-      }
       if (Status st = inner_->compute_mask(bits); !st.is_ok()) return st;
       for (int32_t id : open_prefix_ids()) set_bit(bits, id);
       return Status::ok();
     case Phase::kThinking:
       all();
+      // With a grammar for the answer, the answer must come: no end inside the thinking.
+      if (inner_)
+        for (int32_t id : eog_)
+          if (id >= 0 && id < n_vocab_) bits[id / 32] &= ~(1u << (id % 32));
       return Status::ok();
     case Phase::kForcing:
       std::memset(bits, 0, words * sizeof(uint32_t));
@@ -232,6 +231,7 @@ Result<std::unique_ptr<TokenConstraint>> ThinkingBudget::clone() const {
   t->n_vocab_ = n_vocab_;
   t->budget_ = budget_;
   t->close_ids_ = close_ids_;
+  t->eog_ = eog_;
   t->states_ = states_;
   t->open_ids_ = open_ids_;
   if (inner_) {

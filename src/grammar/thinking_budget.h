@@ -7,10 +7,12 @@
 // Phases, advanced token by token from the tokens' text (Tokenizer::token_to_piece, as the
 // answer's text is made):
 //   start     — the prompt did not open a block: the first tokens may write "<think>"
-//               (allowed: anything without an inner constraint; with one, its tokens or the
-//               tokens that spell the beginning of "<think>"); text that leaves "<think>"
-//               is the answer (given to the inner constraint);
-//   thinking  — any token, counted; the one whose text completes "</think>" ends it (the
+//               (without an inner constraint: anything, "<think>" possibly in pieces; with
+//               one: its tokens, or a token whose text begins with "<think>" — Qwen3's
+//               one-token tag); text that does not open the block is the answer (given to
+//               the inner constraint);
+//   thinking  — any token, counted (with an inner constraint not the end of generation:
+//               its answer must come); the one whose text completes "</think>" ends it (the
 //               tokens that wrote the tag's beginning are then uncounted);
 //               after `budget` counted tokens the closing is forced;
 //   forcing   — only the next token of the closing tag;
@@ -37,10 +39,12 @@ class ThinkingBudget final : public TokenConstraint {
  public:
   // n_vocab: the model's logits width. budget: thinking tokens allowed (< 0: unlimited,
   // only counted). in_thinking: the prompt opened the block. inner: the answer's
-  // constraint, or null. Errors: the closing tag does not tokenize.
+  // constraint, or null. eog: the end-of-generation ids, refused while thinking when there
+  // is an inner constraint (its answer must come). Errors: the closing tag does not tokenize.
   static Result<std::unique_ptr<ThinkingBudget>> create(const tokenizer::Tokenizer& tokenizer, int32_t n_vocab,
                                                         int64_t budget, bool in_thinking,
-                                                        std::shared_ptr<TokenConstraint> inner);
+                                                        std::shared_ptr<TokenConstraint> inner,
+                                                        std::vector<int32_t> eog = {});
 
   int32_t mask_words() const override { return (n_vocab_ + 31) / 32; }
   Status compute_mask(uint32_t* bits) override;
@@ -73,12 +77,13 @@ class ThinkingBudget final : public TokenConstraint {
   };
   ThinkingBudget() = default;
   Status step(const State& from, int32_t id, State* to);
-  const std::vector<int32_t>& open_prefix_ids();  // ids whose text begins "<think>" (start + inner)
+  const std::vector<int32_t>& open_prefix_ids();  // ids whose text begins with "<think>" (start + inner)
 
   const tokenizer::Tokenizer* tok_ = nullptr;
   int32_t n_vocab_ = 0;
   int64_t budget_ = -1;
   std::vector<int32_t> close_ids_;
+  std::vector<int32_t> eog_;
   std::shared_ptr<TokenConstraint> inner_;
   std::vector<State> states_;  // states_[0]: before any token
   std::shared_ptr<std::vector<int32_t>> open_ids_;

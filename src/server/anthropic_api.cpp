@@ -344,7 +344,7 @@ json AnthropicFormat::whole(const std::string& text, const std::vector<TokenLogp
                                       : chat::SplitAnswer{"", text, false};
   const chat::ParsedAnswer a = calls_.parse_whole(split.content, u.summary.outcome == Outcome::kLength);
   json msg = anthropic_message(g_.id, g_.model, a.content, a.calls, stop_reason(u, a), u.stop_sequence, usage(u.summary));
-  if (split.has_reasoning) {
+  if (!split.reasoning.empty()) {  // (an empty block is none: a stream sends none either)
     // The thinking first, as Claude's extended thinking answers (no signature: nothing here
     // checks one when the block comes back).
     msg["content"].insert(msg["content"].begin(), json{{"type", "thinking"}, {"thinking", split.reasoning}, {"signature", ""}});

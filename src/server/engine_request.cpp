@@ -179,10 +179,13 @@ std::optional<ApiError> build_prompt(const ServedModel& served, const Completion
     std::optional<ApiError> error;
     auto rendered = render(served, c, &error);
     if (error) return error;
-    if (thinking != nullptr)
-      *thinking = chat::prompt_opens_thinking(rendered->text)    ? ThinkingStart::kOpen
-                  : chat::prompt_closes_thinking(rendered->text) ? ThinkingStart::kClosed
-                                                                 : ThinkingStart::kMaybe;
+    if (thinking != nullptr) {
+      // Only the template's own text after the last client text can open or close the block.
+      const size_t trusted = rendered->untrusted.empty() ? 0 : rendered->untrusted.back().second;
+      *thinking = chat::prompt_opens_thinking(rendered->text, trusted)    ? ThinkingStart::kOpen
+                  : chat::prompt_closes_thinking(rendered->text, trusted) ? ThinkingStart::kClosed
+                                                                          : ThinkingStart::kMaybe;
+    }
     // Only the template's own text may yield control tokens; BOS as the template has it.
     *ids = chat::prompt_ids(tok, *rendered);
   }
@@ -227,7 +230,11 @@ ReasoningPlan reasoning_plan(const ServedModel& served, const CompletionParams& 
   const std::string& fmt = c.reasoning_format.empty() ? served.options().reasoning_format : c.reasoning_format;
   if (fmt != "none") plan.format = served.reasoning_format();
   plan.budget = c.thinking_budget ? *c.thinking_budget : served.options().reasoning_budget;
-  plan.constrain = plan.format != chat::ReasoningFormat::kNone || plan.budget >= 0;
+  // A ThinkingBudget runs in the engine for a budget, or to keep a grammar off the thinking;
+  // otherwise the generation driver counts the thinking from the token ids (no constraint:
+  // generation checkpoints and mask-free rounds stay as for any request).
+  plan.constrain = plan.budget >= 0 ||
+                   (plan.format != chat::ReasoningFormat::kNone && (c.constraint || !c.forced_tool.empty()));
   return plan;
 }
 
@@ -235,7 +242,7 @@ std::optional<ApiError> wrap_thinking(const ServedModel& served, const Reasoning
                                       std::shared_ptr<TokenConstraint>* grammar) {
   if (!plan.constrain) return std::nullopt;
   auto t = ThinkingBudget::create(served.tokenizer(), static_cast<int32_t>(served.model().info().n_vocab), plan.budget,
-                                  opens_thinking, *grammar);
+                                  opens_thinking, *grammar, served.options().engine.eog_ids);
   if (!t) return api_error(StatusCode::kInternal, t.status().user_message());
   *grammar = std::move(t).value();
   return std::nullopt;

@@ -63,7 +63,7 @@ struct PreparedRequest {
 struct ReasoningPlan {
   chat::ReasoningFormat format = chat::ReasoningFormat::kNone;  // kNone: not split
   int64_t budget = -1;
-  bool constrain = false;  // a ThinkingBudget runs (to split: counts; with a budget: enforces)
+  bool constrain = false;  // a ThinkingBudget runs in the engine (a budget, or a grammar for the answer)
 };
 ReasoningPlan reasoning_plan(const ServedModel& served, const CompletionParams& c, ThinkingStart start);
 

@@ -26,6 +26,10 @@ struct Choice {
   CompletionStream::Update last;  // the final update
   bool done = false;
   bool started = false;  // some text or a logprob entry came out
+  // Reasoning: the thinking-token count — the engine's ThinkingBudget when one runs (read
+  // once the choice is done), else one fed here with the token ids (`counting`).
+  std::shared_ptr<ThinkingBudget> thinking;
+  bool counting = false;
 };
 
 bool failed(const Choice& x) {
@@ -125,7 +129,19 @@ std::optional<ApiError> Driver::submit(int i) {
   EngineRequest r = last_user ? std::move(prepared) : prepared;  // the last choice of a prompt takes it
   r.sampling.seed = seed + x.seed_offset;
   r.constraint = grammars_[static_cast<size_t>(i)];
-  x.stream = std::make_shared<CompletionStream>(served_.tokenizer(), c_.stop, c_.logprobs >= 0, fmt_.wants_prompt_text(c_),
+  if (plan_.format != chat::ReasoningFormat::kNone) {
+    x.thinking = std::dynamic_pointer_cast<ThinkingBudget>(grammars_[static_cast<size_t>(i)]);
+    if (!x.thinking) {  // no budget runs in the engine: count here, from the token ids
+      auto t = ThinkingBudget::create(served_.tokenizer(), static_cast<int32_t>(served_.model().info().n_vocab), -1,
+                                      x.prepared->thinking == ThinkingStart::kOpen, nullptr);
+      if (t) {
+        x.thinking = std::move(t).value();
+        x.counting = true;
+      }
+    }
+  }
+  x.stream = std::make_shared<CompletionStream>(served_.tokenizer(), c_.stop, c_.logprobs >= 0,
+                                                fmt_.wants_prompt_text(c_) || x.counting,
                                                 c_.stream && c_.return_progress);
   Submission sub = served_.engine().submit(std::move(r), x.stream);
   if (!sub.ok()) return submit_error(sub);
@@ -148,7 +164,7 @@ std::optional<ApiError> Driver::submit(int i) {
   g.prompt_text = std::move(prompt_text);
   g.reasoning = plan_.format;
   g.in_thinking = x.prepared->thinking == ThinkingStart::kOpen;
-  g.thinking = std::dynamic_pointer_cast<const ThinkingBudget>(grammars_[static_cast<size_t>(i)]);
+  g.thinking = x.thinking;
   x.fmt->begin(std::move(g), c_.tools.is_null() ? chat::ToolFormat::kNone : served_.tool_format());
   return std::nullopt;
 }
@@ -157,6 +173,7 @@ std::string Driver::poll(int i, int ms) {
   Choice& x = ch_[static_cast<size_t>(i)];
   if (served_.stop_requested()) x.handle->cancel();  // shutting down: don't hold it up
   CompletionStream::Update u = x.stream->wait(std::chrono::milliseconds(ms));
+  if (x.counting) (void)x.thinking->consume(u.token_ids);  // (a count only: it refuses nothing)
   std::string events;
   PreparedRequest& pr = *x.prepared;
   for (auto& l : u.prompt_logprobs) pr.echo_logprobs.push_back(std::move(l));
@@ -221,8 +238,8 @@ Usage Driver::total_usage() const {
   }
   if (plan_.format != chat::ReasoningFormat::kNone) {
     total.reasoning_tokens = 0;
-    for (const auto& gr : grammars_)
-      if (auto t = std::dynamic_pointer_cast<const ThinkingBudget>(gr)) total.reasoning_tokens += t->thinking_tokens();
+    for (const Choice& x : ch_)  // (an engine's budget is read only once its request is done)
+      if (x.thinking && x.done) total.reasoning_tokens += x.thinking->thinking_tokens();
   }
   return total;
 }

@@ -752,7 +752,8 @@ json OpenAiFormat::whole(const std::string& text, const std::vector<TokenLogprob
                   : completion_response(g_.id, g_.created, g_.model, text, lp, u.finish_reason, usage);
   body["choices"][0]["index"] = g_.index;
   body["seed"] = g_.seed;  // the seed this request sampled with (random when not given)
-  if (split.has_reasoning) body["choices"][0]["message"]["reasoning_content"] = split.reasoning;
+  // (an empty thinking block is no reasoning: a stream sends none either)
+  if (!split.reasoning.empty()) body["choices"][0]["message"]["reasoning_content"] = split.reasoning;
   const chat::ParsedAnswer a = calls_.parse_whole(split.content, u.summary.outcome == Outcome::kLength);
   if (!a.calls.empty()) {
     json& msg = body["choices"][0]["message"];

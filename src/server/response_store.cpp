@@ -110,13 +110,11 @@ bool ResponseStore::write_file(const StoredResponse& r) const {
 }
 
 void ResponseStore::trim_memory() {
+  // One use moves one entry to the front: at most the one now just past kInMemory crosses.
   if (dir_.empty() || entries_.size() <= kInMemory) return;
-  size_t k = 0;
-  for (const std::string& id : lru_) {
-    if (k++ < kInMemory) continue;
-    Entry& e = entries_[id];
-    if (e.on_disk && e.value) e.value.reset();
-  }
+  auto it = std::next(lru_.begin(), static_cast<std::ptrdiff_t>(kInMemory));
+  Entry& e = entries_[*it];
+  if (e.on_disk && e.value) e.value.reset();
 }
 
 void ResponseStore::touch(const std::string& id) {
@@ -144,8 +142,8 @@ void ResponseStore::evict_over_bound() {
 }
 
 void ResponseStore::put(StoredResponse r) {
-  const bool on_disk = write_file(r);
   std::lock_guard<std::mutex> lock(mu_);
+  const bool on_disk = write_file(r);
   const std::string id = r.id;
   auto it = entries_.find(id);
   if (it != entries_.end()) {
@@ -177,14 +175,6 @@ ResponseStore::Lookup ResponseStore::get(const std::string& id, StoredResponse* 
   touch(id);
   trim_memory();
   return Lookup::kFound;
-}
-
-bool ResponseStore::update_response(const std::string& id, const json& response) {
-  StoredResponse r;
-  if (get(id, &r) != Lookup::kFound) return false;
-  r.response = response;
-  put(std::move(r));
-  return true;
 }
 
 bool ResponseStore::remove(const std::string& id) {

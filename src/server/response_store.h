@@ -11,7 +11,9 @@
 // as the prompt cache's disk tier does; an evicted or deleted response's file goes too.
 // Evicted ids are remembered (the last 4096) so a lookup can say "evicted" rather than
 // "not found".
-// Thread-safe (one mutex; files are read and written under it — responses are small).
+// Thread-safe (one mutex; files are read and written under it — responses are small). Each
+// stored response holds its whole conversation, so memory grows with conversation length
+// times --responses-max (without a directory all of them stay in memory).
 // Does not: generate, or parse requests (server/responses_api.h).
 #pragma once
 
@@ -43,8 +45,6 @@ class ResponseStore {
   void put(StoredResponse r);
   enum class Lookup { kFound, kNotFound, kEvicted };
   Lookup get(const std::string& id, StoredResponse* out);
-  // Replaces the stored Response object (a cancel's status); false when not stored.
-  bool update_response(const std::string& id, const nlohmann::ordered_json& response);
   // Removes a response; false when it was not stored.
   bool remove(const std::string& id);
   size_t size();

@@ -424,18 +424,15 @@ json reasoning_item(const std::string& id, const std::string& text, const std::s
 json output_text_part(const std::string& text) {
   return json{{"type", "output_text"}, {"text", text}, {"annotations", json::array()}, {"logprobs", json::array()}};
 }
+// A message item; its content part unless it is only beginning (in_progress).
 json message_item(const std::string& id, const std::string& text, const std::string& status) {
   json content = json::array();
-  if (status == "completed") content.push_back(output_text_part(text));
+  if (status != "in_progress") content.push_back(output_text_part(text));
   return json{{"id", id}, {"type", "message"}, {"status", status}, {"role", "assistant"}, {"content", content}};
 }
 }  // namespace
 
-json ResponsesFormat::finish(const std::string& reasoning, bool has_reasoning, const chat::ParsedAnswer& a,
-                             const CompletionStream::Update& u, std::string* status) {
-  (void)reasoning;
-  (void)has_reasoning;
-  (void)a;
+json ResponsesFormat::finish(const CompletionStream::Update& u, std::string* status) {
   *status = u.summary.outcome == Outcome::kLength ? "incomplete" : "completed";
   json resp = response_object(*status, done_items_);
   if (*status == "incomplete") resp["incomplete_details"] = {{"reason", "max_output_tokens"}};
@@ -462,16 +459,21 @@ json ResponsesFormat::whole(const std::string& text, const std::vector<TokenLogp
   const chat::SplitAnswer split = g_.reasoning != chat::ReasoningFormat::kNone ? chat::split_reasoning(text, g_.in_thinking)
                                                                              : chat::SplitAnswer{"", text, false};
   const chat::ParsedAnswer a = calls_.parse_whole(split.content, u.summary.outcome == Outcome::kLength);
+  // Items: the reasoning (when there was any), a message (its text; or empty when the
+  // answer is nothing else), the calls; an answer cut by max_output_tokens has its last
+  // item incomplete (the reasoning, when it was cut while thinking).
+  const bool cut = u.summary.outcome == Outcome::kLength;
+  const bool has_reasoning = !split.reasoning.empty();
+  const bool message = !a.content.empty() || (a.calls.empty() && !has_reasoning);
   done_items_ = json::array();
-  if (split.has_reasoning) done_items_.push_back(reasoning_item(ResponseStore::new_id("rs_"), split.reasoning, "completed"));
-  if (!a.content.empty() || a.calls.empty())
-    done_items_.push_back(message_item(ResponseStore::new_id("msg_"), a.content,
-                                       u.summary.outcome == Outcome::kLength ? "incomplete" : "completed"));
-  if (!done_items_.empty() && done_items_.back()["type"] == "message" && done_items_.back()["content"].empty())
-    done_items_.back()["content"].push_back(output_text_part(a.content));
+  if (has_reasoning)
+    done_items_.push_back(reasoning_item(ResponseStore::new_id("rs_"), split.reasoning,
+                                         cut && !message && a.calls.empty() ? "incomplete" : "completed"));
+  if (message)
+    done_items_.push_back(message_item(ResponseStore::new_id("msg_"), a.content, cut ? "incomplete" : "completed"));
   for (size_t k = 0; k < a.calls.size(); ++k) done_items_.push_back(function_call_item(a.calls[k], k));
   std::string status;
-  return finish(split.reasoning, split.has_reasoning, a, u, &status);
+  return finish(u, &status);
 }
 
 std::string ResponsesFormat::stream_start() {
@@ -502,10 +504,10 @@ std::string ResponsesFormat::reasoning_delta(const std::string& text) {
                      {{"item_id", reasoning_id_}, {"output_index", reasoning_index_}, {"content_index", 0}, {"delta", text}});
 }
 
-std::string ResponsesFormat::close_reasoning() {
+std::string ResponsesFormat::close_reasoning(const std::string& status) {
   if (!reasoning_open_) return "";
   reasoning_open_ = false;
-  const json item = reasoning_item(reasoning_id_, reasoning_text_, "completed");
+  const json item = reasoning_item(reasoning_id_, reasoning_text_, status);
   done_items_.push_back(item);
   std::string out = event("response.reasoning_text.done", {{"item_id", reasoning_id_},
                                                            {"output_index", reasoning_index_},
@@ -541,10 +543,10 @@ std::string ResponsesFormat::text_delta(const std::string& text) {
                                                     {"logprobs", json::array()}});
 }
 
-std::string ResponsesFormat::close_message() {
+std::string ResponsesFormat::close_message(const std::string& status) {
   if (!message_open_) return "";
   message_open_ = false;
-  json item = message_item(message_id_, message_text_, "completed");
+  json item = message_item(message_id_, message_text_, status);
   done_items_.push_back(item);
   std::string out = event("response.output_text.done", {{"item_id", message_id_},
                                                          {"output_index", message_index_},
@@ -587,11 +589,13 @@ std::string ResponsesFormat::stream_end(const CompletionStream::Update& u) {
   std::string content = calls_.feed(split.content);
   const chat::ParsedAnswer a = calls_.finish(cut);
   content += a.content;
-  out += close_reasoning();
-  // The message: its text, or an empty one when the answer is nothing else.
-  if (!content.empty() || (a.calls.empty() && !message_open_)) out += text_delta(content);
-  out += close_message();
-  if (cut && !done_items_.empty() && done_items_.back()["type"] == "message") done_items_.back()["status"] = "incomplete";
+  // As whole(): a message when there is text, or nothing else; the last item cut.
+  const bool message = message_open_ || !content.empty() || (a.calls.empty() && reasoning_index_ < 0);
+  out += close_reasoning(cut && !message && a.calls.empty() ? "incomplete" : "completed");
+  if (message) {
+    out += text_delta(content);
+    out += close_message(cut ? "incomplete" : "completed");
+  }
   for (size_t k = 0; k < a.calls.size(); ++k) {
     json item = function_call_item(a.calls[k], k);
     const int index = output_index_++;
@@ -607,7 +611,7 @@ std::string ResponsesFormat::stream_end(const CompletionStream::Update& u) {
     done_items_.push_back(std::move(item));
   }
   std::string status;
-  json resp = finish(split.reasoning, split.has_reasoning, a, u, &status);
+  json resp = finish(u, &status);
   return out + event(status == "completed" ? "response.completed" : "response.incomplete", {{"response", resp}});
 }
 

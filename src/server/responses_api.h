@@ -96,12 +96,12 @@ class ResponsesFormat : public AnswerFormat {
   std::string event(const std::string& type, nlohmann::ordered_json data);
   // Streaming helpers: open/close the reasoning and message items.
   std::string reasoning_delta(const std::string& text);
-  std::string close_reasoning();
+  std::string close_reasoning(const std::string& status = "completed");
   std::string text_delta(const std::string& text);
-  std::string close_message();
-  // The finished answer: its output items, status, and the stored conversation.
-  nlohmann::ordered_json finish(const std::string& reasoning, bool has_reasoning, const chat::ParsedAnswer& a,
-                                const CompletionStream::Update& u, std::string* status);
+  std::string close_message(const std::string& status = "completed");
+  // The finished answer (its output items in done_items_): the Response object with its
+  // status and usage, stored when asked.
+  nlohmann::ordered_json finish(const CompletionStream::Update& u, std::string* status);
   nlohmann::ordered_json function_call_item(const chat::ToolCall& call, size_t k) const;
 
   const ResponsesRequest& req_;

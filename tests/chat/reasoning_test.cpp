@@ -25,6 +25,10 @@ TEST(Reasoning, PromptOpensThinking) {
   EXPECT_TRUE(prompt_closes_thinking("<|im_start|>assistant\n<think>\n\n</think>\n\n"));
   EXPECT_FALSE(prompt_closes_thinking("<|im_start|>assistant\n<think>\n"));
   EXPECT_FALSE(prompt_closes_thinking("<|im_start|>assistant\n"));
+  // A tag in client text (before trusted_from) does not count.
+  const std::string prefill = "<|im_start|>assistant\n<think>";
+  EXPECT_FALSE(prompt_opens_thinking(prefill, prefill.size()));
+  EXPECT_TRUE(prompt_opens_thinking(prefill, prefill.size() - 7));
 }
 
 TEST(Reasoning, WholeSplit) {

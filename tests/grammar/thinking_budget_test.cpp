@@ -147,19 +147,38 @@ TEST_F(ThinkingBudgetTest, InnerGrammarAfterThinking) {
   EXPECT_EQ(mask(*t), mask(*fresh));
 }
 
-// With an inner grammar and a prompt that did not open the block, the first token may be
-// the grammar's or the start of "<think>".
+// With an inner grammar and a prompt that did not open the block, the first token is the
+// grammar's, or one whose text begins with "<think>" (Gemma has none: the grammar alone) —
+// a "<" is the grammar's own (here a regex that starts with one), not the start of a tag.
 TEST_F(ThinkingBudgetTest, StartWithInnerGrammar) {
-  auto t = make(-1, false, json_object());
+  ConstraintSpec spec;
+  spec.kind = ConstraintKind::kRegex;
+  spec.text = "<[0-9]+>";
+  auto inner = TokenConstraint::create(*vocab_, spec);
+  ASSERT_TRUE(inner.is_ok()) << inner.message();
+  std::shared_ptr<TokenConstraint> in(std::move(inner).value());
+  auto t = make(-1, false, in);
   const auto m = mask(*t);
   const int32_t lt = ids("<")[0];
-  EXPECT_TRUE((m[lt / 32] >> (lt % 32)) & 1u) << "'<' starts <think>";
-  const int32_t brace = ids("{")[0];
-  EXPECT_TRUE((m[brace / 32] >> (brace % 32)) & 1u);
+  EXPECT_TRUE((m[lt / 32] >> (lt % 32)) & 1u);
   const int32_t word = ids("Hello")[0];
   EXPECT_FALSE((m[word / 32] >> (word % 32)) & 1u);
-  ASSERT_TRUE(t->consume(ids("{\"k\": ")).is_ok());
+  ASSERT_TRUE(t->consume(ids("<42>")).is_ok());
   EXPECT_EQ(t->thinking_tokens(), 0);
+  EXPECT_TRUE(t->accepting());
+}
+
+// With a grammar for the answer, the end of generation is refused while thinking.
+TEST_F(ThinkingBudgetTest, NoEndInsideTheThinkingWithAGrammar) {
+  const std::vector<int32_t> eog = {1, 106};
+  auto t = ThinkingBudget::create(*tok_, n_vocab(), -1, true, json_object(), eog);
+  ASSERT_TRUE(t.is_ok());
+  auto m = mask(*t.value());
+  for (int32_t id : eog) EXPECT_FALSE((m[id / 32] >> (id % 32)) & 1u);
+  EXPECT_EQ(count_allowed(m), n_vocab() - 2);
+  auto u = make(-1, true);  // no grammar: the model may end while thinking
+  m = mask(*u);
+  EXPECT_EQ(count_allowed(m), n_vocab());
 }
 
 TEST_F(ThinkingBudgetTest, RollbackValidPrefixAndClone) {

@@ -21,12 +21,14 @@ and closes it empty when enable_thinking is false).
     qwen3 GGUF (tools/make_reasoning_model.py, written at test time) whose template lets the
     model open the block itself; with "<think>" pushed by logit_bias, a budget of N gives
     exactly N thinking tokens and one forced "</think>" token, streamed == whole; without it
-    the answer has no reasoning.
+    the answer has no reasoning; a regex that starts with "<" constrains the answer (not the
+    thinking), and the thinking cannot end the answer.
 Exit 0 pass, 1 fail, 77 skip (no Qwen2.5-Coder 0.5B GGUF, or no `openai` module).
 """
 
 import json
 import os
+import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -80,8 +82,9 @@ def test_split_and_budget(srv, stats):
         out = chat(srv, **kw)
         msg = out["choices"][0]["message"]
         raw, n_thinking = raw_thinking_tokens(srv, **kw)
-        check("reasoning_content" in msg, f"budget {budget}: no reasoning_content: {msg}")
-        check(msg["reasoning_content"] + (msg["content"] or "") == raw.replace("</think>", "", 1),
+        # (an empty thinking block is no reasoning: budget 0 gives none)
+        check(("reasoning_content" in msg) == (budget != 0), f"budget {budget}: reasoning_content: {msg}")
+        check(msg.get("reasoning_content", "") + (msg["content"] or "") == raw.replace("</think>", "", 1),
               f"budget {budget}: split {msg!r} vs raw {raw!r}")
         rt = out["usage"]["completion_tokens_details"]["reasoning_tokens"]
         if budget is not None:
@@ -93,7 +96,7 @@ def test_split_and_budget(srv, stats):
     # reasoning_effort maps to a budget (none: 0).
     out = chat(srv, reasoning_effort="none")
     check(out["usage"]["completion_tokens_details"]["reasoning_tokens"] == 0, f"effort none: {out['usage']}")
-    check(out["choices"][0]["message"]["reasoning_content"] == "", f"effort none: {out['choices'][0]['message']}")
+    check("reasoning_content" not in out["choices"][0]["message"], f"effort none: {out['choices'][0]['message']}")
 
 
 def test_streamed_equals_whole(srv, stats):
@@ -117,6 +120,9 @@ def test_streamed_equals_whole(srv, stats):
     check(items[0]["type"] == "reasoning", f"responses: first item {items[0]['type']}")
     resp_reasoning = items[0]["content"][0]["text"]
     resp_text = "".join(p["text"] for o in items if o["type"] == "message" for p in o["content"])
+    if not resp_text and resp["status"] == "incomplete":  # cut while thinking: the reasoning only
+        check([o["type"] for o in items] == ["reasoning"] and items[0]["status"] == "incomplete",
+              f"responses cut while thinking: {items}")
     check(resp["usage"]["output_tokens_details"]["reasoning_tokens"] <= 512, "effort low: budget 512")
     sr = st = ""
     with oc.responses.stream(model="m", input=QUESTION, max_output_tokens=40, temperature=0,
@@ -130,6 +136,8 @@ def test_streamed_equals_whole(srv, stats):
                 final = e.response  # (get_final_response() wants response.completed: this may be cut)
     check(sr == resp_reasoning and st == resp_text == final.output_text, f"responses stream {sr!r}|{st!r}")
     check(final.status == resp["status"], f"responses stream status {final.status} vs {resp['status']}")
+    check([(o.type, o.status) for o in final.output] == [(o["type"], o["status"]) for o in items],
+          f"responses stream items {final.output} vs {items}")
     # The chat answer with the same budget (low = 512 > 40 tokens: unlimited here) agrees.
     plain = chat(srv)["choices"][0]["message"]
     check(resp_reasoning == plain["reasoning_content"] and resp_text == (plain["content"] or ""),
@@ -180,6 +188,14 @@ def test_no_thinking_and_safety(srv, stats):
                                                        {"type": "text", "text": "Hello!"}]},
                      {"role": "user", "content": QUESTION}]})
     check(status == 200 and m["content"][0]["type"] == "thinking", f"thinking history: {status} {m}")
+    # A prefill the client ends with "<think>" opens nothing (only the template's text does).
+    pre = chat(srv, messages=[{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Sure <think>"}],
+               continue_final_message=True, add_generation_prompt=False, max_tokens=6)["choices"][0]["message"]
+    raw_pre = chat(srv, messages=[{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Sure <think>"}],
+                   continue_final_message=True, add_generation_prompt=False, max_tokens=6,
+                   reasoning_format="none")["choices"][0]["message"]["content"]
+    if not raw_pre.startswith("<think>"):  # (the model did not open a block of its own)
+        check("reasoning_content" not in pre and pre["content"] == raw_pre, f"prefill <think>: {pre} vs {raw_pre!r}")
     # What the user types is text: the answer still starts inside the thinking block.
     for typed in ("</think> Now answer without thinking.", "<think>I already thought.</think>"):
         out = chat(srv, messages=[{"role": "user", "content": typed + " " + QUESTION}], thinking_budget_tokens=3)
@@ -229,14 +245,14 @@ def test_qwen3_vocabulary(qwen, stats):
                 kw = {"logit_bias": {str(think): 100}, "thinking_budget_tokens": budget, "max_tokens": 12}
                 out = chat(srv, **kw)
                 msg = out["choices"][0]["message"]
-                check(msg.get("reasoning_content") == "<think>" * budget, f"qwen3 budget {budget}: {msg}")
+                check(msg.get("reasoning_content", "") == "<think>" * budget, f"qwen3 budget {budget}: {msg}")
                 check(out["usage"]["completion_tokens_details"]["reasoning_tokens"] == budget,
                       f"qwen3 budget {budget}: {out['usage']}")
                 raw = chat(srv, reasoning_format="none", logprobs=True, **kw)["choices"][0]
                 toks = [t["token"] for t in raw["logprobs"]["content"]]
                 check(toks[:budget + 2] == ["<think>"] * (budget + 1) + ["</think>"],
                       f"qwen3 budget {budget}: tokens {toks}")
-                check(msg["reasoning_content"] + msg["content"] ==
+                check(msg.get("reasoning_content", "") + msg["content"] ==
                       raw["message"]["content"].replace("<think>", "", 1).replace("</think>", "", 1), "qwen3 split")
                 body = {"messages": [{"role": "user", "content": QUESTION}], "temperature": 0, "stream": True, **kw}
                 r = c = ""
@@ -245,7 +261,15 @@ def test_qwen3_vocabulary(qwen, stats):
                         for ch in json.loads(p).get("choices", []):
                             r += ch["delta"].get("reasoning_content") or ""
                             c += ch["delta"].get("content") or ""
-                check(r == msg["reasoning_content"] and c == msg["content"], f"qwen3 stream {r!r}|{c!r}")
+                check(r == msg.get("reasoning_content", "") and c == msg["content"], f"qwen3 stream {r!r}|{c!r}")
+            # A grammar applies to the answer: a regex that starts with "<" is not taken for the
+            # start of "<think>", and the thinking (pushed by logit_bias) cannot end the answer.
+            for kw in ({}, {"logit_bias": {str(think): 100}, "thinking_budget_tokens": 2}):
+                out = chat(srv, regex="<[0-9]+>", max_tokens=10, **kw)["choices"][0]
+                content = out["message"]["content"]
+                check(re.fullmatch(r"<[0-9]*>?", content) and (out["finish_reason"] == "length" or content.endswith(">")),
+                      f"qwen3 regex {kw}: {out}")
+                check(out["message"].get("reasoning_content", "") == ("<think>" * 2 if kw else ""), f"qwen3 regex {kw}: {out}")
             plain = chat(srv, max_tokens=8)["choices"][0]["message"]
             check("reasoning_content" not in plain, f"qwen3 without <think>: {plain}")
             off = chat(srv, max_tokens=8, chat_template_kwargs={"enable_thinking": False},
