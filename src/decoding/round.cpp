@@ -7,6 +7,8 @@
 #include <cstring>
 #include <thread>
 
+#include "core/fault.h"
+
 namespace specula {
 
 int32_t AdaptiveDepth::next(int32_t max_depth, int64_t limit) {
@@ -57,7 +59,8 @@ Status Round::prepare(std::span<const RoundRow> rows) {
     std::vector<std::vector<int32_t>> got;
     std::vector<std::vector<TokenDist>> got_q;
     // A failing draft source only costs speed: those rows decode without drafts.
-    if (!drows.empty() && draft_->draft_sampled(drows, got, got_q).is_ok()) {
+    // (an injected propose failure: as the source's own, the rows run without drafts)
+    if (!drows.empty() && !fault::fire(fault::Point::kDraftPropose) && draft_->draft_sampled(drows, got, got_q).is_ok()) {
       for (size_t j = 0; j < didx.size() && j < got.size(); ++j) {
         auto& prop = results_[didx[j]].drafts;
         prop = std::move(got[j]);
@@ -140,7 +143,9 @@ Status Round::prepare(std::span<const RoundRow> rows) {
   batch.ids = ids_.data();
   batch.rows = brows_.data();
   batch.n_tokens = counts_.data();
-  Status st = model_->forward(batch, *state_, hidden_);
+  Status st = fault::fire(fault::Point::kBegin) ? Status::error("[fault] injected: the state transaction's begin")
+                                                : model_->forward(batch, *state_, hidden_);
+  if (st.is_ok() && fault::fire(fault::Point::kForward)) st = Status::error("[fault] injected: the forward");
   if (mask_worker.joinable()) {
     const auto w0 = std::chrono::steady_clock::now();
     mask_worker.join();
@@ -265,6 +270,7 @@ void Round::compute_masks(const std::vector<int64_t>& out_count) {
       }
     }
     if (Status rb = c->rollback(consumed); st.is_ok() && !rb.is_ok()) st = rb;
+    if (st.is_ok() && fault::fire(fault::Point::kMask)) st = Status::error("[grammar] [fault] injected: a mask");
     for (int64_t j = 0; j < out_count[i] && st.is_ok(); ++j) {
       const uint32_t* m = masks_[i].data() + j * words;
       if (std::all_of(m, m + words, [](uint32_t w) { return w == 0; }))
@@ -287,6 +293,7 @@ Status Round::commit(std::span<const int64_t> keep, std::span<const std::span<co
       tx_keep[t] = std::clamp<int64_t>(keep[i], 0, window);
     }
     st = state_->resolve(tx_rows_, tx_keep);
+    if (st.is_ok() && fault::fire(fault::Point::kResolve)) st = Status::error("[fault] injected: resolve");
     open_ = false;
   }
   if (draft_ != nullptr) {
@@ -301,7 +308,11 @@ Status Round::commit(std::span<const int64_t> keep, std::span<const std::span<co
       vc.hidden = hidden_.data();
       vc.offset = offset_.data();
       vc.n_embd = model_->info().n_embd;
-      draft_->commit(commits, &vc);
+      if (fault::fire(fault::Point::kDraftCommit)) {
+        for (const DraftRow& c : commits) draft_->release(c.id);  // (its state is rebuilt: only speed lost)
+      } else {
+        draft_->commit(commits, &vc);
+      }
     }
   }
   return st;

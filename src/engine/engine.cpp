@@ -8,6 +8,8 @@
 #include <optional>
 #include <vector>
 
+#include "core/fault.h"
+
 namespace specula {
 
 namespace {
@@ -408,10 +410,14 @@ void Engine::retire(std::vector<std::pair<size_t, Outcome>> ended, const std::st
   size_t e = 0;
   for (size_t i = 0; i < running_.size(); ++i) {
     if (e < ended.size() && ended[e].first == i) {
-      outcomes.push_back(ended[e].second);
+      // A row listed twice ends once, failed if either says so (a failure is never
+      // outweighed by an earlier stop: its state is not trusted).
+      Outcome o = ended[e].second;
+      for (; e < ended.size() && ended[e].first == i; ++e)
+        if (ended[e].second == Outcome::kFailed) o = Outcome::kFailed;
+      outcomes.push_back(o);
       gone_rows.push_back(static_cast<int32_t>(i));
       gone.push_back(std::move(running_[i]));
-      while (e < ended.size() && ended[e].first == i) ++e;  // a row listed twice ends once
     } else {
       keep.push_back(static_cast<int32_t>(i));
       stay.push_back(std::move(running_[i]));
@@ -423,7 +429,7 @@ void Engine::retire(std::vector<std::pair<size_t, Outcome>> ended, const std::st
     for (size_t g = 0; g < gone.size(); ++g) {
       const Active& a = gone[g];
       RowState st = state_.take(gone_rows[g]);
-      if (outcomes[g] == Outcome::kFailed || st.layers.empty() || st.length <= a.cached ||
+      if (outcomes[g] == Outcome::kFailed || fault::fire(fault::Point::kCacheExtract) || st.layers.empty() || st.length <= a.cached ||
           st.length > static_cast<int64_t>(a.context.size()))
         continue;
       std::vector<int32_t> tokens(a.context.begin(), a.context.begin() + st.length);

@@ -11,6 +11,7 @@
 // tokens).
 #include <cstring>
 
+#include "core/fault.h"
 #include "engine/engine.h"
 
 namespace specula {
@@ -80,6 +81,7 @@ void Engine::store_generation_checkpoint(size_t index) {
   Active& a = running_[index];
   const int32_t row = static_cast<int32_t>(index);
   if (state_.length(row) + 1 != static_cast<int64_t>(a.context.size())) return;  // not at a step boundary
+  if (fault::fire(fault::Point::kCacheExtract)) return;  // (a failed copy only costs the checkpoint)
   auto copy = state_.extract(row);
   if (!copy) return;
   std::string rec;

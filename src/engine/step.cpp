@@ -12,7 +12,9 @@
 // pre-round state, and are released).
 #include <algorithm>
 #include <chrono>
+#include <stdexcept>
 
+#include "core/fault.h"
 #include "engine/engine.h"
 
 namespace specula {
@@ -103,6 +105,7 @@ bool Engine::deliver(Active& a, const RoundResult& res, Outcome& outcome) {
     ev.top = t.top;
     ++delivered;
     try {
+      if (fault::fire(fault::Point::kDeliver)) throw std::runtime_error("[fault] injected: delivery");
       keep = a.p.sink->on_tokens(std::span<const TokenEvent>(&ev, 1));
     } catch (...) {
       failed = true;
@@ -144,6 +147,7 @@ bool Engine::step() {
   std::vector<std::pair<size_t, Outcome>> ended;
   std::vector<int64_t> keep(rows.size(), 0);
   std::vector<std::span<const int32_t>> contexts(rows.size());
+  std::vector<size_t> prompt_checkpoints;  // round rows whose prompt state is stored once the round holds
   uint64_t sampled_total = 0, drafted_total = 0, accepted_total = 0, spec_rows = 0;
   for (size_t k = 0; k < rows.size(); ++k) {
     Active& a = running_[members[k]];
@@ -167,13 +171,8 @@ bool Engine::step() {
       } catch (...) {
         // progress is informational
       }
-      if (a.prefilled == due && due < static_cast<int64_t>(a.p.request.prompt.size()) && a.prefilled > a.cached) {
-        auto copy = state_.extract(static_cast<int32_t>(members[k]));
-        if (copy)
-          options_.prompt_cache->insert(
-              std::vector<int32_t>(a.p.request.prompt.begin(), a.p.request.prompt.begin() + a.prefilled),
-              std::move(copy).value());
-      }
+      if (a.prefilled == due && due < static_cast<int64_t>(a.p.request.prompt.size()) && a.prefilled > a.cached)
+        prompt_checkpoints.push_back(k);
     }
     if (rows[k].chunk > 0 && a.p.request.max_tokens == 0 && a.decoding()) {
       ended.push_back({members[k], Outcome::kLength});  // prefill only: done
@@ -239,10 +238,23 @@ bool Engine::step() {
   // (Stats first: a request's response may complete inside retire(), and a client reading
   // /metrics right after must see this step counted.)
   if (!st.is_ok()) {
-    // A layer could not resolve: every row of the round is untrusted.
+    // A layer could not resolve: every row of the round is untrusted — also one that ended
+    // earlier in this step (its stop or length is void: it fails, and nothing of it reaches
+    // the prompt cache or a checkpoint).
+    ended.clear();
     for (size_t i : members) ended.push_back({i, Outcome::kFailed});
     retire(std::move(ended), "[engine] cache rollback failed: " + st.message());
   } else {
+    // Prompt checkpoints of this round's prefill chunks, now that the round holds.
+    for (size_t k : prompt_checkpoints) {
+      Active& a = running_[members[k]];
+      if (fault::fire(fault::Point::kCacheExtract)) continue;  // (a failed copy only costs the cache)
+      auto copy = state_.extract(static_cast<int32_t>(members[k]));
+      if (copy)
+        options_.prompt_cache->insert(
+            std::vector<int32_t>(a.p.request.prompt.begin(), a.p.request.prompt.begin() + a.prefilled),
+            std::move(copy).value());
+    }
     // A row whose context is full ends here (its pending token has no position left).
     for (size_t k = 0; k < rows.size(); ++k)
       if (!contexts[k].empty() && state_.length(static_cast<int32_t>(members[k])) + 1 > state_.max_length())

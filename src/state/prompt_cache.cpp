@@ -15,6 +15,8 @@
 #include <limits>
 #include <random>
 
+#include "core/fault.h"
+
 namespace specula {
 namespace {
 
@@ -46,6 +48,7 @@ uint32_t crc32_of(std::string_view s) {
 // Writes bytes to path atomically: a temporary file in the same folder, fsync, rename,
 // fsync of the folder. Errors name the step.
 Status write_atomic(const std::string& path, const std::string& bytes) {
+  if (fault::fire(fault::Point::kCacheWrite)) return Status::error("[prompt_cache] [fault] injected: cannot write " + path);
   // Unique per write: the pid alone is not (threads of one process, containers sharing a
   // file system).
   static std::atomic<uint64_t> counter{std::random_device{}()};
