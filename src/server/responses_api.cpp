@@ -2,6 +2,7 @@
 #include "server/responses_api.h"
 
 #include <algorithm>
+#include <set>
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
@@ -65,32 +66,43 @@ std::optional<ApiError> check_fields(const json& j) {
   return std::nullopt;
 }
 
-// A message's content as text: a string, or input_text / output_text / text parts.
-bool content_text(const json& content, std::string* out, std::string* why) {
+// A message's content as text: a string, or input_text / output_text / text parts (and
+// refusal parts of an assistant's earlier answer when `refusals`).
+bool content_text(const json& content, std::string* out, std::string* why, bool refusals = false) {
   if (content.is_string()) {
     *out = content.get<std::string>();
     return true;
   }
   if (!content.is_array()) {
-    *why = "must be a string or an array of input_text parts";
+    *why = " must be a string or an array of input_text parts";
     return false;
   }
-  for (const json& part : content) {
+  for (size_t i = 0; i < content.size(); ++i) {
+    const json& part = content[i];
+    const std::string where = "[" + std::to_string(i) + "]";
     const std::string type = string_field(part, "type");
-    if ((type == "input_text" || type == "output_text" || type == "text") && part.contains("text") &&
-        part["text"].is_string()) {
+    if (type == "input_text" || type == "output_text" || type == "text") {
+      if (!part.contains("text") || !part["text"].is_string()) {
+        *why = where + " (" + type + ") needs a 'text' string";
+        return false;
+      }
       *out += part["text"].get<std::string>();
       continue;
     }
     if (type == "input_image" || type == "input_file" || type == "input_audio") {
-      *why = "has an " + type + " part; this server serves a text-only model";
+      *why = where + " is an " + type + " part; this server serves a text-only model";
       return false;
     }
-    if (type == "refusal" && part.contains("refusal") && part["refusal"].is_string()) {
+    if (type == "refusal" && refusals) {
+      if (!part.contains("refusal") || !part["refusal"].is_string()) {
+        *why = where + " (refusal) needs a 'refusal' string";
+        return false;
+      }
       *out += part["refusal"].get<std::string>();
       continue;
     }
-    *why = "has a part " + shown(part) + " that is not input_text or output_text";
+    *why = where + " has type " + (type.empty() ? std::string("(none)") : "\"" + type + "\"") +
+           "; a part is input_text or output_text" + (refusals ? " (or refusal)" : "");
     return false;
   }
   return true;
@@ -124,6 +136,7 @@ std::variant<json, ApiError> items_to_messages(const json& items, const std::str
   json messages = json::array();
   if (!instructions.empty()) messages.push_back({{"role", "system"}, {"content", instructions}});
   std::string pending_reasoning;
+  std::set<std::string> calls_seen;  // function_call ids so far (an output must answer one)
   // The assistant turn function calls join: the last message when it is an assistant turn
   // that nothing followed.
   auto assistant_turn = [&]() -> json& {
@@ -146,8 +159,8 @@ std::variant<json, ApiError> items_to_messages(const json& items, const std::str
         return bad_request("input", where + ".role " + shown(field_or_null(it, "role")) +
                                         " must be user, system, developer or assistant");
       std::string text, why;
-      if (!it.contains("content") || !content_text(it["content"], &text, &why))
-        return bad_request("input", where + ".content " + (why.empty() ? "is required" : why));
+      if (!it.contains("content") || !content_text(it["content"], &text, &why, role == "assistant"))
+        return bad_request("input", where + ".content" + (why.empty() ? " is required" : why));
       json m = {{"role", role}, {"content", text}};
       if (role == "assistant" && !pending_reasoning.empty()) {
         m["reasoning_content"] = std::move(pending_reasoning);
@@ -158,6 +171,7 @@ std::variant<json, ApiError> items_to_messages(const json& items, const std::str
       if (!it.contains("call_id") || !it["call_id"].is_string() || !it.contains("name") || !it["name"].is_string() ||
           !it.contains("arguments") || !it["arguments"].is_string())
         return bad_request("input", where + ": a function_call item needs call_id, name and arguments (strings)");
+      calls_seen.insert(it["call_id"].get<std::string>());
       json& turn = assistant_turn();
       if (!turn.contains("tool_calls")) turn["tool_calls"] = json::array();
       turn["tool_calls"].push_back({{"id", it["call_id"]},
@@ -166,8 +180,12 @@ std::variant<json, ApiError> items_to_messages(const json& items, const std::str
     } else if (type == "function_call_output") {
       if (!it.contains("call_id") || !it["call_id"].is_string() || !it.contains("output"))
         return bad_request("input", where + ": a function_call_output item needs call_id and output");
+      if (!calls_seen.count(it["call_id"].get<std::string>()))
+        return bad_request("input", where + ".call_id " + shown(it["call_id"]) +
+                                        " answers no function_call of the conversation (its own, or the previous "
+                                        "response's)");
       std::string text, why;
-      if (!content_text(it["output"], &text, &why)) return bad_request("input", where + ".output " + why);
+      if (!content_text(it["output"], &text, &why)) return bad_request("input", where + ".output" + why);
       messages.push_back({{"role", "tool"}, {"tool_call_id", it["call_id"]}, {"content", text}});
     } else if (type == "reasoning") {
       // An earlier answer's thinking: the next assistant turn's reasoning_content.
@@ -255,6 +273,9 @@ std::variant<ResponsesRequest, ApiError> parse_responses_request(const std::stri
     }
     if (t->contains("format") && !(*t)["format"].is_null()) {
       const json& f = (*t)["format"];
+      if (!f.is_object())
+        return bad_request("text", "'text.format' must be an object: {\"type\": \"text\"}, {\"type\": \"json_object\"} "
+                                   "or {\"type\": \"json_schema\", \"name\", \"schema\"}, got " + shown(f));
       const std::string type = string_field(f, "type");
       if (type == "json_schema") {
         if (!f.contains("schema") || !(f["schema"].is_object() || f["schema"].is_boolean()))
@@ -284,6 +305,10 @@ std::variant<ResponsesRequest, ApiError> parse_responses_request(const std::stri
       if (type != "function")
         return bad_request("tools", "tools[" + std::to_string(i) + "].type " + shown(field_or_null(t, "type")) +
                                         " is not supported (function tools only)");
+      if (t.contains("function") && !t.contains("name"))
+        return bad_request("tools", "tools[" + std::to_string(i) + "] is in chat's shape ({\"function\": {...}}); "
+                                    "Responses tools are flat: {\"type\": \"function\", \"name\", \"description\", "
+                                    "\"parameters\"}");
       if (!t.contains("name") || !t["name"].is_string() || (t.contains("parameters") && !t["parameters"].is_null() &&
                                                             !t["parameters"].is_object()))
         return bad_request("tools", "tools[" + std::to_string(i) + "] needs a name (and parameters as an object)");
@@ -319,6 +344,9 @@ std::variant<ResponsesRequest, ApiError> parse_responses_request(const std::stri
   if (const json* prev = p.get("previous_response_id")) {
     if (!prev->is_string()) return bad_request("previous_response_id", "'previous_response_id' must be a string");
     r.previous_response_id = prev->get<std::string>();
+    if (r.previous_response_id.rfind("resp_", 0) != 0)
+      return bad_request("previous_response_id", "'previous_response_id' " + shown(*prev) +
+                                                     " is not a response id (they start with resp_)");
     StoredResponse stored;
     switch (store.get(r.previous_response_id, &stored)) {
       case ResponseStore::Lookup::kNotFound:

@@ -203,6 +203,16 @@ def test_bad_input(srv, stats):
     expect_error(lambda: c.responses.create(input="x", tools=[{"type": "web_search"}], **base), 400, "tools",
                  "web_search tool")
     expect_error(lambda: c.responses.create(input="x", background=True, **base), 400, "background", "background")
+    expect_error(lambda: c.responses.create(input=[{"type": "function_call_output", "call_id": "c9", "output": "1"}],
+                                            **base), 400, "input", "an output that answers no call", "answers no")
+    expect_error(lambda: c.responses.create(input="x", tools=[{"type": "function", "function": {"name": "f"}}], **base),
+                 400, "tools", "a chat-shaped tool", "flat")
+    expect_error(lambda: c.responses.create(input="x", previous_response_id="hello", **base), 400,
+                 "previous_response_id", "not a response id", "resp_")
+    expect_error(lambda: c.responses.create(input="x", extra_body={"text": {"format": "json"}}, **base), 400, "text",
+                 "text.format as a string")
+    expect_error(lambda: c.responses.create(input=[{"role": "user", "content": [{"type": "bogus_part"}]}], **base),
+                 400, "input", "an unknown part", "bogus_part")
     expect_error(lambda: c.responses.create(input="x", previous_response_id="resp_doesnotexist", **base), 404,
                  "previous_response_id", "unknown previous_response_id")
     expect_error(lambda: c.responses.create(input=[{"role": "user", "content": [{"type": "input_image",
