@@ -99,7 +99,7 @@ class FaultInjectionTest : public ::testing::Test {
     return std::shared_ptr<PromptCache>(std::move(pc).value());
   }
   static std::unique_ptr<Engine> engine(int32_t rows, std::shared_ptr<PromptCache> pc, const std::string& kv = "f16",
-                                        bool speculative = false) {
+                                        bool speculative = false, Model* model = nullptr) {
     EngineOptions o;
     o.n_rows = rows;
     o.n_ctx = 256;
@@ -113,7 +113,7 @@ class FaultInjectionTest : public ::testing::Test {
       o.draft = make_ngram_draft();
       o.spec_depth = 4;
     }
-    auto e = Engine::create(*model_, o);
+    auto e = Engine::create(model != nullptr ? *model : *model_, o);
     EXPECT_TRUE(e.is_ok()) << e.message();
     return std::move(e).value();
   }
@@ -127,19 +127,22 @@ class FaultInjectionTest : public ::testing::Test {
     uint64_t seed;
     bool constrained;
   };
-  static std::vector<Spec> pool() {
+  // vocab > 0: a model of that many ids (prompt ids below it, no grammar: its vocabulary
+  // has no text).
+  static std::vector<Spec> pool(int32_t vocab = 0) {
     std::vector<Spec> out;
     std::mt19937 rng(7);
     std::vector<int32_t> base = {2};
-    for (int i = 0; i < 70; ++i) base.push_back(1000 + static_cast<int32_t>(rng() % 50000));
+    for (int i = 0; i < 70; ++i)
+      base.push_back(vocab > 0 ? 5 + static_cast<int32_t>(rng() % (vocab - 10)) : 1000 + static_cast<int32_t>(rng() % 50000));
     for (int k = 0; k < 12; ++k) {
       Spec s;
       s.prompt.assign(base.begin(), base.begin() + 20 + 4 * k);
-      for (int i = 0; i < k % 3; ++i) s.prompt.push_back(3000 + k * 7 + i);
+      for (int i = 0; i < k % 3; ++i) s.prompt.push_back(vocab > 0 ? 3 + k + i : 3000 + k * 7 + i);
       s.max_tokens = 4 + (k * 5) % 9;
       s.temperature = k % 2 ? 0.9f : 0.0f;
       s.seed = 100 + static_cast<uint64_t>(k);
-      s.constrained = k % 4 == 3;
+      s.constrained = vocab == 0 && k % 4 == 3;
       out.push_back(std::move(s));
     }
     return out;
@@ -162,8 +165,9 @@ class FaultInjectionTest : public ::testing::Test {
     return r;
   }
   // Each spec run alone on a fault-free engine without a cache (KV type `kv`).
-  static std::vector<std::vector<int32_t>> solo(const std::vector<Spec>& specs, const std::string& kv = "f16") {
-    auto e = engine(1, nullptr, kv);
+  static std::vector<std::vector<int32_t>> solo(const std::vector<Spec>& specs, const std::string& kv = "f16",
+                                                Model* model = nullptr) {
+    auto e = engine(1, nullptr, kv, false, model);
     std::vector<std::vector<int32_t>> out;
     for (const Spec& s : specs) out.push_back(run_all(*e, {request(s)})[0]);
     return out;
@@ -179,6 +183,88 @@ class FaultInjectionTest : public ::testing::Test {
     EXPECT_EQ(st.running_rows, 0) << what;
     EXPECT_EQ(st.queue_depth, 0) << what;
     EXPECT_EQ(st.kv_reserved, 0) << what;
+  }
+
+// Faults at random moments of a busy engine on `model` until `want_faults` have fired
+  // (KV types `kvs` in turn; speculative in two configurations of three; every fourth with a
+  // disk-only prompt cache).
+  static void randomized(Model* model, const std::vector<Spec>& specs, const std::vector<std::string>& kvs,
+                  int64_t want_faults, const std::string& label) {
+    std::map<std::string, std::vector<std::vector<int32_t>>> cold_by_kv;
+    for (const std::string& kv : kvs) cold_by_kv[kv] = solo(specs, kv, model);
+    const std::string dir = (std::filesystem::temp_directory_path() / ("specula_fault_test_" + label)).string();
+    std::filesystem::remove_all(dir);
+    uint64_t seed = 20261203;
+    if (const char* s = std::getenv("SPECULA_FAULT_SEED")) seed = std::strtoull(s, nullptr, 10);
+    std::mt19937_64 rng(seed);
+    Injector in;
+    in.rng.seed(seed);
+    const double kGroup = 0.015, kOther = 0.06;
+    for (fault::Point pt : {fault::Point::kForward, fault::Point::kBegin, fault::Point::kResolve}) in.p[static_cast<int>(pt)] = kGroup;
+    for (fault::Point pt : {fault::Point::kMask, fault::Point::kDraftPropose, fault::Point::kDraftCommit,
+                            fault::Point::kDeliver, fault::Point::kCacheExtract, fault::Point::kCacheWrite})
+      in.p[static_cast<int>(pt)] = kOther;
+    in.p[static_cast<int>(fault::Point::kCacheWrite)] = 0.5;  // (few writes: each entry is written once)
+    int64_t requests = 0, succeeded = 0, failed = 0, rounds = 0;
+    for (int cfg = 0; in.total_fired() < want_faults && cfg < 60; ++cfg) {
+      const std::string kv = kvs[static_cast<size_t>(cfg) % kvs.size()];
+      const bool spec = cfg % 3 != 0;
+      auto pc = cache(cfg % 4 == 0 ? dir + "/" + std::to_string(cfg) : "");
+      auto e = engine(4, pc, kv, spec, model);
+      const auto& cold = cold_by_kv.at(kv);
+      for (int batch = 0; batch < 6 && in.total_fired() < want_faults; ++batch, ++rounds) {
+        std::vector<size_t> pick;
+        for (int i = 0; i < 6; ++i) pick.push_back(rng() % specs.size());
+        pick.push_back(pick[0]);  // the same request twice at once (n > 1's choices share a prompt)
+        std::vector<EngineRequest> reqs;
+        for (size_t k : pick) reqs.push_back(request(specs[k]));
+        std::vector<RequestSummary> sums;
+        std::vector<std::vector<int32_t>> got;
+        {
+          HookScope hook(in);
+          got = run_all(*e, reqs, &sums);
+        }
+        for (size_t i = 0; i < pick.size(); ++i) {
+          ++requests;
+          if (sums[i].outcome == Outcome::kFailed) {
+            ++failed;
+            EXPECT_FALSE(sums[i].error.empty());
+          } else {
+            ++succeeded;
+            ASSERT_EQ(got[i], cold[pick[i]]) << "config " << cfg << " (" << kv << (spec ? ", speculative" : "")
+                                             << ") request " << pick[i] << ": a request that succeeded differs from "
+                                             << "its solo run";
+          }
+        }
+        if (cfg % 4 == 0) (void)pc->flush();  // (the disk tier's writes, now)
+        expect_idle(*e, "config " + std::to_string(cfg));
+      }
+      // Faults off: whatever the cache kept serves exactly the cold answers.
+      const auto warm = run_all(*e, [&] {
+        std::vector<EngineRequest> all;
+        for (const Spec& s : specs) all.push_back(request(s));
+        return all;
+      }());
+      for (size_t k = 0; k < specs.size(); ++k)
+        ASSERT_EQ(warm[k], cold[k]) << "config " << cfg << ": request " << k << " from the prompt cache differs";
+      expect_idle(*e, "config " + std::to_string(cfg) + " after");
+    }
+    std::string counts;
+    for (int i = 0; i < fault::kPoints; ++i)
+      counts += std::string(i ? ", " : "") + fault::point_name(static_cast<fault::Point>(i)) + " " +
+                std::to_string(in.fired[i]) + "/" + std::to_string(in.calls[i]);
+    std::printf("[fault injection] %s, seed %llu: %lld faults (%s); %lld rounds, %lld requests: %lld succeeded = solo, "
+                "%lld failed\n",
+                label.c_str(), static_cast<unsigned long long>(seed), static_cast<long long>(in.total_fired()), counts.c_str(),
+                static_cast<long long>(rounds), static_cast<long long>(requests), static_cast<long long>(succeeded),
+                static_cast<long long>(failed));
+    EXPECT_GE(in.total_fired(), want_faults);
+    for (int i = 0; i < fault::kPoints; ++i) {
+      if (in.calls[i] > 0 || label == "gemma3") {
+        EXPECT_GT(in.fired[i], 0) << fault::point_name(static_cast<fault::Point>(i));
+      }
+    }
+    std::filesystem::remove_all(dir);
   }
 
   static inline Model* model_ = nullptr;
@@ -270,81 +356,23 @@ TEST_F(FaultInjectionTest, EachPointFailsWhatItShould) {
   }
 }
 
-// Faults at random moments of a busy engine: at least 1,000 of them over all points.
-TEST_F(FaultInjectionTest, RandomizedFaultsNeverCorruptAnswers) {
-  const auto specs = pool();
-  const std::map<std::string, std::vector<std::vector<int32_t>>> cold_by_kv = {{"f16", solo(specs, "f16")},
-                                                                               {"q8_0", solo(specs, "q8_0")}};
-  const std::string dir = (std::filesystem::temp_directory_path() / "specula_fault_test").string();
-  std::filesystem::remove_all(dir);
-  uint64_t seed = 20261203;
-  if (const char* s = std::getenv("SPECULA_FAULT_SEED")) seed = std::strtoull(s, nullptr, 10);
-  std::mt19937_64 rng(seed);
-  Injector in;
-  in.rng.seed(seed);
-  const double kGroup = 0.015, kOther = 0.06;
-  for (fault::Point pt : {fault::Point::kForward, fault::Point::kBegin, fault::Point::kResolve}) in.p[static_cast<int>(pt)] = kGroup;
-  for (fault::Point pt : {fault::Point::kMask, fault::Point::kDraftPropose, fault::Point::kDraftCommit,
-                          fault::Point::kDeliver, fault::Point::kCacheExtract, fault::Point::kCacheWrite})
-    in.p[static_cast<int>(pt)] = kOther;
-  in.p[static_cast<int>(fault::Point::kCacheWrite)] = 0.5;  // (few writes: each entry is written once)
-  int64_t requests = 0, succeeded = 0, failed = 0, rounds = 0;
-  const int64_t want_faults = 1000;
-  for (int cfg = 0; in.total_fired() < want_faults && cfg < 60; ++cfg) {
-    const std::string kv = cfg % 2 ? "q8_0" : "f16";
-    const bool spec = cfg % 3 != 0;
-    auto pc = cache(cfg % 4 == 0 ? dir + "/" + std::to_string(cfg) : "");
-    auto e = engine(4, pc, kv, spec);
-    const auto& cold = cold_by_kv.at(kv);
-    for (int batch = 0; batch < 6 && in.total_fired() < want_faults; ++batch, ++rounds) {
-      std::vector<size_t> pick;
-      for (int i = 0; i < 6; ++i) pick.push_back(rng() % specs.size());
-      pick.push_back(pick[0]);  // the same request twice at once (n > 1's choices share a prompt)
-      std::vector<EngineRequest> reqs;
-      for (size_t k : pick) reqs.push_back(request(specs[k]));
-      std::vector<RequestSummary> sums;
-      std::vector<std::vector<int32_t>> got;
-      {
-        HookScope hook(in);
-        got = run_all(*e, reqs, &sums);
-      }
-      for (size_t i = 0; i < pick.size(); ++i) {
-        ++requests;
-        if (sums[i].outcome == Outcome::kFailed) {
-          ++failed;
-          EXPECT_FALSE(sums[i].error.empty());
-        } else {
-          ++succeeded;
-          ASSERT_EQ(got[i], cold[pick[i]]) << "config " << cfg << " (" << kv << (spec ? ", speculative" : "")
-                                           << ") request " << pick[i] << ": a request that succeeded differs from "
-                                           << "its solo run";
-        }
-      }
-      if (cfg % 4 == 0) (void)pc->flush();  // (the disk tier's writes, now)
-      expect_idle(*e, "config " + std::to_string(cfg));
-    }
-    // Faults off: whatever the cache kept serves exactly the cold answers.
-    const auto warm = run_all(*e, [&] {
-      std::vector<EngineRequest> all;
-      for (const Spec& s : specs) all.push_back(request(s));
-      return all;
-    }());
-    for (size_t k = 0; k < specs.size(); ++k)
-      ASSERT_EQ(warm[k], cold[k]) << "config " << cfg << ": request " << k << " from the prompt cache differs";
-    expect_idle(*e, "config " + std::to_string(cfg) + " after");
-  }
-  std::string counts;
-  for (int i = 0; i < fault::kPoints; ++i)
-    counts += std::string(i ? ", " : "") + fault::point_name(static_cast<fault::Point>(i)) + " " +
-              std::to_string(in.fired[i]) + "/" + std::to_string(in.calls[i]);
-  std::printf("[fault injection] seed %llu: %lld faults (%s); %lld rounds, %lld requests: %lld succeeded = solo, "
-              "%lld failed\n",
-              static_cast<unsigned long long>(seed), static_cast<long long>(in.total_fired()), counts.c_str(),
-              static_cast<long long>(rounds), static_cast<long long>(requests), static_cast<long long>(succeeded),
-              static_cast<long long>(failed));
-  EXPECT_GE(in.total_fired(), want_faults);
-  for (int i = 0; i < fault::kPoints; ++i) EXPECT_GT(in.fired[i], 0) << fault::point_name(static_cast<fault::Point>(i));
-  std::filesystem::remove_all(dir);
+// At least 1,000 faults over all points on Gemma 3 (KV f16 and q8_0; its sliding-window
+// layers keep ring layouts), greedy and seeded rows, constrained rows, n-gram speculation.
+TEST_F(FaultInjectionTest, RandomizedFaultsNeverCorruptAnswers) { randomized(nullptr, pool(), {"f16", "q8_0"}, 1000, "gemma3"); }
+
+// A hybrid model with recurrent layers (a tiny random-weight qwen35 GGUF written at test time
+// by tools/make_qwen35_fixtures.py): recurrent state checkpoints in the prompt cache.
+TEST_F(FaultInjectionTest, RandomizedFaultsOnARecurrentModel) {
+  const std::string dir = (std::filesystem::temp_directory_path() / "specula_fault_tiny").string();
+  std::filesystem::create_directories(dir);
+  const std::string src = std::filesystem::path(SPECULA_FIXTURES_DIR).parent_path().parent_path().string();
+  const std::string cmd = "python3 '" + src + "/tools/make_qwen35_fixtures.py' --models-only --out '" + dir +
+                          "' > '" + dir + ".log' 2>&1";
+  if (std::system(cmd.c_str()) != 0) GTEST_SKIP() << "tools/make_qwen35_fixtures.py failed (see " << dir << ".log)";
+  auto m = load_model(dir + "/qwen35_tiny_a.gguf");
+  ASSERT_TRUE(m.is_ok()) << m.message();
+  std::unique_ptr<Model> model = std::move(m).value();
+  randomized(model.get(), pool(static_cast<int32_t>(model->info().n_vocab)), {"f16"}, 1000, "qwen35-recurrent");
 }
 
 }  // namespace
