@@ -172,6 +172,13 @@ class FaultInjectionTest : public ::testing::Test {
     for (const Spec& s : specs) out.push_back(run_all(*e, {request(s)})[0]);
     return out;
   }
+  // The process's threads (/proc/self/task): engines, mask workers and cache writers that
+  // ended leave none behind.
+  static size_t thread_count() {
+    size_t n = 0;
+    for ([[maybe_unused]] const auto& t : std::filesystem::directory_iterator("/proc/self/task")) ++n;
+    return n;
+  }
   static void expect_idle(Engine& e, const std::string& what) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     EngineStats st = e.stats();
@@ -190,6 +197,7 @@ class FaultInjectionTest : public ::testing::Test {
   // disk-only prompt cache).
   static void randomized(Model* model, const std::vector<Spec>& specs, const std::vector<std::string>& kvs,
                   int64_t want_faults, const std::string& label) {
+    const size_t threads_before = thread_count();
     std::map<std::string, std::vector<std::vector<int32_t>>> cold_by_kv;
     for (const std::string& kv : kvs) cold_by_kv[kv] = solo(specs, kv, model);
     const std::string dir = (std::filesystem::temp_directory_path() / ("specula_fault_test_" + label)).string();
@@ -259,6 +267,7 @@ class FaultInjectionTest : public ::testing::Test {
                 static_cast<long long>(rounds), static_cast<long long>(requests), static_cast<long long>(succeeded),
                 static_cast<long long>(failed));
     EXPECT_GE(in.total_fired(), want_faults);
+    EXPECT_EQ(thread_count(), threads_before) << "threads left behind";
     for (int i = 0; i < fault::kPoints; ++i) {
       if (in.calls[i] > 0 || label == "gemma3") {
         EXPECT_GT(in.fired[i], 0) << fault::point_name(static_cast<fault::Point>(i));
