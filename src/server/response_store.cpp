@@ -158,6 +158,17 @@ void ResponseStore::put(StoredResponse r) {
   trim_memory();
 }
 
+bool ResponseStore::replace(StoredResponse r) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = entries_.find(r.id);
+  if (it == entries_.end()) return false;
+  it->second.on_disk = write_file(r);
+  it->second.value = std::move(r);
+  touch(it->first);
+  trim_memory();
+  return true;
+}
+
 ResponseStore::Lookup ResponseStore::get(const std::string& id, StoredResponse* out) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = entries_.find(id);

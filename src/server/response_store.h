@@ -43,6 +43,9 @@ class ResponseStore {
   explicit ResponseStore(std::string dir = "", size_t max_responses = 1024);
 
   void put(StoredResponse r);
+  // put(), only when `r.id` is stored now (an answer finishing a response registered when it
+  // started: one deleted or evicted meanwhile stays gone); false when it is not.
+  bool replace(StoredResponse r);
   enum class Lookup { kFound, kNotFound, kEvicted };
   Lookup get(const std::string& id, StoredResponse* out);
   // Removes a response; false when it was not stored.

@@ -362,6 +362,9 @@ std::variant<ResponsesRequest, ApiError> parse_responses_request(const std::stri
       case ResponseStore::Lookup::kFound:
         break;
     }
+    if (string_field(stored.response, "status") == "in_progress")
+      return bad_request("previous_response_id", "previous response '" + r.previous_response_id +
+                                                     "' is still in progress; wait for it to finish");
     if (stored.model != model)
       return bad_request("previous_response_id", "previous response '" + r.previous_response_id + "' belongs to model '" +
                                                      stored.model + "', not '" + model + "'");
@@ -415,6 +418,12 @@ std::variant<ResponsesRequest, ApiError> parse_responses_request(const std::stri
 
 ResponsesFormat::ResponsesFormat(const ResponsesRequest& request, ResponseStore& store)
     : req_(request), store_(store), id_(ResponseStore::new_id("resp_")), created_(unix_now()) {}
+
+json ResponsesFormat::in_progress_object(const std::string& model) const {
+  json o = response_object("in_progress", json::array());
+  o["model"] = model;
+  return o;
+}
 
 json ResponsesFormat::response_object(const std::string& status, const json& output) const {
   json o = {{"id", id_},
@@ -470,6 +479,7 @@ json ResponsesFormat::finish(const CompletionStream::Update& u, std::string* sta
                    {"output_tokens", u.summary.n_generated},
                    {"output_tokens_details", {{"reasoning_tokens", rt}}},
                    {"total_tokens", u.summary.n_prompt + u.summary.n_generated}};
+  finished_ = true;
   if (req_.store) {
     StoredResponse s;
     s.id = id_;
@@ -478,7 +488,7 @@ json ResponsesFormat::finish(const CompletionStream::Update& u, std::string* sta
     s.conversation = req_.history;
     for (const json& it : req_.input) s.conversation.push_back(it);
     for (const json& it : done_items_) s.conversation.push_back(it);
-    store_.put(std::move(s));
+    store_.replace(std::move(s));  // (not when it was deleted while it ran)
   }
   return resp;
 }
@@ -651,7 +661,20 @@ void handle_responses(ServedModel& served, const http::Request& req, http::Excha
   if (auto* e = std::get_if<ApiError>(&parsed)) return send_error(ex, *e);
   const ResponsesRequest& r = std::get<ResponsesRequest>(parsed);
   ResponsesFormat fmt(r, store);
+  // Stored from the start as in_progress (GET shows it, DELETE may remove it); the answer
+  // replaces it; a generation that ends without one (refused, failed, its client gone)
+  // takes it out again.
+  if (r.store) {
+    StoredResponse s;
+    s.id = fmt.response_id();
+    s.model = served.id();
+    s.response = fmt.in_progress_object(served.id());
+    s.conversation = r.history;
+    for (const json& it : r.input) s.conversation.push_back(it);
+    store.put(std::move(s));
+  }
   run_generation(served, r.params, ex, fmt, log);
+  if (r.store && !fmt.finished()) store.remove(fmt.response_id());
 }
 
 bool is_response_item_path(const std::string& path) {

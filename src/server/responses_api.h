@@ -89,6 +89,10 @@ class ResponsesFormat : public AnswerFormat {
   std::string stream_piece(const CompletionStream::Update& u) override;
   std::string stream_end(const CompletionStream::Update& u) override;
   const std::string& response_id() const { return id_; }
+  // The Response object before any output (what GET shows while it runs).
+  nlohmann::ordered_json in_progress_object(const std::string& model) const;
+  // Whether the answer was written (whole or to its last event).
+  bool finished() const { return finished_; }
 
  private:
   // The Response object with `status` and `output` (and usage when finished).
@@ -112,6 +116,7 @@ class ResponsesFormat : public AnswerFormat {
   int64_t seq_ = 0;         // the next sequence_number
   int output_index_ = 0;    // the next output item's index
   bool reasoning_open_ = false, message_open_ = false;
+  bool finished_ = false;
   int reasoning_index_ = -1, message_index_ = -1;
   std::string reasoning_text_, message_text_;
   nlohmann::ordered_json done_items_ = nlohmann::ordered_json::array();  // streamed items, finished

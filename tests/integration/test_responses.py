@@ -235,6 +235,20 @@ def test_bad_input(srv, stats):
     check(st == 404, f"unknown action: {st} {data[:200]!r}")
     st, _, data = srv.request("POST", f"/v1/responses/{r3.id}/cancel")
     check(st == 400 and b"background" in data, f"cancel: {st} {data[:200]!r}")
+    # While it runs a response is in_progress (GET), cannot be continued, and may be deleted:
+    # then its answer is not stored when it finishes.
+    stream = c.responses.create(input="Count from 1 to 50, one number per line.", stream=True, model="qwen",
+                                max_output_tokens=60, temperature=0)
+    it = iter(stream)
+    first = next(it)
+    rid = first.response.id
+    check(c.responses.retrieve(rid).status == "in_progress", "GET while it runs")
+    expect_error(lambda: c.responses.create(input="x", previous_response_id=rid, **base), 400, "previous_response_id",
+                 "continuing a response in progress", "in progress")
+    c.responses.delete(rid)
+    last = list(it)[-1]
+    check(last.type in ("response.completed", "response.incomplete"), f"the deleted one still answered: {last.type}")
+    expect_error(lambda: c.responses.retrieve(rid), 404, "response_id", "deleted while it ran")
     # store false: nothing to continue from.
     r2 = c.responses.create(input="Hi", store=False, **base)
     expect_error(lambda: c.responses.retrieve(r2.id), 404, "response_id", "store false")

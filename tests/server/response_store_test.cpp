@@ -43,6 +43,12 @@ TEST(ResponseStore, PutGetEvict) {
   EXPECT_FALSE(s.remove("resp_a"));
   EXPECT_EQ(s.get("resp_a", &out), ResponseStore::Lookup::kNotFound);
   EXPECT_EQ(s.size(), 1u);
+  // replace() only updates what is stored (an answer for a response deleted meanwhile is dropped).
+  EXPECT_TRUE(s.replace(make("resp_c", "3b")));
+  ASSERT_EQ(s.get("resp_c", &out), ResponseStore::Lookup::kFound);
+  EXPECT_EQ(out.conversation[0]["content"], "3b");
+  EXPECT_FALSE(s.replace(make("resp_gone", "x")));
+  EXPECT_EQ(s.get("resp_gone", &out), ResponseStore::Lookup::kNotFound);
 }
 
 TEST(ResponseStore, SurvivesARestart) {
