@@ -1,13 +1,20 @@
 // core/fault.cpp — see fault.h.
 #include "core/fault.h"
 
+#include <memory>
+
 namespace specula::fault {
 
 std::atomic<bool> g_armed{false};
 
 namespace {
-std::atomic<Hook> g_hook{nullptr};
-std::atomic<void*> g_user{nullptr};
+// The hook and its user pointer, published together: a call racing set_hook sees the old
+// pair or the new one, never a mix.
+struct Installed {
+  Hook hook;
+  void* user;
+};
+std::atomic<std::shared_ptr<const Installed>> g_installed;
 }  // namespace
 
 const char* point_name(Point p) {
@@ -18,14 +25,14 @@ const char* point_name(Point p) {
 }
 
 void set_hook(Hook hook, void* user) {
-  g_user.store(user);
-  g_hook.store(hook);
+  g_armed.store(false);
+  g_installed.store(hook != nullptr ? std::make_shared<const Installed>(Installed{hook, user}) : nullptr);
   g_armed.store(hook != nullptr);
 }
 
 bool fire_slow(Point p) {
-  const Hook h = g_hook.load();
-  return h != nullptr && h(p, g_user.load());
+  const std::shared_ptr<const Installed> in = g_installed.load();
+  return in != nullptr && in->hook(p, in->user);
 }
 
 }  // namespace specula::fault

@@ -3,8 +3,10 @@
 // state transaction's begin and resolve, delivery to a request's consumer, the prompt
 // cache's extract and its disk write), so tests can make each fail at chosen moments and
 // check what the engine promises (a state failure fails the whole group and publishes
-// nothing; a consumer or grammar failure ends only its request; a draft failure only costs
-// speed; a cache failure only costs the cache).
+// nothing; a consumer or grammar failure ends only its request; a draft failure costs
+// speed — a released draft model rebuilds its state from the context, and with rejection
+// sampling its random stream restarts: a seed's text may change, its distribution not; a
+// cache failure only costs the cache).
 //
 // Off unless a test installs a hook: each point then costs one relaxed atomic load.
 // Thread-safe: the hook is called from whichever thread reaches the point (the engine
@@ -32,7 +34,8 @@ const char* point_name(Point p);
 
 // Whether `p` fails now. Called only while a hook is installed.
 using Hook = bool (*)(Point p, void* user);
-// Installs a hook (null: off). Not while a step runs: between engines, or before requests.
+// Installs a hook (null: off), at any time: a point reached meanwhile sees the old hook or
+// the new one (with its own user pointer), never a mix.
 void set_hook(Hook hook, void* user);
 
 extern std::atomic<bool> g_armed;

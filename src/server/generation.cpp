@@ -208,6 +208,7 @@ void Driver::fill_log() {
   for (Choice& x : ch_) {
     while (x.handle && !x.done && std::chrono::steady_clock::now() < deadline) {
       CompletionStream::Update u = x.stream->wait(std::chrono::milliseconds(20));
+      if (x.counting) (void)x.thinking->consume(u.token_ids);
       if (u.finished) {
         x.done = true;
         x.last = std::move(u);

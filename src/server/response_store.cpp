@@ -1,8 +1,13 @@
 // server/response_store.cpp — see response_store.h.
 #include "server/response_store.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <filesystem>
+#include <cerrno>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -50,6 +55,16 @@ ResponseStore::ResponseStore(std::string dir, size_t max_responses) : dir_(std::
   std::vector<std::pair<fs::file_time_type, std::string>> found;
   for (const auto& e : fs::directory_iterator(dir_, ec)) {
     const std::string name = e.path().filename().string();
+    if (name.find(".json.tmp") != std::string::npos) {  // an interrupted write: gone unless a writer holds it
+      const int fd = ::open(e.path().c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd >= 0) {
+        const bool free = ::flock(fd, LOCK_EX | LOCK_NB) == 0;
+        ::close(fd);
+        std::error_code rec;
+        if (free) fs::remove(e.path(), rec);
+      }
+      continue;
+    }
     if (name.size() <= 5 || name.compare(name.size() - 5, 5, ".json") != 0) continue;
     const std::string id = name.substr(0, name.size() - 5);
     if (!safe_id(id)) continue;
@@ -86,23 +101,26 @@ bool ResponseStore::load_file(const std::string& id, StoredResponse* out) const 
 bool ResponseStore::write_file(const StoredResponse& r) const {
   if (dir_.empty()) return false;
   const json j = {{"model", r.model}, {"response", r.response}, {"conversation", r.conversation}};
+  const std::string bytes = j.dump(-1, ' ', false, json::error_handler_t::replace);
   const std::string path = path_of(r.id);
+  // <id>.json.tmp<hex>, flock-ed while written: one left unlocked by a killed process is
+  // removed at the next start (the constructor).
   const std::string tmp = path + ".tmp" + new_id("");
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) return false;  // a full or read-only disk: memory still has it
-    f << j.dump(-1, ' ', false, json::error_handler_t::replace);
-    f.flush();
-    if (!f.good()) {
-      f.close();
-      std::error_code ec;
-      fs::remove(tmp, ec);
-      return false;
-    }
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return false;  // a full or read-only disk: memory still has it
+  (void)::flock(fd, LOCK_EX | LOCK_NB);
+  size_t off = 0;
+  bool ok = true;
+  while (ok && off < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + off, bytes.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    ok = n > 0;
+    if (ok) off += static_cast<size_t>(n);
   }
+  ok = ::close(fd) == 0 && ok;
   std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) {
+  if (ok) fs::rename(tmp, path, ec);
+  if (!ok || ec) {
     fs::remove(tmp, ec);
     return false;
   }
@@ -141,9 +159,9 @@ void ResponseStore::evict_over_bound() {
   }
 }
 
-void ResponseStore::put(StoredResponse r) {
+void ResponseStore::put(StoredResponse r, bool persist) {
   std::lock_guard<std::mutex> lock(mu_);
-  const bool on_disk = write_file(r);
+  const bool on_disk = persist && write_file(r);
   const std::string id = r.id;
   auto it = entries_.find(id);
   if (it != entries_.end()) {
@@ -163,6 +181,10 @@ bool ResponseStore::replace(StoredResponse r) {
   auto it = entries_.find(r.id);
   if (it == entries_.end()) return false;
   it->second.on_disk = write_file(r);
+  if (!it->second.on_disk && !dir_.empty()) {  // (no stale file of an earlier value either)
+    std::error_code ec;
+    fs::remove(path_of(r.id), ec);
+  }
   it->second.value = std::move(r);
   touch(it->first);
   trim_memory();

@@ -42,7 +42,9 @@ class ResponseStore {
   // dir: "" keeps responses in memory only; else created when missing.
   explicit ResponseStore(std::string dir = "", size_t max_responses = 1024);
 
-  void put(StoredResponse r);
+  // persist false: in memory only (a response that is running: nothing of it survives a
+  // restart until its answer replaces it).
+  void put(StoredResponse r, bool persist = true);
   // put(), only when `r.id` is stored now (an answer finishing a response registered when it
   // started: one deleted or evicted meanwhile stays gone); false when it is not.
   bool replace(StoredResponse r);

@@ -661,9 +661,9 @@ void handle_responses(ServedModel& served, const http::Request& req, http::Excha
   if (auto* e = std::get_if<ApiError>(&parsed)) return send_error(ex, *e);
   const ResponsesRequest& r = std::get<ResponsesRequest>(parsed);
   ResponsesFormat fmt(r, store);
-  // Stored from the start as in_progress (GET shows it, DELETE may remove it); the answer
-  // replaces it; a generation that ends without one (refused, failed, its client gone)
-  // takes it out again.
+  // Stored from the start as in_progress, in memory only (GET shows it, DELETE may remove
+  // it); the answer replaces it (and writes its file); a generation that ends without one
+  // (refused, failed, its client gone) takes it out again.
   if (r.store) {
     StoredResponse s;
     s.id = fmt.response_id();
@@ -671,10 +671,17 @@ void handle_responses(ServedModel& served, const http::Request& req, http::Excha
     s.response = fmt.in_progress_object(served.id());
     s.conversation = r.history;
     for (const json& it : r.input) s.conversation.push_back(it);
-    store.put(std::move(s));
+    store.put(std::move(s), /*persist=*/false);
   }
+  struct Unregister {  // (also when run_generation throws)
+    ResponseStore& store;
+    const ResponsesFormat& fmt;
+    bool on;
+    ~Unregister() {
+      if (on && !fmt.finished()) store.remove(fmt.response_id());
+    }
+  } unregister{store, fmt, r.store};
   run_generation(served, r.params, ex, fmt, log);
-  if (r.store && !fmt.finished()) store.remove(fmt.response_id());
 }
 
 bool is_response_item_path(const std::string& path) {
@@ -714,8 +721,8 @@ void handle_response_item(ResponseStore& store, const http::Request& req, http::
   }
   if (action == "cancel") {
     if (req.method != "POST") return method_error();
-    // Only background responses can be cancelled; every response here finished before it
-    // was stored.
+    // Only background responses can be cancelled (a running one belongs to the request
+    // that started it, which cancels it by going away).
     return send_error(ex, bad_request("response_id", "response '" + id + "' is " + string_field(s.response, "status", "done") +
                                                          "; only background responses can be cancelled"));
   }

@@ -2,7 +2,7 @@
 #include "state/prompt_cache.h"
 
 #include <fcntl.h>
-#include <signal.h>
+#include <sys/file.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -46,34 +46,23 @@ uint32_t crc32_of(std::string_view s) {
   return static_cast<uint32_t>(c);
 }
 
-// This host's name as temporary file names carry it ("" when unknown; only [A-Za-z0-9-]).
-const std::string& host_tag() {
-  static const std::string tag = [] {
-    char buf[256] = {};
-    if (::gethostname(buf, sizeof(buf) - 1) != 0) return std::string();
-    std::string t;
-    for (const char* p = buf; *p != '\0' && t.size() < 64; ++p)
-      if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '-') t += *p;
-    return t;
-  }();
-  return tag;
-}
-
 // Writes bytes to path atomically: a temporary file in the same folder, fsync, rename,
-// fsync of the folder. Errors name the step. The temporary file is
-// <path>.tmp.<host>.<pid>.<counter>: a process killed mid-write leaves it behind, and the
-// next start on the same host removes it once that pid is gone (index_disk).
+// fsync of the folder. Errors name the step. The temporary file is <path>.tmp.<pid>.<n>,
+// held with an exclusive flock while it is written: a process killed mid-write leaves it
+// behind unlocked, and the next start removes it (index_disk; a locked one is being written
+// by a live process — of any pid namespace — sharing the folder).
 Status write_atomic(const std::string& path, const std::string& bytes) {
   if (fault::fire(fault::Point::kCacheWrite)) return Status::error("[prompt_cache] [fault] injected: cannot write " + path);
   // Unique per write: the pid alone is not (threads of one process, containers sharing a
   // file system).
   static std::atomic<uint64_t> counter{std::random_device{}()};
-  char suffix[120];
-  std::snprintf(suffix, sizeof(suffix), "%s.%d.%llx", host_tag().c_str(), static_cast<int>(::getpid()),
+  char suffix[40];
+  std::snprintf(suffix, sizeof(suffix), "%d.%llx", static_cast<int>(::getpid()),
                 static_cast<unsigned long long>(counter.fetch_add(0x9E3779B97F4A7C15ULL)));
   const std::string tmp = path + ".tmp." + suffix;
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return Status::error("[prompt_cache] cannot create " + tmp + ": " + std::strerror(errno));
+  (void)::flock(fd, LOCK_EX | LOCK_NB);  // released by close (or by the process's end)
   size_t off = 0;
   while (off < bytes.size()) {
     const ssize_t n = ::write(fd, bytes.data() + off, bytes.size() - off);
@@ -594,20 +583,14 @@ int64_t steady_ms() {
 }  // namespace
 
 namespace {
-// "<name>.tmp.<host>.<pid>.<counter>" written by a process of this host that is gone.
-bool orphaned_temporary(const std::string& name) {
-  const size_t at = name.find(".tmp.");
-  if (at == std::string::npos || host_tag().empty()) return false;
-  const std::string rest = name.substr(at + 5);  // host.pid.counter
-  const std::string prefix = host_tag() + ".";
-  if (rest.compare(0, prefix.size(), prefix) != 0) return false;
-  const std::string pid_text = rest.substr(prefix.size(), rest.find('.', prefix.size()) - prefix.size());
-  if (pid_text.empty() || pid_text.size() > 9 || pid_text.find_first_not_of("0123456789") != std::string::npos)
-    return false;
-  const pid_t pid = static_cast<pid_t>(std::stol(pid_text));
-  if (pid <= 0) return false;
-  // (our own pid: another cache of this process may be writing it — the hour rule applies)
-  return pid != ::getpid() && ::kill(pid, 0) != 0 && errno == ESRCH;
+// A temporary file no live writer holds: write_atomic keeps an exclusive flock on it while
+// it writes, so one we can lock is an interrupted write's.
+bool orphaned_temporary(const std::filesystem::path& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const bool free = ::flock(fd, LOCK_EX | LOCK_NB) == 0;
+  ::close(fd);
+  return free;
 }
 }  // namespace
 
@@ -620,12 +603,13 @@ Status PromptCache::index_disk() {
   for (const auto& de : std::filesystem::directory_iterator(opt_.dir, ec)) {
     const std::string name = de.path().filename().string();
     if (name.find(".spc.tmp.") != std::string::npos || name.find(".spg.tmp.") != std::string::npos) {
-      // An interrupted write: this host's whose writer is gone goes now (a SIGKILL mid-write
-      // must not leave files the disk cap does not count); another host's, or one of a
-      // writer still alive (another process sharing the folder), only once it is an hour old.
+      // An interrupted write (no writer holds its lock) goes now: a SIGKILL mid-write must
+      // not leave files the disk cap does not count. (On a file system without flock every
+      // lock succeeds: a live writer then loses that one write, nothing is corrupt.) One
+      // still locked is a live process's; after an hour it goes anyway.
       std::error_code tec;
       const auto t = de.last_write_time(tec);
-      if ((!tec && now - t > std::chrono::hours(1)) || orphaned_temporary(name))
+      if ((!tec && now - t > std::chrono::hours(1)) || orphaned_temporary(de.path()))
         std::filesystem::remove(de.path(), tec);
       continue;
     }

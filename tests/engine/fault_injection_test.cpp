@@ -321,6 +321,43 @@ TEST_F(FaultInjectionTest, ResolveFailureFailsRowsThatEndedInTheStep) {
   expect_idle(*e, "after the resolve failure");
 }
 
+// A round whose resolve fails publishes no prompt checkpoint of its prefill chunks (they were
+// stored before the resolve, from a state the failed round left untrusted).
+TEST_F(FaultInjectionTest, ResolveFailureKeepsPrefillCheckpointsOut) {
+  auto pc = cache();
+  auto e = engine(2, pc);  // prompt checkpoints every 32 tokens (Gemma's sliding-window layers)
+  EngineRequest a = request(pool()[0]);
+  a.max_tokens = 40;
+  EngineRequest b;
+  std::mt19937 rng(99);
+  b.prompt.push_back(2);
+  for (int i = 0; i < 79; ++i) b.prompt.push_back(20000 + static_cast<int32_t>(rng() % 20000));
+  b.max_tokens = 2;
+  b.ignore_eos = true;
+  auto sa = std::make_shared<CollectSink>(), sb = std::make_shared<CollectSink>();
+  ASSERT_TRUE(e->submit(a, sa).handle);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (e->stats().generated_tokens < 2 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));  // a decodes: its rows are in each round's transaction
+  Injector in;
+  in.p[static_cast<int>(fault::Point::kResolve)] = 1.0;  // every round fails from now on
+  {
+    HookScope hook(in);
+    ASSERT_TRUE(e->submit(b, sb).handle);
+    ASSERT_TRUE(sa->wait());
+    ASSERT_TRUE(sb->wait());
+  }
+  EXPECT_EQ(sb->summary.outcome, Outcome::kFailed);
+  EngineRequest c;
+  c.prompt.assign(b.prompt.begin(), b.prompt.begin() + 40);
+  c.prompt.push_back(1234);
+  c.max_tokens = 1;
+  std::vector<RequestSummary> sums;
+  run_all(*e, {c}, &sums);
+  EXPECT_LT(sums[0].cached_tokens, 32) << "the failed round's prompt checkpoint of b reached the prompt cache";
+  expect_idle(*e, "after the failed rounds");
+}
+
 // Each point alone: what fails, and what does not.
 TEST_F(FaultInjectionTest, EachPointFailsWhatItShould) {
   const auto specs = pool();

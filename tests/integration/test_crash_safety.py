@@ -76,7 +76,7 @@ def main():
     d = tempfile.mkdtemp(prefix="specula_crash_")
     args = ("--cache-dir", d, "--cache-disk", str(CAP_MIB), "--cache-ram", "4", "--generation-checkpoint", "4",
             "--parallel", "4")
-    answers = wrong = resent = starts = cut_writes = 0
+    answers = wrong = resent = resumed = starts = cut_writes = 0
     max_after_kill = max_after_start = 0
     in_flight = []
     try:
@@ -90,8 +90,13 @@ def main():
                   f"restart {k}: the folder holds {folder_bytes(d) / 2**20:.1f} MiB, over its {CAP_MIB} MiB cap")
             # What the last kill cut short is sent first (a generation checkpoint may resume it).
             for i in in_flight:
-                text = post(srv.url, body(i))["choices"][0]["text"]
+                out = post(srv.url, body(i))
+                text = out["choices"][0]["text"]
                 resent += 1
+                # A generation resumed from its checkpoint has its whole prompt from the cache
+                # (a prompt alone leaves its last token to prefill).
+                u = out["usage"]
+                resumed += u["prompt_tokens_details"]["cached_tokens"] == u["prompt_tokens"]
                 answers += 1
                 if text != oracle[i]:
                     wrong += 1
@@ -137,7 +142,8 @@ def main():
     finally:
         shutil.rmtree(d, ignore_errors=True)
     return (f"{KILLS} SIGKILLs (seed {SEED}): {starts} starts, 0 start failures, {answers} answers all equal to the "
-            f"uncached server's ({resent} re-sent after a kill); {cut_writes} writes cut by a kill, all cleaned up at the "
+            f"uncached server's ({resent} re-sent after a kill, {resumed} of them resumed from a generation "
+            f"checkpoint); {cut_writes} writes cut by a kill, all cleaned up at the "
             f"next start; folder at most {max_after_start / 2**20:.1f} MiB after "
             f"a start, {max_after_kill / 2**20:.1f} MiB right after a kill (cap {CAP_MIB} MiB)")
 
