@@ -4,6 +4,10 @@
 // trip and restart, its checks (a flipped byte, a truncated file, another fingerprint, an
 // old version, a leftover temporary file — none loaded, all counted), its byte cap, flush,
 // single-file export/import, and a folder shared by two caches (two replicas).
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -219,17 +223,25 @@ TEST(PromptCache, DiskTierSurvivesARestartAndRejectsBadFiles) {
   for (const auto& de : std::filesystem::directory_iterator(other_dir))
     std::filesystem::copy_file(de.path(), std::filesystem::path(dir) / "foreign.spc");
   std::ofstream(std::filesystem::path(dir) / "old.spc", std::ios::binary) << std::string("SPCACHE1\x02\0\0\0\0\0\0\0", 16);
-  // A leftover temporary file of an hour ago goes; a young one (another process's write in
+  // Leftover temporary files: one of an hour ago goes; a young one nobody holds (a writer
+  // killed mid-write) goes too; one whose writer holds its flock (another process's write in
   // progress, in a shared folder) stays.
-  const auto stale = std::filesystem::path(dir) / "x.spc.tmp.123", young = std::filesystem::path(dir) / "y.spc.tmp.456";
+  const auto stale = std::filesystem::path(dir) / "x.spc.tmp.123", young = std::filesystem::path(dir) / "y.spc.tmp.456",
+             held = std::filesystem::path(dir) / "z.spc.tmp.789";
   std::ofstream(stale, std::ios::binary) << "half a file";
   std::ofstream(young, std::ios::binary) << "half a file";
+  std::ofstream(held, std::ios::binary) << "half a file";
   std::filesystem::last_write_time(stale, std::filesystem::file_time_type::clock::now() - std::chrono::hours(2));
+  const int held_fd = ::open(held.c_str(), O_RDONLY);
+  ASSERT_GE(held_fd, 0);
+  ASSERT_EQ(::flock(held_fd, LOCK_EX | LOCK_NB), 0);
   {
     auto c = make(int64_t{1} << 30, dir);
     EXPECT_EQ(c->stats().disk_rejected, 2u);   // foreign + old version (found at start)
     EXPECT_FALSE(std::filesystem::exists(stale));
-    EXPECT_TRUE(std::filesystem::exists(young));
+    EXPECT_FALSE(std::filesystem::exists(young));
+    EXPECT_TRUE(std::filesystem::exists(held));
+    ::close(held_fd);
     EXPECT_FALSE(c->lookup(a, 90, g));         // flipped byte: checksum
     EXPECT_FALSE(c->lookup(b, 70, g));         // truncated
     EXPECT_EQ(c->stats().disk_rejected, 4u);
