@@ -37,7 +37,7 @@ std::string shown(const json& v) {
 }
 
 bool flatten_text_parts(const json& content, const char* noun, std::string* out, std::string* why,
-                        const char* separator) {
+                        const char* separator, std::initializer_list<std::string_view> text_types) {
   if (content.is_null()) return true;
   if (content.is_string()) {
     *out = content.get<std::string>();
@@ -53,12 +53,15 @@ bool flatten_text_parts(const json& content, const char* noun, std::string* out,
       *why = std::string(noun) + "s must be objects with a 'type'";
       return false;
     }
-    if (part["type"] != "text") {
-      *why = std::string(noun) + " type " + shown(part["type"]) + " is not supported (text only)";
+    const std::string& type = part["type"].get_ref<const std::string&>();
+    if (std::find(text_types.begin(), text_types.end(), type) == text_types.end()) {
+      std::string kinds;
+      for (std::string_view t : text_types) kinds += (kinds.empty() ? "" : ", ") + std::string(t);
+      *why = std::string(noun) + " type " + shown(part["type"]) + " is not supported (" + kinds + " only)";
       return false;
     }
     if (!part.contains("text") || !part["text"].is_string()) {
-      *why = std::string("a text ") + noun + " needs a string 'text'";
+      *why = std::string(noun) + " of type \"" + type + "\" needs a string 'text'";
       return false;
     }
     const std::string& text = part["text"].get_ref<const std::string&>();

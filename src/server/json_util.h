@@ -10,6 +10,7 @@
 #include <initializer_list>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <variant>
 
 #include <nlohmann/json.hpp>
@@ -27,8 +28,11 @@ std::string shown(const nlohmann::ordered_json& v);
 // "text"} parts (OpenAI "content part", Anthropic "content block": `noun` in messages)
 // joined with `separator` (the chat routes: "\n\n", as llama-server joins a message's text
 // parts for a template that takes string content); false with why for anything else.
+// `text_types`: the part types whose "text" is text (the Responses API's input_text and
+// output_text besides text).
 bool flatten_text_parts(const nlohmann::ordered_json& content, const char* noun, std::string* out, std::string* why,
-                        const char* separator = "");
+                        const char* separator = "",
+                        std::initializer_list<std::string_view> text_types = {"text"});
 
 // o[key] when o is an object holding a string there, else `fallback` (never throws:
 // nlohmann's value() does on a null or a wrong type).

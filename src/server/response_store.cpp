@@ -1,17 +1,14 @@
 // server/response_store.cpp — see response_store.h.
 #include "server/response_store.h"
 
-#include <fcntl.h>
-#include <sys/file.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <filesystem>
-#include <cerrno>
 #include <fstream>
 #include <random>
 #include <sstream>
 #include <vector>
+
+#include "core/atomic_file.h"
 
 namespace specula::server {
 
@@ -55,14 +52,9 @@ ResponseStore::ResponseStore(std::string dir, size_t max_responses) : dir_(std::
   std::vector<std::pair<fs::file_time_type, std::string>> found;
   for (const auto& e : fs::directory_iterator(dir_, ec)) {
     const std::string name = e.path().filename().string();
-    if (name.find(".json.tmp") != std::string::npos) {  // an interrupted write: gone unless a writer holds it
-      const int fd = ::open(e.path().c_str(), O_RDONLY | O_CLOEXEC);
-      if (fd >= 0) {
-        const bool free = ::flock(fd, LOCK_EX | LOCK_NB) == 0;
-        ::close(fd);
-        std::error_code rec;
-        if (free) fs::remove(e.path(), rec);
-      }
+    if (is_temporary_file_name(name)) {  // an interrupted write: gone unless a writer holds it
+      std::error_code rec;
+      if (is_abandoned_temporary(e.path())) fs::remove(e.path(), rec);
       continue;
     }
     if (name.size() <= 5 || name.compare(name.size() - 5, 5, ".json") != 0) continue;
@@ -101,30 +93,8 @@ bool ResponseStore::load_file(const std::string& id, StoredResponse* out) const 
 bool ResponseStore::write_file(const StoredResponse& r) const {
   if (dir_.empty()) return false;
   const json j = {{"model", r.model}, {"response", r.response}, {"conversation", r.conversation}};
-  const std::string bytes = j.dump(-1, ' ', false, json::error_handler_t::replace);
-  const std::string path = path_of(r.id);
-  // <id>.json.tmp<hex>, flock-ed while written: one left unlocked by a killed process is
-  // removed at the next start (the constructor).
-  const std::string tmp = path + ".tmp" + new_id("");
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return false;  // a full or read-only disk: memory still has it
-  (void)::flock(fd, LOCK_EX | LOCK_NB);
-  size_t off = 0;
-  bool ok = true;
-  while (ok && off < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + off, bytes.size() - off);
-    if (n < 0 && errno == EINTR) continue;
-    ok = n > 0;
-    if (ok) off += static_cast<size_t>(n);
-  }
-  ok = ::close(fd) == 0 && ok;
-  std::error_code ec;
-  if (ok) fs::rename(tmp, path, ec);
-  if (!ok || ec) {
-    fs::remove(tmp, ec);
-    return false;
-  }
-  return true;
+  // (atomic: a killed writer's temporary file is removed at the next start, the constructor)
+  return write_file_atomic(path_of(r.id), j.dump(-1, ' ', false, json::error_handler_t::replace), "responses").is_ok();
 }
 
 void ResponseStore::trim_memory() {

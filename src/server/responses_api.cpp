@@ -66,46 +66,16 @@ std::optional<ApiError> check_fields(const json& j) {
   return std::nullopt;
 }
 
-// A message's content as text: a string, or input_text / output_text / text parts (and
-// refusal parts of an assistant's earlier answer when `refusals`).
+// A message's content as text: a string, or input_text / output_text / text parts
+// (json_util.h), and refusal parts of an assistant's earlier answer when `refusals`.
 bool content_text(const json& content, std::string* out, std::string* why, bool refusals = false) {
-  if (content.is_string()) {
-    *out = content.get<std::string>();
-    return true;
+  if (refusals && content.is_array()) {  // (a refusal's text is the turn's text)
+    json parts = content;
+    for (json& p : parts)
+      if (string_field(p, "type") == "refusal" && p.contains("refusal")) p = {{"type", "text"}, {"text", p["refusal"]}};
+    return flatten_text_parts(parts, "content part", out, why, "", {"input_text", "output_text", "text"});
   }
-  if (!content.is_array()) {
-    *why = " must be a string or an array of input_text parts";
-    return false;
-  }
-  for (size_t i = 0; i < content.size(); ++i) {
-    const json& part = content[i];
-    const std::string where = "[" + std::to_string(i) + "]";
-    const std::string type = string_field(part, "type");
-    if (type == "input_text" || type == "output_text" || type == "text") {
-      if (!part.contains("text") || !part["text"].is_string()) {
-        *why = where + " (" + type + ") needs a 'text' string";
-        return false;
-      }
-      *out += part["text"].get<std::string>();
-      continue;
-    }
-    if (type == "input_image" || type == "input_file" || type == "input_audio") {
-      *why = where + " is an " + type + " part; this server serves a text-only model";
-      return false;
-    }
-    if (type == "refusal" && refusals) {
-      if (!part.contains("refusal") || !part["refusal"].is_string()) {
-        *why = where + " (refusal) needs a 'refusal' string";
-        return false;
-      }
-      *out += part["refusal"].get<std::string>();
-      continue;
-    }
-    *why = where + " has type " + (type.empty() ? std::string("(none)") : "\"" + type + "\"") +
-           "; a part is input_text or output_text" + (refusals ? " (or refusal)" : "");
-    return false;
-  }
-  return true;
+  return flatten_text_parts(content, "content part", out, why, "", {"input_text", "output_text", "text"});
 }
 
 json parse_arguments(const json& args) {
@@ -160,7 +130,7 @@ std::variant<json, ApiError> items_to_messages(const json& items, const std::str
                                         " must be user, system, developer or assistant");
       std::string text, why;
       if (!it.contains("content") || !content_text(it["content"], &text, &why, role == "assistant"))
-        return bad_request("input", where + ".content" + (why.empty() ? " is required" : why));
+        return bad_request("input", where + ".content " + (why.empty() ? "is required" : why));
       json m = {{"role", role}, {"content", text}};
       if (role == "assistant" && !pending_reasoning.empty()) {
         m["reasoning_content"] = std::move(pending_reasoning);
@@ -185,7 +155,7 @@ std::variant<json, ApiError> items_to_messages(const json& items, const std::str
                                         " answers no function_call of the conversation (its own, or the previous "
                                         "response's)");
       std::string text, why;
-      if (!content_text(it["output"], &text, &why)) return bad_request("input", where + ".output" + why);
+      if (!content_text(it["output"], &text, &why)) return bad_request("input", where + ".output " + why);
       messages.push_back({{"role", "tool"}, {"tool_call_id", it["call_id"]}, {"content", text}});
     } else if (type == "reasoning") {
       // An earlier answer's thinking: the next assistant turn's reasoning_content.

@@ -2,7 +2,6 @@
 #include "state/prompt_cache.h"
 
 #include <fcntl.h>
-#include <sys/file.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -16,6 +15,7 @@
 #include <limits>
 #include <random>
 
+#include "core/atomic_file.h"
 #include "core/fault.h"
 
 namespace specula {
@@ -46,50 +46,11 @@ uint32_t crc32_of(std::string_view s) {
   return static_cast<uint32_t>(c);
 }
 
-// Writes bytes to path atomically: a temporary file in the same folder, fsync, rename,
-// fsync of the folder. Errors name the step. The temporary file is <path>.tmp.<pid>.<n>,
-// held with an exclusive flock while it is written: a process killed mid-write leaves it
-// behind unlocked, and the next start removes it (index_disk; a locked one is being written
-// by a live process — of any pid namespace — sharing the folder).
+// An entry's file, written atomically (core/atomic_file.h: a killed writer's temporary file
+// is removed at the next start, index_disk).
 Status write_atomic(const std::string& path, const std::string& bytes) {
   if (fault::fire(fault::Point::kCacheWrite)) return Status::error("[prompt_cache] [fault] injected: cannot write " + path);
-  // Unique per write: the pid alone is not (threads of one process, containers sharing a
-  // file system).
-  static std::atomic<uint64_t> counter{std::random_device{}()};
-  char suffix[40];
-  std::snprintf(suffix, sizeof(suffix), "%d.%llx", static_cast<int>(::getpid()),
-                static_cast<unsigned long long>(counter.fetch_add(0x9E3779B97F4A7C15ULL)));
-  const std::string tmp = path + ".tmp." + suffix;
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Status::error("[prompt_cache] cannot create " + tmp + ": " + std::strerror(errno));
-  (void)::flock(fd, LOCK_EX | LOCK_NB);  // released by close (or by the process's end)
-  size_t off = 0;
-  while (off < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + off, bytes.size() - off);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      const std::string e = std::strerror(errno);
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return Status::error("[prompt_cache] cannot write " + tmp + ": " + e);
-    }
-    off += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    ::unlink(tmp.c_str());
-    return Status::error("[prompt_cache] cannot sync " + tmp);
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    ::unlink(tmp.c_str());
-    return Status::error("[prompt_cache] cannot rename " + tmp + " to " + path + ": " + std::strerror(errno));
-  }
-  const std::string dir = std::filesystem::path(path).parent_path().string();
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
-  return Status::ok();
+  return write_file_atomic(path, bytes, "prompt_cache");
 }
 
 // Header of an entry file, as parsed. A checkpoint file also carries its key and record.
@@ -582,17 +543,6 @@ int64_t steady_ms() {
 }
 }  // namespace
 
-namespace {
-// A temporary file no live writer holds: write_atomic keeps an exclusive flock on it while
-// it writes, so one we can lock is an interrupted write's.
-bool orphaned_temporary(const std::filesystem::path& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  const bool free = ::flock(fd, LOCK_EX | LOCK_NB) == 0;
-  ::close(fd);
-  return free;
-}
-}  // namespace
 
 Status PromptCache::index_disk() {
   std::error_code ec;
@@ -609,7 +559,7 @@ Status PromptCache::index_disk() {
       // still locked is a live process's; after an hour it goes anyway.
       std::error_code tec;
       const auto t = de.last_write_time(tec);
-      if ((!tec && now - t > std::chrono::hours(1)) || orphaned_temporary(de.path()))
+      if ((!tec && now - t > std::chrono::hours(1)) || is_abandoned_temporary(de.path()))
         std::filesystem::remove(de.path(), tec);
       continue;
     }
