@@ -14,6 +14,11 @@ void AnswerFormat::begin(Generation g, chat::ToolFormat tools) {
   reasoning_ = chat::ReasoningStream(g_.reasoning, g_.in_thinking);
 }
 
+chat::SplitAnswer AnswerFormat::split_whole(const std::string& text) const {
+  return g_.reasoning != chat::ReasoningFormat::kNone ? chat::split_reasoning(text, g_.in_thinking)
+                                                      : chat::SplitAnswer{"", text, false};
+}
+
 int64_t AnswerFormat::reasoning_tokens() const {
   if (g_.reasoning == chat::ReasoningFormat::kNone) return -1;
   return g_.thinking ? g_.thinking->thinking_tokens() : 0;

@@ -93,6 +93,8 @@ class AnswerFormat {
  protected:
   // The thinking tokens of this choice (-1: not a reasoning answer).
   int64_t reasoning_tokens() const;
+  // A whole answer split into its thinking and the rest (all content when not split).
+  chat::SplitAnswer split_whole(const std::string& text) const;
   Generation g_;
   chat::ToolCallStream calls_;
   chat::ReasoningStream reasoning_;  // streamed answers' split

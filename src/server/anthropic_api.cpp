@@ -339,9 +339,7 @@ AnthropicUsage usage(const RequestSummary& s) {
 }  // namespace
 
 json AnthropicFormat::whole(const std::string& text, const std::vector<TokenLogprob>&, const CompletionStream::Update& u) {
-  const chat::SplitAnswer split = g_.reasoning != chat::ReasoningFormat::kNone
-                                      ? chat::split_reasoning(text, g_.in_thinking)
-                                      : chat::SplitAnswer{"", text, false};
+  const chat::SplitAnswer split = split_whole(text);
   const chat::ParsedAnswer a = calls_.parse_whole(split.content, u.summary.outcome == Outcome::kLength);
   json msg = anthropic_message(g_.id, g_.model, a.content, a.calls, stop_reason(u, a), u.stop_sequence, usage(u.summary));
   if (!split.reasoning.empty()) {  // (an empty block is none: a stream sends none either)

@@ -744,9 +744,7 @@ json OpenAiFormat::whole(const std::string& text, const std::vector<TokenLogprob
   usage.reasoning_tokens = reasoning_tokens();
   const auto* lp = g_.params->logprobs >= 0 ? &lps : nullptr;
   // A reasoning model's thinking goes to reasoning_content; the rest is the content.
-  const chat::SplitAnswer split = g_.reasoning != chat::ReasoningFormat::kNone
-                                      ? chat::split_reasoning(text, g_.in_thinking)
-                                      : chat::SplitAnswer{"", text, false};
+  const chat::SplitAnswer split = split_whole(text);
   json body = endpoint_ == Endpoint::kChat
                   ? chat_response(g_.id, g_.created, g_.model, split.content, lp, u.finish_reason, usage)
                   : completion_response(g_.id, g_.created, g_.model, text, lp, u.finish_reason, usage);

@@ -464,8 +464,7 @@ json ResponsesFormat::finish(const CompletionStream::Update& u, std::string* sta
 }
 
 json ResponsesFormat::whole(const std::string& text, const std::vector<TokenLogprob>&, const CompletionStream::Update& u) {
-  const chat::SplitAnswer split = g_.reasoning != chat::ReasoningFormat::kNone ? chat::split_reasoning(text, g_.in_thinking)
-                                                                             : chat::SplitAnswer{"", text, false};
+  const chat::SplitAnswer split = split_whole(text);
   const chat::ParsedAnswer a = calls_.parse_whole(split.content, u.summary.outcome == Outcome::kLength);
   // Items: the reasoning (when there was any), a message (its text; or empty when the
   // answer is nothing else), the calls; an answer cut by max_output_tokens has its last
