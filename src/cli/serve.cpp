@@ -35,6 +35,7 @@ struct ServeArgs {
   int max_connections = 1024;
   double timeout_header = 10, timeout_write = 30, timeout_body = 10;
   double drain_timeout = 30;
+  double drain_grace = 0;
   std::string pooling;
   int log_requests = 1;
   CacheArgs cache;
@@ -57,7 +58,7 @@ struct ServeArgs {
 };
 
 server::Server* g_server = nullptr;
-// SIGTERM (routers, Kubernetes, systemd) drains: nothing new is admitted, what runs
+// SIGTERM (routers, Kubernetes, systemd) drains: after --drain-grace nothing new is admitted, what runs
 // finishes (up to --drain-timeout); SIGINT (Ctrl-C), or a second SIGTERM, stops at once.
 void on_signal(int sig) {
   if (g_server == nullptr) return;
@@ -80,6 +81,7 @@ server::ServerOptions connection_options(const RuntimeConfig& config, const Serv
   so.header_timeout_s = a.timeout_header;
   so.write_timeout_s = a.timeout_write;
   so.drain_timeout_s = a.drain_timeout;
+  so.drain_grace_s = a.drain_grace;
   so.body_timeout_s = a.timeout_body;
   so.log_requests = a.log_requests != 0;
   so.default_temperature = a.temp;
@@ -374,6 +376,11 @@ void add_serve_flags(CLI::App* cmd, ServeArgs& a) {
   cmd->add_option("--drain-timeout", a.drain_timeout,
                   "On SIGTERM, seconds the requests in flight may take to finish while nothing new is admitted "
                   "(/health answers 503), before the rest is cancelled; 0: cancel at once, as SIGINT (default 30)")
+      ->check(CLI::Range(0.0, 86400.0));
+  cmd->add_option("--drain-grace", a.drain_grace,
+                  "On SIGTERM, seconds during which new requests are still served while /health already answers 503, "
+                  "so that a router or load balancer polling /health takes the replica out before it refuses anything; "
+                  "part of --drain-timeout (default 0: refuse at once)")
       ->check(CLI::Range(0.0, 86400.0));
   cmd->add_option("--log-requests", a.log_requests,
                   "1: one line per request on stderr (method, path, status, time, tokens, time to first token); 0: none "

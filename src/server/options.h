@@ -33,6 +33,11 @@ struct ServerOptions {
   // Server::drain() (SIGTERM in the CLI): seconds requests in flight may take to finish
   // before what still runs is cancelled (--drain-timeout); 0: cancel at once.
   double drain_timeout_s = 30;
+  // Seconds after drain() during which new requests are still admitted while /health already
+  // answers 503 (--drain-grace): a router or load balancer that polls /health takes the
+  // replica out within its interval, and what it sends meanwhile is served, not refused.
+  // Counted within drain_timeout_s (the grace ends at the timeout at the latest); 0: refuse at once.
+  double drain_grace_s = 0;
   bool log_requests = true;         // one line per request on stderr (--log-requests; server.h)
   std::string pooling;              // embeddings: "mean" | "last"; empty: the model's, else mean
 

@@ -228,11 +228,23 @@ void Server::serve() {
       }
     }
     if (done.load()) return;
+    const double timeout_s = std::max(0.0, options_.drain_timeout_s);
+    const auto drain_start = clock::now();
+    const auto deadline = drain_start + std::chrono::duration_cast<clock::duration>(
+                                            std::chrono::duration<double>(timeout_s));
+    const double grace_s = std::min(std::max(0.0, options_.drain_grace_s), timeout_s);
+    if (grace_s > 0) {
+      // The grace: health checks already see 503, new requests are still served.
+      std::fprintf(stderr, "specula: draining: /health answers 503; admitting for %g s more\n", grace_s);
+      const auto grace_end = drain_start + std::chrono::duration_cast<clock::duration>(
+                                               std::chrono::duration<double>(grace_s));
+      while (!done.load() && clock::now() < grace_end) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    refusing_.store(true);
+    if (done.load()) return;
     std::fprintf(stderr, "specula: draining: admitting nothing new, waiting for %lld request(s) (at most %g s)\n",
-                 static_cast<long long>(in_flight_.load()), options_.drain_timeout_s);
-    const auto deadline =
-        clock::now() + std::chrono::duration_cast<clock::duration>(
-                           std::chrono::duration<double>(std::max(0.0, options_.drain_timeout_s)));
+                 static_cast<long long>(in_flight_.load()),
+                 std::max(0.0, std::chrono::duration<double>(deadline - clock::now()).count()));
     while (!done.load() && in_flight_.load() > 0 && clock::now() < deadline)
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     if (in_flight_.load() > 0)
@@ -292,8 +304,8 @@ void Server::dispatch(const http::Request& req, http::Exchange& raw) {
     }
   } in_flight{counted ? &in_flight_ : nullptr};
   if (counted) ++in_flight_;
-  if (counted && draining_.load()) {
-    // Draining: nothing new is admitted (a router retries it on another replica).
+  if (counted && refusing_.load()) {
+    // Draining past its grace: nothing new is admitted (a router retries it on another replica).
     send_error_for(req, ex, api_error(StatusCode::kUnavailable, "the server is shutting down (draining)"));
   } else {
     route(req, ex, &gen);

@@ -19,8 +19,9 @@
 // Shutting down: stop() (SIGINT in the CLI) cancels what runs — each admitted request
 // finishes its answer as cancelled (503, or an error event) — and closes. drain() (SIGTERM,
 // what routers and Kubernetes send) first stops admitting: /health answers 503
-// {"status":"draining"} so that health checks take the replica out, and every new request
-// but /health and /metrics gets 503; requests already in flight run to their end, then the
+// {"status":"draining"} so that health checks take the replica out, and — once
+// ServerOptions::drain_grace_s has passed (0 by default: at once) — every new request but
+// /health and /metrics gets 503; requests already in flight run to their end, then the
 // server stops — after ServerOptions::drain_timeout_s at the latest, when stop() cancels
 // what is left.
 // Several models (server/model_registry.h): a request's "model" field (a GET route's
@@ -100,7 +101,8 @@ class Server {
   std::mutex counters_mu_;
   std::map<int, uint64_t> responses_by_status_;  // for /metrics
   std::atomic<uint64_t> requests_logged_{0};
-  std::atomic<bool> draining_{false};
+  std::atomic<bool> draining_{false};  // drain() was asked: /health answers 503
+  std::atomic<bool> refusing_{false};  // the drain grace has passed: new requests get 503
   std::atomic<int64_t> in_flight_{0};  // requests being answered but /health, /metrics and preflights
   int port_ = 0;
 };

@@ -412,7 +412,31 @@ def test_drain(stats):
     st, _, data = out["long"]
     ss.check_error_body(st, data, 503, "request outliving --drain-timeout 1")
     check(time.time() - t0 < 10, f"--drain-timeout 1 took {time.time() - t0:.1f}s")
-    stats["drain"] = "SIGTERM drained 3 admitted requests whole; --drain-timeout 1 cancels"
+    # --drain-grace 2: /health turns 503 at once, but what arrives within the grace (a router
+    # that has not polled yet) is still served; after it, new requests get 503.
+    srv = ss.Server("--parallel", "2", "--ctx", "2048", "--drain-grace", "2").start()
+    t = threading.Thread(target=lambda: out.__setitem__("graced", srv.post(C, {"prompt": "Long:", "max_tokens": 400,
+                                                                            "ignore_eos": True})))
+    t.start()
+    wait_for_metric(srv, "specula_running_rows", 1, "the long request never ran")
+    t0 = time.time()
+    srv.proc.send_signal(signal.SIGTERM)
+    time.sleep(0.3)
+    st, _, data = srv.request("GET", "/health")
+    check(st == 503, f"/health within the drain grace: {st} {data[:200]!r}")
+    st, _, data = srv.post(C, {"prompt": "in the grace", "max_tokens": 2})
+    check(st == 200, f"a request within --drain-grace 2 was refused: {st} {data[:300]!r}")
+    time.sleep(max(0.0, 2.4 - (time.time() - t0)))
+    st, _, data = srv.post(C, {"prompt": "after the grace", "max_tokens": 2})
+    ss.check_error_body(st, data, 503, "a request after --drain-grace 2")
+    t.join(120)
+    st, _, body = out["graced"]
+    check(st == 200 and json.loads(body)["usage"]["completion_tokens"] == 400,
+          f"the running request was cut by a graced drain: {st} {body[:300]!r}")
+    code = srv.proc.wait(60)
+    check(code == 0, f"exit {code} after the graced drain")
+    srv.proc = None
+    stats["drain"] = "SIGTERM drained 3 admitted requests whole; --drain-timeout 1 cancels; --drain-grace 2 serves, then refuses"
 
 
 def test_post_without_length(srv, stats):
