@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/utf8.h"
 #include "grammar/gbnf.h"
 #include "tokenizer/tokenizer.h"
 
@@ -187,6 +188,8 @@ Result<std::unique_ptr<TokenConstraint>> TokenConstraint::create(std::shared_ptr
       data = "start: ";
       for (size_t i = 0; i < spec.choices.size(); ++i) {
         if (spec.choices[i].empty()) return Status::error(what + "choice " + std::to_string(i) + " is empty");
+        // (dump() would throw on invalid UTF-8; a C API caller's bytes may be anything)
+        if (!utf8_valid(spec.choices[i])) return Status::error(what + "choice " + std::to_string(i) + " is not valid UTF-8");
         data += (i ? " | " : "") + nlohmann::json(spec.choices[i]).dump(-1, ' ', true);
       }
       data += "\n";

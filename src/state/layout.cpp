@@ -38,10 +38,13 @@ bool get_u64(std::string_view& in, uint64_t& v) {
   return true;
 }
 
-void put_bytes(std::string& out, const void* p, size_t n) { out.append(static_cast<const char*>(p), n); }
+void put_bytes(std::string& out, const void* p, size_t n) {
+  if (n > 0) out.append(static_cast<const char*>(p), n);  // p may be null when n is 0
+}
 
 bool get_bytes(std::string_view& in, void* p, size_t n) {
   if (in.size() < n) return false;
+  if (n == 0) return true;  // p may be null (an empty vector's data()): memcpy(null, _, 0) is undefined
   std::memcpy(p, in.data(), n);
   in.remove_prefix(n);
   return true;
