@@ -1,8 +1,5 @@
-// tests/formats/gguf_fuzz.cpp — libFuzzer target for the GGUF reader (not built by
-// default; the corruption sweeps in gguf_test.cpp run in every test build).
-// Build (one line): clang++ -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined
-//   -Iinclude -Isrc tests/formats/gguf_fuzz.cpp src/formats/gguf.cpp src/core/dtype.cpp
-//   src/core/mmap.cpp -o gguf_fuzz
+// fuzz/gguf_fuzz.cpp — libFuzzer target for the GGUF reader (cmake --preset fuzz; scripts/fuzz gguf;
+// the corruption sweeps in tests/formats/gguf_test.cpp run in every test build).
 // Every input must parse or fail with a "[gguf]" Status; a parsed file is then fully
 // walked (describe, getters, first/last byte of every tensor) so ASan sees bad pointers.
 // Does not check parsed values against anything.

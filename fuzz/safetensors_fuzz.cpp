@@ -1,8 +1,5 @@
-// tests/formats/safetensors_fuzz.cpp — libFuzzer target for the safetensors reader (not
-// built by default; the corruption sweeps in safetensors_test.cpp run in every test build).
-// Build (one line): clang++ -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined
-//   -Iinclude -Isrc tests/formats/safetensors_fuzz.cpp src/formats/safetensors.cpp
-//   src/core/dtype.cpp src/core/mmap.cpp -o safetensors_fuzz
+// fuzz/safetensors_fuzz.cpp — libFuzzer target for the safetensors reader (cmake --preset fuzz; scripts/fuzz safetensors;
+// the corruption sweeps in tests/formats/safetensors_test.cpp run in every test build).
 // Every input must parse or fail with a "[safetensors] <memory>: " Status; a parsed file is
 // then fully walked (every tensor's first and last byte, lookups) so ASan sees bad pointers.
 // Does not check parsed values against anything, or fuzz Folder (index files).

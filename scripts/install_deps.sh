@@ -5,7 +5,8 @@
 # the HTTP server), cpp-httplib (the unit tests' HTTP client), zlib (prompt cache
 # checksums), OpenSSL (sha256 of downloads, https), utf8proc (Unicode normalization for tokenizer.json normalizers), Python 3 with pip, tmux (the
 # interactive `specula chat` test drives a terminal), Node.js with npm (the JS package),
-# Chromium (the chat page's test drives it headless).
+# Chromium (the chat page's test drives it headless), clang 19 with its compiler-rt (libFuzzer
+# and the sanitizers: the fuzz targets of fuzz/, scripts/fuzz).
 # Idempotent: a fast no-op (one dpkg-query) when everything is present; runs
 # `apt-get update` at most once, and only when something is missing.
 # Does NOT install Python packages (see tools/install_reference.sh) or models
@@ -15,7 +16,7 @@ set -euo pipefail
 packages=(build-essential cmake ninja-build ccache git python3
           libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev libcli11-dev
           pkg-config libpcre2-dev libboost1.74-dev libcpp-httplib-dev zlib1g-dev libutf8proc-dev libssl-dev
-          tmux chromium)
+          tmux chromium clang-19 libclang-rt-19-dev)
 
 # One dpkg-query for all packages; a package it does not know prints nothing.
 declare -A installed=()

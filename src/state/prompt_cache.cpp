@@ -679,29 +679,62 @@ std::optional<RowState> PromptCache::read_file(const std::string& path, std::spa
     return reject("cannot open");
   }
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (bytes.size() < 12) return reject("truncated");
+  bool damaged = true;
+  auto d = decode_entry(bytes, opt_.fingerprint, group, &damaged);
+  if (!d.is_ok()) return reject(d.message(), damaged);
+  if (!std::equal(d->tokens.begin(), d->tokens.end(), tokens.begin(), tokens.end())) return reject("tokens differ from the index");
+  return std::move(d->state);
+}
+
+Result<PromptCache::DecodedEntry> PromptCache::decode_entry(std::string_view bytes, const std::string& fingerprint,
+                                                            const StateRows& group, bool* damaged) {
+  bool scratch = true;
+  bool& bad = damaged != nullptr ? *damaged : scratch;
+  bad = true;
+  if (bytes.size() < 12) return Status::error("truncated");
   uint32_t crc;
   std::memcpy(&crc, bytes.data() + bytes.size() - 4, 4);
   std::string_view body(bytes.data(), bytes.size() - 4);
-  if (crc32_of(body) != crc) return reject("checksum mismatch (corrupted or truncated)");
+  if (crc32_of(body) != crc) return Status::error("checksum mismatch (corrupted or truncated)");
   FileHeader h;
-  if (Status st = parse_header(body, h); !st.is_ok()) return reject(st.message());
-  if (h.fingerprint != opt_.fingerprint) return reject("made for another model or cache layout", false);
-  if (!std::equal(h.tokens.begin(), h.tokens.end(), tokens.begin(), tokens.end())) return reject("tokens differ from the index");
-  if (h.n_layers != static_cast<uint64_t>(group.n_layers())) return reject("layer count differs");
+  SPECULA_RETURN_IF_ERROR(parse_header(body, h));
+  if (h.fingerprint != fingerprint) {
+    bad = false;
+    return Status::error("made for another model or cache layout");
+  }
+  if (h.n_layers != static_cast<uint64_t>(group.n_layers())) return Status::error("layer count differs");
   auto row = group.new_row();
-  if (!row) return reject(row.message(), false);
+  if (!row) {
+    bad = false;
+    return row.status();
+  }
   for (uint64_t il = 0; il < h.n_layers; ++il) {
     uint64_t n;
-    if (!get_u64(body, n) || body.size() < n) return reject("truncated layer " + std::to_string(il));
-    if (Status st = row->layers[il]->load(body.substr(0, n)); !st.is_ok()) return reject(st.message());
+    if (!get_u64(body, n) || body.size() < n) return Status::error("truncated layer " + std::to_string(il));
+    SPECULA_RETURN_IF_ERROR(row->layers[il]->load(body.substr(0, n)));
     body.remove_prefix(n);
   }
-  if (!body.empty()) return reject("trailing bytes");
+  if (!body.empty()) return Status::error("trailing bytes");
   row->length = static_cast<int64_t>(h.tokens.size());
   for (const auto& l : row->layers)
-    if (l->length() != row->length) return reject("a layer's length differs from the tokens");
-  return std::move(row).value();
+    if (l->length() != row->length) return Status::error("a layer's length differs from the tokens");
+  DecodedEntry out;
+  out.tokens = std::move(h.tokens);
+  out.min_length = h.min_length;
+  out.key = std::move(h.key);
+  out.record = std::move(h.record);
+  out.state = std::move(row).value();
+  return out;
+}
+
+std::string PromptCache::encode_entry(const std::string& fingerprint, std::span<const int32_t> tokens, int64_t min_length,
+                                      const RowState& state, const std::string& key, const std::string& record) {
+  Entry e;
+  e.tokens.assign(tokens.begin(), tokens.end());
+  e.min_length = min_length;
+  e.key = key;
+  e.record = record;
+  return serialize(fingerprint, e, state);
 }
 
 void PromptCache::put_checkpoint(const std::string& key, std::vector<int32_t> tokens, RowState state,

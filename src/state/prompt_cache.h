@@ -129,6 +129,24 @@ class PromptCache {
   PromptCacheStats stats() const;
   const PromptCacheOptions& options() const { return opt_; }
 
+  // The disk tier's file format, for tests and fuzzing (fuzz/prompt_cache_fuzz.cpp): an
+  // entry's (or a checkpoint's, with key and record) bytes as written — magic, version,
+  // fingerprint, key, record, min_length, tokens, each layer's LayerRow::save, CRC-32.
+  static std::string encode_entry(const std::string& fingerprint, std::span<const int32_t> tokens, int64_t min_length,
+                                  const RowState& state, const std::string& key = "", const std::string& record = "");
+  struct DecodedEntry {
+    std::vector<int32_t> tokens;
+    int64_t min_length = 0;
+    std::string key, record;
+    RowState state;  // a row of the group, length = tokens.size()
+  };
+  // What a read-back checks before a file serves anyone: size, checksum, magic and version,
+  // the fingerprint (another one: an error with *damaged = false — the file may be another
+  // model's), the layer count of `group`, each layer's state (LayerRow::load), no trailing
+  // bytes, every layer's length equal to the token count. Errors name the part.
+  static Result<DecodedEntry> decode_entry(std::string_view bytes, const std::string& fingerprint, const StateRows& group,
+                                           bool* damaged = nullptr);
+
  private:
   struct Entry;
   struct Node {
