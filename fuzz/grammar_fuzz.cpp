@@ -87,7 +87,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     if (pick < 0) break;
     const int32_t one[] = {pick};
-    if (Status st = m.consume(one); !st.is_ok()) fuzz::fail("a token its own mask allowed was refused", st.message());
+    if (Status st = m.consume(one); !st.is_ok()) {
+      std::string bytes;
+      for (unsigned char ch : v.tok->token_to_piece(pick, false)) bytes += std::to_string(ch) + " ";
+      fuzz::fail("a token its own mask allowed was refused",
+                 "step " + std::to_string(step) + ", token " + std::to_string(pick) + " (bytes " + bytes + "): " + st.message());
+    }
     ++consumed;
   }
   volatile bool sink = m.accepting();
