@@ -62,7 +62,9 @@ inline int32_t argmax(const float* l, int64_t n) { return static_cast<int32_t>(s
 
 // Greedy tokens: prefill the prompt in one forward, then decode one token at a time (one
 // row of a fresh state of 512 positions with the given cache types).
-inline std::vector<int32_t> greedy(Model& m, const std::vector<int32_t>& prompt, int n, const CacheOptions& c = {}) {
+// `lora`: the adapters the row runs with (model/lora.h), or null.
+inline std::vector<int32_t> greedy(Model& m, const std::vector<int32_t>& prompt, int n, const CacheOptions& c = {},
+                                   const LoraSet* lora = nullptr) {
   auto st = make_state(m, 1, 512, c);
   EXPECT_TRUE(st.is_ok()) << st.message();
   if (!st.is_ok()) return {};
@@ -70,11 +72,16 @@ inline std::vector<int32_t> greedy(Model& m, const std::vector<int32_t>& prompt,
   std::vector<float> logits(static_cast<size_t>(V));
   Tensor h;
   const int32_t row[1] = {0};
-  EXPECT_TRUE(m.forward(Batch{1, static_cast<int64_t>(prompt.size()), prompt.data(), row}, *st, h).is_ok());
+  const LoraSet* sets[1] = {lora};
+  Batch prefill{1, static_cast<int64_t>(prompt.size()), prompt.data(), row};
+  prefill.lora = sets;
+  EXPECT_TRUE(m.forward(prefill, *st, h).is_ok());
   m.project_logits(h.data() + (h.dim(0) - 1) * E, 1, logits.data());
   std::vector<int32_t> out = {argmax(logits.data(), V)};
   while (static_cast<int>(out.size()) < n) {
-    EXPECT_TRUE(m.forward(Batch{1, 1, &out.back(), row}, *st, h).is_ok());
+    Batch step{1, 1, &out.back(), row};
+    step.lora = sets;
+    EXPECT_TRUE(m.forward(step, *st, h).is_ok());
     m.project_logits(h.data(), 1, logits.data());
     out.push_back(argmax(logits.data(), V));
   }
@@ -90,7 +97,7 @@ struct TeacherForced {
   double max_top = 0, max_probe = 0;  // max |Δlogit| over the top-8 ids and the probe ids
 };
 inline void teacher_forced(Model& m, const nlohmann::json& c, const std::vector<int32_t>& probe, double tie_gap,
-                           TeacherForced& acc) {
+                           TeacherForced& acc, const LoraSet* lora = nullptr) {
   std::vector<int32_t> seq = c["prompt"].get<std::vector<int32_t>>();
   const auto want = c["greedy"].get<std::vector<int32_t>>();
   seq.insert(seq.end(), want.begin(), want.end());
@@ -98,7 +105,10 @@ inline void teacher_forced(Model& m, const nlohmann::json& c, const std::vector<
   ASSERT_TRUE(st.is_ok()) << st.message();
   Tensor h;
   const int32_t row[1] = {0};
-  ASSERT_TRUE(m.forward(Batch{1, static_cast<int64_t>(seq.size()), seq.data(), row}, *st, h).is_ok());
+  const LoraSet* sets[1] = {lora};
+  Batch all{1, static_cast<int64_t>(seq.size()), seq.data(), row};
+  all.lora = sets;
+  ASSERT_TRUE(m.forward(all, *st, h).is_ok());
   const int64_t V = m.info().n_vocab;
   std::vector<float> logits(seq.size() * static_cast<size_t>(V));
   m.project_logits(h.data(), static_cast<int64_t>(seq.size()), logits.data());

@@ -143,6 +143,9 @@ Status Round::prepare(std::span<const RoundRow> rows) {
   batch.ids = ids_.data();
   batch.rows = brows_.data();
   batch.n_tokens = counts_.data();
+  lora_.clear();
+  for (const RoundRow& r : rows_) lora_.push_back(r.lora);
+  batch.lora = lora_.data();
   Status st = fault::fire(fault::Point::kBegin) ? Status::error("[fault] injected: the state transaction's begin")
                                                 : model_->forward(batch, *state_, hidden_);
   if (st.is_ok() && fault::fire(fault::Point::kForward)) st = Status::error("[fault] injected: the forward");

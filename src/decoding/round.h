@@ -66,6 +66,8 @@ struct RoundRow {
   bool speculative = false;
   // Structured output: the row's grammar (consumed up to the pending token), or null.
   TokenConstraint* constraint = nullptr;
+  // LoRA adapters the target runs this row with (model/lora.h), or null; drafts never use them.
+  const LoraSet* lora = nullptr;
   // Prefilling with prompt logprobs (-1: none; k: k alternatives): the chunk's positions
   // give the logprobs of the prompt tokens after them; next_prompt_token is the prompt
   // token after this chunk (-1 when the chunk ends the prompt).
@@ -125,6 +127,7 @@ class Round {
   std::vector<size_t> tx_index_;  // their index in rows_
   std::vector<int32_t> ids_, brows_;
   std::vector<int64_t> counts_, offset_;
+  std::vector<const LoraSet*> lora_;  // the batch's Batch::lora
   std::vector<float> logit_hidden_, logits_;
   std::vector<std::vector<uint32_t>> masks_;  // per row: [window positions, mask words]
   uint64_t n_masks_ = 0;            // masks computed, in total

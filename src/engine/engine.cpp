@@ -2,6 +2,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstring>
 #include <exception>
@@ -168,6 +169,12 @@ Submission Engine::submit(EngineRequest request, std::shared_ptr<RequestSink> si
                   "max_tokens");
   if (Status st = request.sampling.validate(static_cast<int32_t>(n_vocab)); !st.is_ok())
     return refuse(st.message(), "");
+  if (request.lora != nullptr)
+    for (const LoraWeight& w : request.lora->adapters) {
+      if (w.adapter == nullptr || w.adapter->base() != model_)
+        return refuse("a LoRA adapter that was not loaded for this engine's model", "lora");
+      if (!std::isfinite(w.scale)) return refuse("a LoRA scale must be a finite number", "lora");
+    }
 
   std::lock_guard<std::mutex> lock(wakeup_->mu);
   if (stopping_) {
@@ -339,7 +346,8 @@ void Engine::admit(std::vector<Pending>& admitted) {
       resumed = resume_generation(*resuming, *row);
       if (!resumed) p = std::move(resuming->p);
     }
-    if (!resumed && st.is_ok() && options_.prompt_cache && prompt.size() > 1 && p.request.prompt_logprobs < 0) {
+    if (!resumed && st.is_ok() && options_.prompt_cache && prompt.size() > 1 && p.request.prompt_logprobs < 0 &&
+        !has_lora(p.request)) {
       // The longest cached prefix, leaving at least the last prompt token to compute.
       auto hit = options_.prompt_cache->lookup(prompt, static_cast<int64_t>(prompt.size()) - 1, state_);
       if (hit) {
@@ -429,7 +437,8 @@ void Engine::retire(std::vector<std::pair<size_t, Outcome>> ended, const std::st
     for (size_t g = 0; g < gone.size(); ++g) {
       const Active& a = gone[g];
       RowState st = state_.take(gone_rows[g]);
-      if (outcomes[g] == Outcome::kFailed || fault::fire(fault::Point::kCacheExtract) || st.layers.empty() || st.length <= a.cached ||
+      if (outcomes[g] == Outcome::kFailed || has_lora(a.p.request) || fault::fire(fault::Point::kCacheExtract) ||
+          st.layers.empty() || st.length <= a.cached ||
           st.length > static_cast<int64_t>(a.context.size()))
         continue;
       std::vector<int32_t> tokens(a.context.begin(), a.context.begin() + st.length);

@@ -45,6 +45,7 @@
 #include "decoding/round.h"
 #include "state/prompt_cache.h"
 #include "sampling/sampler.h"
+#include "model/lora.h"
 #include "model/model.h"
 #include "specula/status.h"
 
@@ -77,7 +78,16 @@ struct EngineRequest {
   // outside this struct shapes the output (e.g. stop strings); the engine adds every field
   // above. An identical request then continues an interrupted one exactly.
   std::string resume_key;
+  // LoRA adapters (model/lora.h) this request runs with, each with its scale, loaded by this
+  // engine's model (Model::load_lora); null or empty: the base model. Such a request neither
+  // reads nor writes the prompt cache or generation checkpoints (their states are the base
+  // model's); a draft model drafts without the adapters and the target verifies with them, so
+  // speculation stays lossless.
+  std::shared_ptr<const LoraSet> lora;
 };
+
+// Whether the request runs with any LoRA adapter.
+inline bool has_lora(const EngineRequest& r) { return r.lora != nullptr && !r.lora->empty(); }
 
 // One generated token as delivered to a sink.
 struct TokenEvent {

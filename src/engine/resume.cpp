@@ -62,6 +62,7 @@ bool get_f32(std::string_view& in, float& f) {
 std::string Engine::generation_key(const EngineRequest& r) const {
   if (r.resume_key.empty() || !options_.prompt_cache || options_.generation_checkpoint <= 0) return {};
   if (r.constraint) return {};  // the grammar's state is not part of a checkpoint
+  if (has_lora(r)) return {};     // checkpoints hold base-model states
   if (r.prompt_logprobs >= 0) return {};  // a resumed request would not see its prompt again
   if (options_.spec_rejection && options_.draft && r.speculative && r.sampling.temperature > 0.0f) return {};
   Hasher h;

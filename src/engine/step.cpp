@@ -45,6 +45,7 @@ void Engine::plan_step(std::vector<RoundRow>& rows, std::vector<size_t>& members
     row.post_sampling = r.post_sampling_probs;
     row.speculative = a.plan.speculative;
     row.constraint = r.constraint.get();
+    row.lora = r.lora.get();
     if (a.plan.speculative && may_draft) {
       const int64_t room = state_.max_length() - state_.length(row.row) - 1;  // positions after the pending one
       row.depth = a.depth.next(options_.spec_depth, std::min<int64_t>(row.budget - 1, room));
@@ -75,6 +76,7 @@ void Engine::plan_step(std::vector<RoundRow>& rows, std::vector<size_t>& members
     row.post_sampling = a.p.request.post_sampling_probs;
     row.speculative = a.plan.speculative;
     row.constraint = a.p.request.constraint.get();
+    row.lora = a.p.request.lora.get();
     row.prompt_logprobs = a.p.request.prompt_logprobs;
     row.next_prompt_token = a.prefilled + n < n_prompt ? a.p.request.prompt[static_cast<size_t>(a.prefilled + n)] : -1;
     rows.push_back(row);
@@ -84,7 +86,7 @@ void Engine::plan_step(std::vector<RoundRow>& rows, std::vector<size_t>& members
 
 int64_t Engine::next_checkpoint(const Active& a) const {
   const int64_t n_prompt = static_cast<int64_t>(a.p.request.prompt.size());
-  if (!options_.prompt_cache || !checkpoints_) return n_prompt;
+  if (!options_.prompt_cache || !checkpoints_ || has_lora(a.p.request)) return n_prompt;
   int64_t next = n_prompt - 1;  // the prompt's end, minus the token whose logits are needed
   if (options_.cache_checkpoint_every > 0) {
     const int64_t every = (a.prefilled / options_.cache_checkpoint_every + 1) * options_.cache_checkpoint_every;

@@ -587,6 +587,7 @@ Status Transformer::forward(const Batch& batch, StateRows& state, Tensor& hidden
   SPECULA_RETURN_IF_ERROR(plan_batch(batch, state, c_.n_vocab, who.c_str(), layout_));
   const int64_t M = layout_.M;
   ensure_buffers(M);
+  lora_ = any_lora(batch) ? batch.lora : nullptr;
   const int64_t E = c_.n_embd;
   const int32_t* pos = layout_.pos.data();
 
@@ -619,7 +620,7 @@ Status Transformer::forward(const Batch& batch, StateRows& state, Tensor& hidden
     if (lc.n_expert > 0)
       ffn_moe(lc, L, M);
     else
-      ffn_dense(lc, L, M);
+      ffn_dense(il, lc, L, M);
     rows(M, [&](int64_t a, int64_t b) {
       if (lc.sandwich) ops::rms_norm(o_.data() + a * E, L.post_ffn_norm.data(), b - a, E, c_.eps, o_.data() + a * E);
       for (int64_t i = a * E; i < b * E; ++i) x_[i] += o_[i];
@@ -646,6 +647,7 @@ void Transformer::attention_block(int64_t il, const Batch& batch, StateRows& sta
   if (lc.fused_qkv) {
     ops::matmul(pool, kt, L.wqkv, xn_.data(), M, qkv_.data(), ws_);
     const int64_t W = QD + 2 * KD;
+    add_lora(il, LoraTarget::kQKV, xn_.data(), E, qkv_.data(), W);
     rows(M, [&](int64_t a, int64_t b) {
       for (int64_t m = a; m < b; ++m) {
         const float* s = qkv_.data() + m * W;
@@ -656,12 +658,16 @@ void Transformer::attention_block(int64_t il, const Batch& batch, StateRows& sta
     });
   } else {
     ops::matmul(pool, kt, L.wq, xn_.data(), M, q_.data(), ws_);
+    add_lora(il, LoraTarget::kQ, xn_.data(), E, q_.data(), QD);
     if (lc.kv_source < 0) {
       ops::matmul(pool, kt, L.wk, xn_.data(), M, k_.data(), ws_);
-      if (lc.v_from_k)
+      add_lora(il, LoraTarget::kK, xn_.data(), E, k_.data(), KD);
+      if (lc.v_from_k) {
         std::copy(k_.data(), k_.data() + M * KD, v_.data());
-      else
+      } else {
         ops::matmul(pool, kt, L.wv, xn_.data(), M, v_.data(), ws_);
+        add_lora(il, LoraTarget::kV, xn_.data(), E, v_.data(), KD);
+      }
     }
   }
   const RopeConfig* rope = lc.rope >= 0 ? &c_.ropes[lc.rope] : nullptr;
@@ -719,6 +725,7 @@ void Transformer::attention_block(int64_t il, const Batch& batch, StateRows& sta
   aa.kt = &kt;
   attention(pool, aa, state, q_.data(), k_.data(), v_.data(), attn_.data(), attn_scratch_);
   ops::matmul(pool, kt, L.wo, attn_.data(), M, o_.data(), ws_);
+  add_lora(il, LoraTarget::kO, attn_.data(), QD, o_.data(), E);
   if (lc.o_bias)
     rows(M, [&](int64_t a, int64_t b) {
       for (int64_t m = a; m < b; ++m)
@@ -756,13 +763,14 @@ void Transformer::per_layer_step(int64_t il, int64_t M) {
   });
 }
 
-void Transformer::ffn_dense(const LayerConfig& lc, const LayerWeights& L, int64_t M) {
+void Transformer::ffn_dense(int64_t il, const LayerConfig& lc, const LayerWeights& L, int64_t M) {
   ThreadPool& pool = *ctx_.pool;
   const kernels::KernelTable& kt = *kt_;
   const int64_t F = lc.n_ff;
   float* act = gate_.data();  // act(gate) * up, [M, F]
   if (lc.fused_gate_up) {
     ops::matmul(pool, kt, L.w_up, xn_.data(), M, gate_.data(), ws_);  // [M, 2F]: gate | up
+    add_lora(il, LoraTarget::kUp, xn_.data(), c_.n_embd, gate_.data(), 2 * F);
     act = up_.data();
     rows(M, [&](int64_t a, int64_t b) {
       for (int64_t m = a; m < b; ++m) {
@@ -775,7 +783,9 @@ void Transformer::ffn_dense(const LayerConfig& lc, const LayerWeights& L, int64_
     });
   } else {
     ops::matmul(pool, kt, L.w_gate, xn_.data(), M, gate_.data(), ws_);
+    add_lora(il, LoraTarget::kGate, xn_.data(), c_.n_embd, gate_.data(), F);
     ops::matmul(pool, kt, L.w_up, xn_.data(), M, up_.data(), ws_);
+    add_lora(il, LoraTarget::kUp, xn_.data(), c_.n_embd, up_.data(), F);
     if (lc.act == Activation::kSilu) {
       // Split the elementwise SwiGLU over all M*F elements (decode has M = 1).
       pool.run([&](int ith, int nth) {
@@ -789,6 +799,33 @@ void Transformer::ffn_dense(const LayerConfig& lc, const LayerWeights& L, int64_
     }
   }
   ops::matmul(pool, kt, L.w_down, act, M, o_.data(), ws_);
+  add_lora(il, LoraTarget::kDown, act, F, o_.data(), c_.n_embd);
+}
+
+void Transformer::add_lora(int64_t il, LoraTarget t, const float* x, int64_t n_in, float* y, int64_t n_out) {
+  if (lora_ == nullptr) return;
+  // Row by row: a row's deltas are computed from its own tokens only (matmul gives every
+  // element the same value whatever M), so a row's result does not depend on its neighbours.
+  for (size_t b = 0; b + 1 < layout_.offset.size(); ++b) {
+    const LoraSet* set = lora_[b];
+    if (set == nullptr) continue;
+    const int64_t off = layout_.offset[b], mb = layout_.offset[b + 1] - off;
+    for (const LoraWeight& w : set->adapters) {
+      const LoraPair* p = w.adapter != nullptr ? w.adapter->find(il, t) : nullptr;
+      if (p == nullptr || mb <= 0) continue;
+      if (static_cast<int64_t>(lora_mid_.size()) < mb * p->rank) lora_mid_.resize(static_cast<size_t>(mb * p->rank));
+      if (static_cast<int64_t>(lora_delta_.size()) < mb * n_out) lora_delta_.resize(static_cast<size_t>(mb * n_out));
+      ops::matmul(*ctx_.pool, *kt_, p->a, x + off * n_in, mb, lora_mid_.data(), ws_);
+      ops::matmul(*ctx_.pool, *kt_, p->b, lora_mid_.data(), mb, lora_delta_.data(), ws_);
+      const float s = w.scale * p->scale;
+      float* dst = y + off * n_out;
+      for (int64_t i = 0; i < mb * n_out; ++i) dst[i] += s * lora_delta_[static_cast<size_t>(i)];
+    }
+  }
+}
+
+Result<std::shared_ptr<const LoraAdapter>> Transformer::load_lora(const std::string& path) const {
+  return LoraAdapter::load_gguf(path, c_, *kt_, this);
 }
 
 void Transformer::ffn_moe(const LayerConfig& lc, const LayerWeights& L, int64_t M) {

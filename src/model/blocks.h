@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "model/attention.h"
+#include "model/lora.h"
 #include "model/model.h"
 #include "ops/ops.h"
 
@@ -230,16 +231,19 @@ class Transformer final : public Model {
   std::vector<LayerSpec> layer_specs() const override;
   Status forward(const Batch& batch, StateRows& state, Tensor& hidden) override;
   void project_logits(const float* hidden, int64_t n, float* logits) override;
+  Result<std::shared_ptr<const LoraAdapter>> load_lora(const std::string& path) const override;
   const TransformerConfig& config() const { return c_; }
 
  private:
   void ensure_buffers(int64_t M);
   void rows(int64_t M, const std::function<void(int64_t, int64_t)>& fn);
   void attention_block(int64_t il, const Batch& batch, StateRows& state);
-  void ffn_dense(const LayerConfig& lc, const LayerWeights& L, int64_t M);
+  void ffn_dense(int64_t il, const LayerConfig& lc, const LayerWeights& L, int64_t M);
   void ffn_moe(const LayerConfig& lc, const LayerWeights& L, int64_t M);
   void per_layer_inputs(const Batch& batch, int64_t M);
   void per_layer_step(int64_t il, int64_t M);
+  // y [M, n_out] += each row's LoRA deltas (Batch::lora) for layer il's projection t of x [M, n_in].
+  void add_lora(int64_t il, LoraTarget t, const float* x, int64_t n_in, float* y, int64_t n_out);
 
   ModelContext ctx_;
   ModelInfo info_;
@@ -257,6 +261,8 @@ class Transformer final : public Model {
   std::vector<LayerWeights> layers_;
   ops::Workspace ws_;
   BatchLayout layout_;
+  const LoraSet* const* lora_ = nullptr;  // the forward's Batch::lora (null: no row has adapters)
+  std::vector<float> lora_mid_, lora_delta_;  // A x [rows, rank], B (A x) [rows, n_out]
   AttentionScratch attn_scratch_;
   // Step buffers (grow only; widths are the largest over layers): x/xn/o [M, n_embd];
   // q/attn [M, n_heads*hd]; k/v [M, n_kv*hd]; qkv [M, (n_heads+2 n_kv)*hd] (fused only);

@@ -69,6 +69,10 @@ Result<gguf::GgufFile> open_model_file(const std::string& path) {
   return folder ? hf::open_folder(path) : gguf::GgufFile::open(path);
 }
 
+Result<std::shared_ptr<const LoraAdapter>> Model::load_lora(const std::string& path) const {
+  return Status::error("[lora] " + path + ": the " + info().architecture + " architecture takes no LoRA adapters");
+}
+
 Result<std::unique_ptr<Model>> load_model(const std::string& path, const ModelOptions& options) {
   auto f = open_model_file(path);
   if (!f) return f.status();

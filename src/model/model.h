@@ -56,12 +56,18 @@ struct ModelInfo {
 };
 
 // One forward step: B rows, each appending T tokens (or n_tokens[b] when ragged).
+struct LoraSet;  // model/lora.h
+class LoraAdapter;
+
 struct Batch {
   int32_t B = 0;
   int64_t T = 0;                  // tokens per row when n_tokens is null
   const int32_t* ids = nullptr;   // [B, T] token ids, or packed [sum n_tokens] when ragged
   const int32_t* rows = nullptr;  // [B] state row of each batch row (distinct)
   const int64_t* n_tokens = nullptr;  // optional [B]: tokens of each row (each >= 1)
+  // optional [B]: the LoRA adapters each row runs with (model/lora.h; a null entry or an
+  // empty set: the base model). A model that cannot apply adapters refuses a batch that has any.
+  const LoraSet* const* lora = nullptr;
 
   int64_t tokens_of(int32_t b) const { return n_tokens != nullptr ? n_tokens[b] : T; }
 };
@@ -89,6 +95,9 @@ class Model {
   virtual Status forward(const Batch& batch, StateRows& state, Tensor& hidden) = 0;
   // logits [n, n_vocab] from hidden rows [n, n_embd].
   virtual void project_logits(const float* hidden, int64_t n, float* logits) = 0;
+  // Loads a LoRA adapter for this model (model/lora.h: its file format and errors), for
+  // Batch::lora. Errors also: the architecture takes no adapters.
+  virtual Result<std::shared_ptr<const LoraAdapter>> load_lora(const std::string& path) const;
 };
 
 struct ModelOptions {

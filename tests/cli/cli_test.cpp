@@ -225,6 +225,30 @@ TEST_F(CliModel, SameSeedSameText) {
   EXPECT_NE(a.out, c.out);
 }
 
+// generate --lora: a random adapter for Gemma 3 270M (tools/make_lora_fixtures.py
+// --adapter-for) changes the greedy text; at --lora-scale 0 the text is the base model's
+// exactly (every delta is multiplied by 0); an adapter of another architecture is one error.
+TEST_F(CliModel, GenerateWithALoraAdapter) {
+  const std::string src = std::filesystem::path(SPECULA_FIXTURES_DIR).parent_path().parent_path().string();
+  const std::string adapter = (std::filesystem::temp_directory_path() / "specula_cli_test_gemma3_lora.gguf").string();
+  const CliRun made = specula::testing::run_shell("python3 '" + src + "/tools/make_lora_fixtures.py' --adapter-for '" +
+                                                  specula::testing::default_model_path() + "' --out '" + adapter +
+                                                  "' 2>&1");
+  ASSERT_EQ(made.code, 0) << made.out;
+  const std::string gen = "generate -p 'The capital of France is' -n 8 --temp 0 -t 2";
+  const CliRun base = run(gen, true), with = run(gen + " --lora '" + adapter + "'", true),
+               zero = run(gen + " --lora '" + adapter + "' --lora-scale 0", true);
+  EXPECT_EQ(base.code, 0);
+  EXPECT_EQ(with.code, 0) << with.out;
+  EXPECT_NE(with.out, base.out);
+  EXPECT_EQ(zero.out, base.out);
+  const CliRun logged = run(gen + " --lora '" + adapter + "'");
+  EXPECT_NE(logged.out.find("36 projections, rank 4, alpha 8, scale 1"), std::string::npos) << logged.out;
+  const CliRun wrong = run(gen + " --lora '" + tmp_file("not_lora.gguf", "GGUF") + "'");
+  EXPECT_EQ(wrong.code, 1) << wrong.out;
+  EXPECT_NE(wrong.out.find("[lora]"), std::string::npos) << wrong.out;
+}
+
 TEST_F(CliModel, PromptLongerThanContextIsAnError) {
   std::string prompt;
   for (int i = 0; i < 40; ++i) prompt += "word ";

@@ -33,6 +33,7 @@
 #include "model/attention.h"
 #include "model/gated_delta_net.h"
 #include "formats/hf_folder.h"
+#include "model/lora.h"
 #include "model/model.h"
 #include "ops/ops.h"
 #include "state/recurrent_layout.h"
@@ -344,6 +345,7 @@ Status Qwen35::forward(const Batch& batch, StateRows& state, Tensor& hidden) {
   if (state.n_layers() != p_.n_layers)
     return Status::error("[qwen35] state has " + std::to_string(state.n_layers()) + " layers, the model " +
                          std::to_string(p_.n_layers));
+  if (any_lora(batch)) return Status::error("[qwen35] this architecture takes no LoRA adapters");
   SPECULA_RETURN_IF_ERROR(plan_batch(batch, state, p_.n_vocab, "[qwen35]", layout_));
   const int64_t M = layout_.M, E = p_.n_embd, F = p_.n_ff, half = p_.n_rot / 2;
   ThreadPool& pool = *ctx_.pool;

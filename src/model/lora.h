@@ -1,0 +1,99 @@
+// model/lora.h — LoRA adapters applied without merging (Hu et al., "LoRA: Low-Rank Adaptation
+// of Large Language Models", arXiv:2106.09685): for an adapted projection y = W x of layer il,
+//     y += s · B (A x),   s = user scale · alpha / rank
+// with A [rank, n_in] and B [n_out, rank] kept apart from W (W stays shared, quantized and
+// repacked as loaded). Each row of a batch carries its own set of adapters (Batch::lora), so
+// one step serves rows with different adapters, several at once (their deltas add, each with
+// its scale, as llama.cpp's list of scaled adapters), or none.
+//
+// File format: llama.cpp's GGUF LoRA (what convert_lora_to_gguf.py writes): general.type
+// "adapter", adapter.type "lora", adapter.lora.alpha (f32; 0 or absent: s = user scale, as
+// llama.cpp reads it), general.architecture the base model's; for each adapted weight `W.weight`
+// of the base (its GGUF name, e.g. blk.3.attn_q.weight) two tensors `W.weight.lora_a` of GGUF
+// shape [n_in, rank] and `W.weight.lora_b` of GGUF shape [rank, n_out], in any matmul weight
+// type (f32, f16, bf16, quantized).
+// Adaptable weights: the attention projections (attn_q, attn_k, attn_v, attn_qkv, attn_output)
+// and the dense feed-forward ones (ffn_gate, ffn_up, ffn_down) of the transformer blocks
+// (model/blocks.h). Adapters on other tensors (token embedding, output, experts) are refused
+// by name.
+// Errors (load): not an adapter file, another architecture, a lora_a without its lora_b (or
+// the reverse), a tensor that adapts nothing the base model has, shapes that do not fit the
+// base weight (named with both shapes), ranks that differ between A and B, a rank of 0, an
+// alpha that is not finite.
+// Thread-safety: immutable once loaded; share it (shared_ptr) between rows, requests and
+// threads freely.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "specula/status.h"
+
+namespace specula {
+
+namespace gguf {
+class GgufFile;
+}
+namespace kernels {
+struct KernelTable;
+}
+struct TransformerConfig;
+struct Batch;
+class Model;
+
+// The projections an adapter may adapt, per layer.
+enum class LoraTarget : int { kQ, kK, kV, kQKV, kO, kGate, kUp, kDown, kCount };
+
+// One adapted projection: A [rank, n_in], B [n_out, rank] (views into the adapter file) and
+// alpha / rank (1 when the file has no alpha).
+struct LoraPair {
+  TensorView a, b;
+  int64_t rank = 0;
+  float scale = 1.0f;
+};
+
+class LoraAdapter {
+ public:
+  // Loads a GGUF LoRA for `model`, a transformer of config `base` (see above for the errors);
+  // the views use the kernel table's weight types. Model::load_lora calls it.
+  static Result<std::shared_ptr<const LoraAdapter>> load_gguf(const std::string& path, const TransformerConfig& base,
+                                                              const kernels::KernelTable& kt, const Model* model);
+  // The pair adapting layer il's projection t, or null.
+  const LoraPair* find(int64_t il, LoraTarget t) const;
+  const std::string& path() const { return path_; }
+  // The model it was loaded for (only that model may run it: the shapes are its).
+  const Model* base() const { return model_; }
+  float alpha() const { return alpha_; }
+  int64_t n_pairs() const { return n_pairs_; }
+  int64_t max_rank() const { return max_rank_; }
+  size_t bytes() const { return bytes_; }  // of A and B together
+
+ private:
+  std::shared_ptr<const gguf::GgufFile> file_;  // A and B point into its mapping
+  std::string path_;
+  const Model* model_ = nullptr;
+  float alpha_ = 0.0f;
+  int64_t n_pairs_ = 0, max_rank_ = 0;
+  size_t bytes_ = 0;
+  std::vector<std::array<LoraPair, static_cast<size_t>(LoraTarget::kCount)>> layers_;
+};
+
+// An adapter with the user's scale (llama.cpp --lora-scaled PATH SCALE; 1 by default).
+struct LoraWeight {
+  std::shared_ptr<const LoraAdapter> adapter;
+  float scale = 1.0f;
+};
+// The adapters of one row: their deltas add. Empty: the base model.
+struct LoraSet {
+  std::vector<LoraWeight> adapters;
+  bool empty() const { return adapters.empty(); }
+};
+
+// Whether any row of `batch` runs with an adapter (a non-empty Batch::lora entry).
+bool any_lora(const Batch& batch);
+
+}  // namespace specula
