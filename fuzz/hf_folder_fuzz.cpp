@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -24,11 +25,19 @@
 namespace {
 namespace fs = std::filesystem;
 
+fs::path folder_path() {
+  const fs::path base = fs::exists("/dev/shm") ? fs::path("/dev/shm") : fs::temp_directory_path();
+  return base / ("specula_hf_fuzz." + std::to_string(getpid()));
+}
+
 const fs::path& folder() {
   static const fs::path dir = [] {
-    const fs::path base = fs::exists("/dev/shm") ? fs::path("/dev/shm") : fs::temp_directory_path();
-    fs::path d = base / ("specula_hf_fuzz." + std::to_string(getpid()));
+    fs::path d = folder_path();
     fs::create_directories(d);
+    std::atexit([] {  // the folder goes with the process (a crash leaves it: it holds the input)
+      std::error_code ec;
+      fs::remove_all(folder_path(), ec);
+    });
     return d;
   }();
   return dir;

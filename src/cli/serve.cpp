@@ -190,6 +190,12 @@ Result<server::ModelConfig> model_config(const RuntimeConfig& config, const Serv
 }
 
 int run_serve(const RuntimeConfig& config, const ServeArgs& a) {
+  if (a.drain_grace > 0 && a.drain_grace >= a.drain_timeout) {
+    char msg[200];
+    std::snprintf(msg, sizeof msg, "[cli] --drain-grace (%g s) must be less than --drain-timeout (%g s)", a.drain_grace,
+                  a.drain_timeout);
+    return fail(std::string(msg) + ": the requests admitted in the grace finish within what is left of the timeout");
+  }
 #if defined(__GLIBC__)
   // glibc raises its mmap threshold to the size of each large block freed (up to 32 MiB),
   // after which such blocks come from per-thread arenas that keep their pages: a server
@@ -380,7 +386,8 @@ void add_serve_flags(CLI::App* cmd, ServeArgs& a) {
   cmd->add_option("--drain-grace", a.drain_grace,
                   "On SIGTERM, seconds during which new requests are still served while /health already answers 503, "
                   "so that a router or load balancer polling /health takes the replica out before it refuses anything; "
-                  "part of --drain-timeout (default 0: refuse at once)")
+                  "part of --drain-timeout, so less than it: a request admitted at the grace's end has the rest of "
+                  "the timeout to finish (default 0: refuse at once)")
       ->check(CLI::Range(0.0, 86400.0));
   cmd->add_option("--log-requests", a.log_requests,
                   "1: one line per request on stderr (method, path, status, time, tokens, time to first token); 0: none "

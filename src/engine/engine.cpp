@@ -171,7 +171,7 @@ Submission Engine::submit(EngineRequest request, std::shared_ptr<RequestSink> si
     return refuse(st.message(), "");
   if (request.lora != nullptr)
     for (const LoraWeight& w : request.lora->adapters) {
-      if (w.adapter == nullptr || w.adapter->base() != model_)
+      if (w.adapter == nullptr || w.adapter->base_id() != model_->instance_id())
         return refuse("a LoRA adapter that was not loaded for this engine's model", "lora");
       if (!std::isfinite(w.scale)) return refuse("a LoRA scale must be a finite number", "lora");
     }

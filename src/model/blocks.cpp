@@ -588,6 +588,13 @@ Status Transformer::forward(const Batch& batch, StateRows& state, Tensor& hidden
   const int64_t M = layout_.M;
   ensure_buffers(M);
   lora_ = any_lora(batch) ? batch.lora : nullptr;
+  if (lora_ != nullptr)
+    for (int32_t b = 0; b < batch.B; ++b)
+      if (lora_[b] != nullptr)
+        for (const LoraWeight& w : lora_[b]->adapters)
+          if (w.adapter == nullptr || w.adapter->base_id() != instance_id())
+            return Status::error(who + " a LoRA adapter of row " + std::to_string(b) +
+                                 " was not loaded for this model (Model::load_lora)");
   const int64_t E = c_.n_embd;
   const int32_t* pos = layout_.pos.data();
 

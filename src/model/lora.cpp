@@ -73,7 +73,7 @@ Result<std::shared_ptr<const LoraAdapter>> LoraAdapter::load_gguf(const std::str
 
   auto adapter = std::shared_ptr<LoraAdapter>(new LoraAdapter());
   adapter->path_ = path;
-  adapter->model_ = model;
+  adapter->base_id_ = model != nullptr ? model->instance_id() : 0;
   adapter->alpha_ = alpha;
   adapter->layers_.resize(base.layers.size());
   const std::map<std::string, Adaptable> weights = adaptable_weights(base);

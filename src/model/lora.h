@@ -65,8 +65,9 @@ class LoraAdapter {
   // The pair adapting layer il's projection t, or null.
   const LoraPair* find(int64_t il, LoraTarget t) const;
   const std::string& path() const { return path_; }
-  // The model it was loaded for (only that model may run it: the shapes are its).
-  const Model* base() const { return model_; }
+  // Model::instance_id of the model it was loaded for (only that model may run it: the
+  // shapes are its; Transformer::forward and Engine::submit check).
+  uint64_t base_id() const { return base_id_; }
   float alpha() const { return alpha_; }
   int64_t n_pairs() const { return n_pairs_; }
   int64_t max_rank() const { return max_rank_; }
@@ -75,7 +76,7 @@ class LoraAdapter {
  private:
   std::shared_ptr<const gguf::GgufFile> file_;  // A and B point into its mapping
   std::string path_;
-  const Model* model_ = nullptr;
+  uint64_t base_id_ = 0;
   float alpha_ = 0.0f;
   int64_t n_pairs_ = 0, max_rank_ = 0;
   size_t bytes_ = 0;

@@ -6,6 +6,7 @@
 #include "model/quantize.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <chrono>
@@ -67,6 +68,11 @@ Result<gguf::GgufFile> open_model_file(const std::string& path) {
   const bool folder = std::filesystem::is_directory(path, ec) || hf::is_model_folder(path) ||
                       (path.size() > 12 && path.compare(path.size() - 12, 12, ".safetensors") == 0);
   return folder ? hf::open_folder(path) : gguf::GgufFile::open(path);
+}
+
+Model::Model() {
+  static std::atomic<uint64_t> next{1};
+  instance_id_ = next.fetch_add(1);
 }
 
 Result<std::shared_ptr<const LoraAdapter>> Model::load_lora(const std::string& path) const {

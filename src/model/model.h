@@ -82,7 +82,11 @@ struct BatchLayout {
 
 class Model {
  public:
+  Model();
   virtual ~Model() = default;
+  // Unique in the process (never reused, unlike an address): what a LoRA adapter records as
+  // the model it was loaded for.
+  uint64_t instance_id() const { return instance_id_; }
   virtual const ModelInfo& info() const = 0;
   virtual const gguf::GgufFile& file() const = 0;
   // The pool the model computes on (for sharing with a draft model).
@@ -98,6 +102,9 @@ class Model {
   // Loads a LoRA adapter for this model (model/lora.h: its file format and errors), for
   // Batch::lora. Errors also: the architecture takes no adapters.
   virtual Result<std::shared_ptr<const LoraAdapter>> load_lora(const std::string& path) const;
+
+ private:
+  uint64_t instance_id_;
 };
 
 struct ModelOptions {

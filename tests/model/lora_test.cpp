@@ -285,7 +285,8 @@ TEST(Lora, EngineRequestsWithAdaptersEqualTheModelAlone) {
     reqs[i].lora = sets[i];
     want.push_back(testing::greedy(*m, reqs[i].prompt, 12, {}, sets[i].get()));
   }
-  EXPECT_NE(want[0], want[4 + 2]) << "the same prompt with and without an adapter";  // reqs 0 and 6 share a prompt
+  // Request 0 (an adapter) and the base model on the same prompt differ.
+  EXPECT_NE(want[0], testing::greedy(*m, reqs[0].prompt, 12)) << "the adapter changes nothing";
   auto plain = speculative_engine(*m, 8, nullptr);
   ASSERT_NE(plain, nullptr);
   EXPECT_EQ(run_all(*plain, reqs), want);
@@ -314,8 +315,22 @@ TEST(Lora, EngineRequestsWithAdaptersEqualTheModelAlone) {
   std::vector<EngineRequest> base = reqs;
   for (auto& r : base) r.lora = nullptr;
   run_all(**cached, base);
+  const int64_t entries_before = pc->stats().ram_entries;
   std::vector<RequestSummary> sums;
   EXPECT_EQ(run_all(**cached, reqs, &sums), want);
+  // ... and adapter requests store nothing: the only new entries are the base requests' (2 and 6).
+  std::vector<EngineRequest> only_lora;
+  for (const auto& r : reqs)
+    if (has_lora(r)) only_lora.push_back(r);
+  const int64_t entries_mid = pc->stats().ram_entries;
+  EXPECT_EQ(run_all(**cached, only_lora), std::vector<std::vector<int32_t>>([&] {
+              std::vector<std::vector<int32_t>> w;
+              for (size_t i = 0; i < reqs.size(); ++i)
+                if (has_lora(reqs[i])) w.push_back(want[i]);
+              return w;
+            }()));
+  EXPECT_EQ(pc->stats().ram_entries, entries_mid) << "adapter requests stored prompt-cache entries";
+  EXPECT_GE(entries_mid, entries_before);
   for (size_t i = 0; i < reqs.size(); ++i) {
     if (has_lora(reqs[i])) {
       EXPECT_EQ(sums[i].cached_tokens, 0) << "request " << i;
