@@ -212,7 +212,8 @@ Verb add_generate(CLI::App& app, const RuntimeConfig& config) {
   cmd->add_option("--lora", a->lora,
                   "A LoRA adapter (llama.cpp's GGUF LoRA) applied without merging; repeat for several (their deltas add)");
   cmd->add_option("--lora-scale", a->lora_scale, "Scale of every --lora adapter (default 1; llama.cpp's --lora-scaled)")
-      ->check(CLI::Range(-100.0, 100.0));
+      ->check(CLI::Range(-100.0, 100.0))
+      ->needs(cmd->get_option("--lora"));
   cmd->add_option("--prompt-cache", a->prompt_cache,
                   "File to load the prompt's computed state from (when it fits) and save it to (llama.cpp's --prompt-cache)");
   cmd->add_option("--spec-accept", a->spec_accept,

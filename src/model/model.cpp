@@ -82,6 +82,10 @@ Result<std::shared_ptr<const LoraAdapter>> Model::load_lora(const std::string& p
 Result<std::unique_ptr<Model>> load_model(const std::string& path, const ModelOptions& options) {
   auto f = open_model_file(path);
   if (!f) return f.status();
+  if (auto type = f->get_string("general.type"); type && *type == "adapter")
+    return Status::error("[model] " + path +
+                         " is an adapter (general.type 'adapter'), not a model: load the model and pass the adapter "
+                         "with --lora (Model::load_lora)");
   auto arch = f->get_string("general.architecture");
   if (!arch) return arch.status();
   auto it = registry().find(*arch);

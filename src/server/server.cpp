@@ -242,7 +242,7 @@ void Server::serve() {
     }
     refusing_.store(true);
     if (done.load()) return;
-    std::fprintf(stderr, "specula: draining: admitting nothing new, waiting for %lld request(s) (at most %g s)\n",
+    std::fprintf(stderr, "specula: draining: admitting nothing new, waiting for %lld request(s) (at most %.1f s)\n",
                  static_cast<long long>(in_flight_.load()),
                  std::max(0.0, std::chrono::duration<double>(deadline - clock::now()).count()));
     while (!done.load() && in_flight_.load() > 0 && clock::now() < deadline)
