@@ -33,10 +33,8 @@ constexpr specula::chat::ChatTemplateLimits kLimits{size_t{1} << 20, int64_t{4} 
 std::vector<ChatTemplate> committed_templates() {
   std::vector<ChatTemplate> out;
   for (const char* name : {"chatml", "features", "gemma3", "llama3", "numbered", "qwen2.5", "qwen_thinking"}) {
-    std::ifstream in(std::string(SPECULA_FIXTURES_DIR) + "/chat_templates/" + name + ".jinja", std::ios::binary);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    auto t = ChatTemplate::parse(ss.str());
+    auto t = ChatTemplate::parse(
+        specula::fuzz::read_file(std::string(SPECULA_FIXTURES_DIR) + "/chat_templates/" + name + ".jinja"));
     if (!t.is_ok()) specula::fuzz::fail("a committed template does not parse", t.message());
     t->set_limits(kLimits);
     out.push_back(std::move(t).value());

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <string_view>
 
@@ -46,6 +48,16 @@ class Input {
 
 // Whether an error message starts with `prefix` (every error of a reader names it).
 inline bool starts_with(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
+
+// A whole file read into memory; fails (fuzz::fail) when it cannot be read: a target's fixed
+// inputs (fixtures, real tokenizers) must be there.
+inline std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("cannot read a file the target needs (tests/fixtures, or tools/fetch_hf_tokenizers.py)", path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
 
 // A real tokenizer.json (tools/fetch_hf_tokenizers.py puts them under
 // ${SPECULA_CACHE:-~/.cache/specula}/tokenizers/NAME/; scripts/fuzz fetches them first).

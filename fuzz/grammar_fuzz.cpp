@@ -30,11 +30,7 @@ struct Vocab {
 
 const Vocab& vocab() {
   static const Vocab v = [] {
-    std::ifstream in(fuzz::tokenizer_json_path("qwen2_5"), std::ios::binary);
-    if (!in) fuzz::fail("no tokenizer.json (run tools/fetch_hf_tokenizers.py)", fuzz::tokenizer_json_path("qwen2_5"));
-    std::stringstream ss;
-    ss << in.rdbuf();
-    auto t = tokenizer::HfTokenizer::create(ss.str(), {});
+    auto t = tokenizer::HfTokenizer::create(fuzz::read_file(fuzz::tokenizer_json_path("qwen2_5")), {});
     if (!t.is_ok()) fuzz::fail("cannot load the fixture tokenizer", t.message());
     Vocab out;
     out.tok = std::move(t).value();

@@ -32,10 +32,7 @@ using json = nlohmann::ordered_json;
 
 const chat::ChatTemplate& chat_template() {
   static const chat::ChatTemplate tpl = [] {
-    std::ifstream in(std::string(SPECULA_FIXTURES_DIR) + "/chat_templates/qwen2.5.jinja", std::ios::binary);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    auto t = chat::ChatTemplate::parse(ss.str());
+    auto t = chat::ChatTemplate::parse(fuzz::read_file(std::string(SPECULA_FIXTURES_DIR) + "/chat_templates/qwen2.5.jinja"));
     if (!t.is_ok()) fuzz::fail("the committed template does not parse", t.message());
     t->set_limits({size_t{1} << 20, int64_t{4} << 20, 20'000, 200'000, 100});
     return std::move(t).value();

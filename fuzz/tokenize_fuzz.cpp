@@ -22,11 +22,7 @@
 
 namespace {
 std::unique_ptr<specula::tokenizer::HfTokenizer> load(const char* name) {
-  std::ifstream in(specula::fuzz::tokenizer_json_path(name), std::ios::binary);
-  if (!in) specula::fuzz::fail("no tokenizer.json (run tools/fetch_hf_tokenizers.py)", specula::fuzz::tokenizer_json_path(name));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  auto r = specula::tokenizer::HfTokenizer::create(ss.str(), {});
+  auto r = specula::tokenizer::HfTokenizer::create(specula::fuzz::read_file(specula::fuzz::tokenizer_json_path(name)), {});
   if (!r.is_ok()) specula::fuzz::fail("cannot load a fixture tokenizer", r.message());
   return std::move(r).value();
 }

@@ -14,12 +14,6 @@ namespace specula {
 
 namespace {
 
-std::string shape_of(const std::vector<int64_t>& s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "]";
-}
-
 // The base model's adaptable weights: GGUF name -> (layer, target, n_in, n_out).
 struct Adaptable {
   int64_t il = 0;
@@ -102,7 +96,7 @@ Result<std::shared_ptr<const LoraAdapter>> LoraAdapter::load_gguf(const std::str
       return Status::error(who + "'" + target + "' is [" + std::to_string(aw.n_in) + ", " + std::to_string(aw.n_out) +
                            "] (GGUF order), so lora_a must be [" + std::to_string(aw.n_in) +
                            ", rank] and lora_b [rank, " + std::to_string(aw.n_out) + "] with one rank >= 1; got " +
-                           shape_of(t.shape) + " and " + shape_of(tb.shape));
+                           shape_str(t.shape) + " and " + shape_str(tb.shape));
     const int64_t rank = t.shape[1];
     auto a = weight_2d(f, kt, t.name, aw.n_in, rank);
     if (!a) return Status::error(who + a.message());

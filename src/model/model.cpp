@@ -22,12 +22,13 @@ std::map<std::string, ArchitectureFactory>& registry() {
   return r;
 }
 
+}  // namespace
+
 std::string shape_str(const std::vector<int64_t>& s) {
   std::string o = "[";
   for (size_t i = 0; i < s.size(); ++i) o += (i ? ", " : "") + std::to_string(s[i]);
   return o + "]";
 }
-}  // namespace
 
 bool register_architecture(const std::string& name, ArchitectureFactory factory) {
   registry()[name] = std::move(factory);

@@ -257,6 +257,8 @@ Result<std::vector<float>> weight_1d_f32(const gguf::GgufFile& f, const kernels:
 // [n_kv_heads * head_dim]; non-positive or non-finite entries become 1.
 std::shared_ptr<const std::vector<float>> key_scale_from_norm(const std::vector<float>& w, int64_t n_kv_heads,
                                                               int64_t n_rot);
+// A shape for error messages: "[64, 128]" (GGUF order as given).
+std::string shape_str(const std::vector<int64_t>& s);
 // A tensor of GGUF shape `dims` (fastest first, e.g. {K, N}) converted to f32, row-major
 // with the last dim outermost (e.g. a conv kernel [channels][taps]). Errors: missing
 // tensor, other shape, unsupported type.
