@@ -37,6 +37,7 @@ import tempfile
 import numpy as np
 
 import make_arch_fixtures as arch
+import make_hf_folders as hff  # its tiny qwen2_t / gemma3_t shapes join arch.SHAPES; HF folders of the bases
 from llama_oracle import greedy_and_teacher_forced, no_extra_buffers, sha256, write_atomic
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -61,6 +62,35 @@ ADAPTERS = {
                        shape="rank 4, alpha 4, f16, all seven projections (F16 base, QK-norm), scale 1"),
     "gemma2_a_r2": dict(base="gemma2_a", seed=5301, rank=2, alpha=4.0, dt=F32, scale=0.75, targets=ALL, layers=None,
                         shape="rank 2, alpha 4, f32, all seven projections (softcaps, sandwich norms), scale 0.75"),
+}
+# PEFT folders (adapter_config.json + adapter_model.safetensors, as peft's save_pretrained
+# writes them) for bases that make_hf_folders.py also writes as Hugging Face folders (the
+# llama one has its Q/K rows permuted between the two layouts). oracle: llama.cpp judges the
+# GGUF that its own convert_lora_to_gguf.py makes from the folder (torch is needed for that:
+# tools/install_training.sh); same_as: a folder that must give another's outputs (rslora with
+# alpha chosen so that alpha / sqrt(r) equals the other's alpha / r).
+PEFT_ALL = ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+            "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"]
+PEFT_TO_GGUF = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
+                "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
+                "mlp.down_proj": "ffn_down"}
+PEFT_ADAPTERS = {
+    "peft_llama_a_r4": dict(base="llama_a", seed=5401, r=4, alpha=8.0, dt="f32", scale=1.0, modules=PEFT_ALL,
+                            layers=None, rank_pattern={}, rslora=False,
+                            shape="llama (Q/K permuted), r 4, alpha 8, f32, all seven modules, scale 1"),
+    "peft_qwen2_t_r8": dict(base="qwen2_t", seed=5402, r=8, alpha=16.0, dt="bf16", scale=0.5,
+                            modules=PEFT_ALL[:4], layers=None, rank_pattern={"model.layers.1.self_attn.q_proj": 4},
+                            rslora=False,
+                            shape="qwen2 (q/k/v biases), r 8 (rank_pattern: 4 for layer 1's q_proj), alpha 16, bf16, "
+                                  "the attention modules, scale 0.5"),
+    "peft_gemma3_t_r2": dict(base="gemma3_t", seed=5403, r=2, alpha=4.0, dt="f16", scale=1.0,
+                             modules=["self_attn.q_proj", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"],
+                             layers=[0, 3, 5], rank_pattern={}, rslora=False,
+                             shape="gemma3 (sliding window, q/k norms), r 2, alpha 4, f16, q and the MLP of layers "
+                                   "0, 3 and 5, scale 1"),
+    "peft_llama_a_r4_rslora": dict(base="llama_a", seed=5401, r=4, alpha=4.0, dt="f32", scale=1.0, modules=PEFT_ALL,
+                                   layers=None, rank_pattern={}, rslora=True, same_as="peft_llama_a_r4",
+                                   shape="peft_llama_a_r4's tensors with use_rslora and alpha 4 (4 / sqrt 4 = 8 / 4)"),
 }
 N_CTX, N_GEN = 256, 24
 PROMPT_LENGTHS = [5, 17, 40]
@@ -158,9 +188,77 @@ def adapter_for(model_path: str, out: str, rank: int, seed: int):
     w.close()
 
 
+def peft_tensors(name: str, base_path: str) -> dict:
+    """{module name (model.layers.N.<module>): (A [rank, n_in], B [n_out, rank])} in float32."""
+    import gguf
+
+    a = PEFT_ADAPTERS[name]
+    rng = np.random.default_rng(a["seed"])
+    reader = gguf.GGUFReader(base_path)
+    shapes = {t.name: tuple(int(x) for x in t.shape) for t in reader.tensors}
+    n_layers = 1 + max(int(n.split(".")[1]) for n in shapes if n.startswith("blk."))
+    out = {}
+    for il in (a["layers"] if a["layers"] is not None else range(n_layers)):
+        for m in a["modules"]:
+            module = f"model.layers.{il}.{m}"
+            n_in, n_out = shapes[f"blk.{il}.{PEFT_TO_GGUF[m]}.weight"]
+            r = a["rank_pattern"].get(module, a["r"])
+            A = rng.standard_normal((r, n_in)) / np.sqrt(n_in)
+            B = rng.standard_normal((n_out, r)) * (0.6 / np.sqrt(r))
+            out[module] = (A.astype(F32), B.astype(F32))
+    return out
+
+
+def write_peft(name: str, base_path: str, folder: str):
+    """A PEFT LoRA folder as peft's save_pretrained writes it (adapter_config.json +
+    adapter_model.safetensors with base_model.model.<module>.lora_A/lora_B.weight)."""
+    from safetensors.numpy import save_file
+
+    a = PEFT_ADAPTERS[name]
+    arrays = {}
+    for module, (A, B) in peft_tensors(name, base_path).items():
+        for kind, x in (("lora_A", A), ("lora_B", B)):
+            key = f"base_model.model.{module}.{kind}.weight"
+            arrays[key] = (hff.to_bf16_bits(x) if a["dt"] == "bf16" else
+                           np.ascontiguousarray(x.astype(F16 if a["dt"] == "f16" else F32)))
+    config = {"peft_type": "LORA", "task_type": "CAUSAL_LM", "base_model_name_or_path": f"specula-tiny/{a['base']}",
+              "r": a["r"], "lora_alpha": a["alpha"], "lora_dropout": 0.0, "bias": "none", "fan_in_fan_out": False,
+              "target_modules": sorted({m.split(".")[-1] for m in a["modules"]}), "use_rslora": a["rslora"],
+              "use_dora": False, "modules_to_save": None, "rank_pattern": a["rank_pattern"], "alpha_pattern": {},
+              "layers_to_transform": a["layers"], "init_lora_weights": True, "inference_mode": True}
+    tmp = folder + ".tmp"
+    import shutil
+
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    with open(os.path.join(tmp, "adapter_config.json"), "w") as f:
+        json.dump(config, f, indent=2)
+    st = os.path.join(tmp, "adapter_model.safetensors")
+    save_file(arrays, st, metadata={"format": "pt"})
+    if a["dt"] == "bf16":
+        hff.retag_bf16(st, set(arrays))
+    shutil.rmtree(folder, ignore_errors=True)
+    os.replace(tmp, folder)
+
+
+def convert_peft(folder: str, hf_base: str, out: str):
+    """llama.cpp's own converter (convert_lora_to_gguf.py from the llama-cpp-python sdist's
+    vendored source; needs torch: tools/install_training.sh) on the folder, f32 out."""
+    import subprocess
+
+    src = os.environ.get("LLAMA_CPP_SRC", os.path.expanduser("~/.cache/specula/llama.cpp/0.3.36/src"))
+    py = os.environ.get("TRAIN_PYTHON", os.path.expanduser("~/.cache/specula/train-venv/bin/python"))
+    subprocess.run([py, os.path.join(src, "convert_lora_to_gguf.py"), "--base", hf_base, "--outtype", "f32",
+                    "--outfile", out, folder], check=True, stdout=subprocess.DEVNULL)
+
+
+def spec(name: str) -> dict:
+    return ADAPTERS[name] if name in ADAPTERS else PEFT_ADAPTERS[name]
+
+
 def prompts(name: str) -> list[list[int]]:
-    rng = np.random.default_rng(ADAPTERS[name]["seed"] + 1000)
-    V = arch.SHAPES[ADAPTERS[name]["base"]]["V"]
+    rng = np.random.default_rng(spec(name)["seed"] + 1000)
+    V = arch.SHAPES[spec(name)["base"]]["V"]
     return [[int(x) for x in rng.integers(2, V, n)] for n in PROMPT_LENGTHS]
 
 
@@ -168,9 +266,9 @@ def oracle(name: str, base_path: str, lora_path: str) -> list[dict]:
     from llama_cpp import Llama
 
     no_extra_buffers()
-    llm = Llama(model_path=base_path, lora_path=lora_path, lora_scale=ADAPTERS[name]["scale"], n_ctx=N_CTX,
+    llm = Llama(model_path=base_path, lora_path=lora_path, lora_scale=spec(name)["scale"], n_ctx=N_CTX,
                 logits_all=True, n_threads=2, n_batch=N_CTX, verbose=False)
-    V = arch.SHAPES[ADAPTERS[name]["base"]]["V"]
+    V = arch.SHAPES[spec(name)["base"]]["V"]
     probe = [int(x) for x in np.random.default_rng(11).choice(V, 16, replace=False)]
     cases = greedy_and_teacher_forced(llm, prompts(name), N_GEN, probe)
     del llm
@@ -190,47 +288,66 @@ def main() -> int:
     if args.adapter_for:
         write_atomic(args.out, lambda tmp: adapter_for(args.adapter_for, tmp, args.rank, args.seed))
         return 0
-    names = [n.strip() for n in args.only.split(",")] if args.only else list(ADAPTERS)
-    unknown = [n for n in names if n not in ADAPTERS]
+    known = list(ADAPTERS) + list(PEFT_ADAPTERS)
+    names = [n.strip() for n in args.only.split(",")] if args.only else known
+    unknown = [n for n in names if n not in known]
     if unknown:
-        print(f"error: unknown adapter(s) {unknown}; known: {', '.join(ADAPTERS)}", file=sys.stderr)
+        print(f"error: unknown adapter(s) {unknown}; known: {', '.join(known)}", file=sys.stderr)
         return 2
+    gguf_names = [n for n in names if n in ADAPTERS]
+    peft_names = [n for n in names if n in PEFT_ADAPTERS]
     out = args.out or tempfile.mkdtemp(prefix="specula_lora_")
     os.makedirs(out, exist_ok=True)
     files = {}
-    for base in sorted({ADAPTERS[n]["base"] for n in names}):
+    for base in sorted({spec(n)["base"] for n in names}):
         p = os.path.join(out, f"arch_{base}.gguf")
         write_atomic(p, lambda tmp, b=base: arch.write_model(b, tmp))
         files[base] = p
-    for n in names:
+    for base in sorted({PEFT_ADAPTERS[n]["base"] for n in peft_names}):
+        hff.write_folder(base, files[base], os.path.join(out, f"hf_{base}"))
+    for n in gguf_names:
         base_path = files[ADAPTERS[n]["base"]]
         lp, mp = os.path.join(out, f"lora_{n}.gguf"), os.path.join(out, f"merged_{n}.gguf")
         write_atomic(lp, lambda tmp, n=n: write_adapter(n, base_path, tmp))
         write_atomic(mp, lambda tmp, n=n: write_merged(n, base_path, tmp))
         files[n] = (lp, mp)
-    want = {}
+    for n in peft_names:
+        folder = os.path.join(out, n)
+        write_peft(n, files[PEFT_ADAPTERS[n]["base"]], folder)
+        files[n] = folder
+    want, want_peft = {}, {}
     if args.check:
         with open(FIXTURE) as f:
-            want = json.load(f)["adapters"]
+            ref = json.load(f)
+            want, want_peft = ref["adapters"], ref.get("peft", {})
     status = 0
-    for n in names:
+
+    def check(n, kind, p, table):
+        nonlocal status
+        got = sha256(p)
+        print(f"{p} {got}")
+        if args.check and table.get(n, {}).get(kind) != got:
+            print(f"error: {p} has sha256 {got}, but {FIXTURE} was made from {table.get(n, {}).get(kind)}",
+                  file=sys.stderr)
+            status = 1
+
+    for n in gguf_names:
         lp, mp = files[n]
-        for kind, p in (("lora_sha256", lp), ("merged_sha256", mp)):
-            got = sha256(p)
-            print(f"{p} {got}")
-            if args.check and want.get(n, {}).get(kind) != got:
-                print(f"error: {p} has sha256 {got}, but {FIXTURE} was made from {want.get(n, {}).get(kind)}",
-                      file=sys.stderr)
-                status = 1
+        check(n, "lora_sha256", lp, want)
+        check(n, "merged_sha256", mp, want)
+    for n in peft_names:
+        check(n, "safetensors_sha256", os.path.join(files[n], "adapter_model.safetensors"), want_peft)
+        check(n, "config_sha256", os.path.join(files[n], "adapter_config.json"), want_peft)
     if args.models_only:
         return status
     import llama_cpp
 
-    adapters = {}
+    adapters, peft = {}, {}
     if args.only and os.path.exists(FIXTURE):
         with open(FIXTURE) as f:
-            adapters = json.load(f)["adapters"]
-    for n in names:
+            ref = json.load(f)
+            adapters, peft = ref["adapters"], ref.get("peft", {})
+    for n in gguf_names:
         lp, mp = files[n]
         a = ADAPTERS[n]
         probe, cases = oracle(n, files[a["base"]], lp)
@@ -240,14 +357,34 @@ def main() -> int:
                        "rank": a["rank"], "alpha": a["alpha"], "scale": a["scale"],
                        "base_sha256": sha256(files[a["base"]]), "lora_sha256": sha256(lp), "merged_sha256": sha256(mp),
                        "probe_ids": probe, "cases": cases}
-    ref = {"format": "lora_reference v1: per adapter its base model (tools/make_arch_fixtures.py), rank, alpha, "
+    for n in peft_names:
+        a = PEFT_ADAPTERS[n]
+        entry = {"base": a["base"], "arch": arch.SHAPES[a["base"]]["arch"], "shape": a["shape"], "r": a["r"],
+                 "alpha": a["alpha"], "rslora": a["rslora"], "rank_pattern": a["rank_pattern"], "scale": a["scale"],
+                 "base_sha256": sha256(files[a["base"]]),
+                 "safetensors_sha256": sha256(os.path.join(files[n], "adapter_model.safetensors")),
+                 "config_sha256": sha256(os.path.join(files[n], "adapter_config.json"))}
+        if "same_as" in a:
+            entry["same_as"] = a["same_as"]
+        else:
+            converted = os.path.join(out, f"{n}.converted.gguf")
+            convert_peft(files[n], os.path.join(out, f"hf_{a['base']}"), converted)
+            probe, cases = oracle(n, files[a["base"]], converted)
+            print(f"{n}: distinct tokens in the greedy continuations {[len(set(c['greedy'])) for c in cases]}")
+            entry.update({"converted_sha256": sha256(converted), "probe_ids": probe, "cases": cases})
+        peft[n] = entry
+    ref = {"format": "lora_reference v2: per adapter its base model (tools/make_arch_fixtures.py), rank, alpha, "
                      "user scale, the sha256 of the base, adapter and merged files (tools/make_lora_fixtures.py "
                      "writes lora_<name>.gguf and merged_<name>.gguf), probe_ids, and per prompt: prompt ids, "
                      f"llama.cpp's greedy continuation ({N_GEN} tokens) with the adapter, and at every position "
-                     "of prompt + continuation the argmax, top 8 ids and logits and the probe logits (teacher forced).",
+                     "of prompt + continuation the argmax, top 8 ids and logits and the probe logits (teacher forced). "
+                     "peft: PEFT folders (<name>/adapter_config.json + adapter_model.safetensors) and the same "
+                     "cases from llama.cpp with the GGUF its convert_lora_to_gguf.py made from the folder "
+                     "(converted_sha256), or same_as: the folder whose cases it must reproduce.",
            "oracle": f"llama-cpp-python {llama_cpp.__version__} (Llama(lora_path, lora_scale); CPU, f16 KV cache, "
-                     f"n_ctx {N_CTX}, no extra buffer types)",
-           "adapters": {n: adapters[n] for n in ADAPTERS if n in adapters}}
+                     f"n_ctx {N_CTX}, no extra buffer types); convert_lora_to_gguf.py of its vendored llama.cpp",
+           "adapters": {n: adapters[n] for n in ADAPTERS if n in adapters},
+           "peft": {n: peft[n] for n in PEFT_ADAPTERS if n in peft}}
     with open(FIXTURE, "w") as f:
         json.dump(ref, f, separators=(",", ":"))
         f.write("\n")

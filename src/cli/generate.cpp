@@ -210,7 +210,8 @@ Verb add_generate(CLI::App& app, const RuntimeConfig& config) {
       ->check(CLI::Range(1, 32));
   add_cache_options(cmd, a->cache, false);
   cmd->add_option("--lora", a->lora,
-                  "A LoRA adapter (llama.cpp's GGUF LoRA) applied without merging; repeat for several (their deltas add)");
+                  "A LoRA adapter (llama.cpp's GGUF LoRA file or a PEFT folder) applied without merging; repeat for "
+                  "several (their deltas add)");
   cmd->add_option("--lora-scale", a->lora_scale, "Scale of every --lora adapter (default 1; llama.cpp's --lora-scaled)")
       ->check(CLI::Range(-100.0, 100.0))
       ->needs(cmd->get_option("--lora"));

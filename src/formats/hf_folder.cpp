@@ -314,6 +314,12 @@ bool register_hf_architecture(const std::string& hf_name, Architecture a) {
   return true;
 }
 
+bool permutes_qk(const std::string& gguf_arch) {
+  for (const auto& [k, v] : registry())
+    if (v.gguf_arch == gguf_arch && v.permute_qk) return true;
+  return false;
+}
+
 std::vector<std::string> hf_architectures() {
   std::vector<std::string> names;
   for (const auto& [k, v] : registry()) names.push_back(k);
@@ -1083,6 +1089,10 @@ Result<gguf::GgufFile> open_folder(const std::string& path) {
                                     std::shared_ptr<const void>(owned, owned.get()));
   if (f) f->set_source_names(std::move(source_names));
   return f;
+}
+
+Status permute_qk_rows(const safetensors::TensorInfo& t, int64_t n_heads, uint8_t* dst, const std::string& who) {
+  return permute_rows(t, n_heads, dst, who);
 }
 
 }  // namespace specula::hf

@@ -55,6 +55,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "formats/gguf.h"
+#include "formats/safetensors.h"
 #include "specula/status.h"
 
 namespace specula::hf {
@@ -174,11 +175,22 @@ struct Architecture {
   // output projection is the token embedding (an lm_head.weight in the file is dropped, as
   // transformers ties it); untied: lm_head.weight is required.
   bool tie_default = false;
+  // Whether the converter permutes Q/K rows (Llama-style RoPE; Transform::kPermuteQ / K):
+  // a LoRA adapter's B of q_proj / k_proj is permuted the same way (model/lora.cpp).
+  bool permute_qk = false;
 };
 // Registers `hf_name` (e.g. "Qwen2ForCausalLM"); returns true (for static init).
 bool register_hf_architecture(const std::string& hf_name, Architecture a);
 // The registered names, sorted.
 std::vector<std::string> hf_architectures();
+// Whether the folders of GGUF architecture `gguf_arch` have their Q/K rows permuted
+// (Architecture::permute_qk of the names registered for it; false for an unknown one).
+bool permutes_qk(const std::string& gguf_arch);
+// Copies `t` (row-major [rows, cols], F32/F16/BF16 or any fixed-size element) into `dst`
+// (t.n_bytes) with the rows of each of `n_heads` heads moved from HF's half-split RoPE order
+// [2, head_dim/2] to GGUF's interleaved [head_dim/2, 2] (llama.cpp's LlamaModel.permute).
+// Errors (prefixed `who`): rows not a multiple of 2 * n_heads.
+Status permute_qk_rows(const safetensors::TensorInfo& t, int64_t n_heads, uint8_t* dst, const std::string& who);
 
 // --- helpers for architecture mappings -----------------------------------------------------
 // The keys every transformer reads: context_length (max_position_embeddings),

@@ -832,7 +832,7 @@ void Transformer::add_lora(int64_t il, LoraTarget t, const float* x, int64_t n_i
 }
 
 Result<std::shared_ptr<const LoraAdapter>> Transformer::load_lora(const std::string& path) const {
-  return LoraAdapter::load_gguf(path, c_, *kt_, this);
+  return LoraAdapter::load(path, c_, *kt_, this);
 }
 
 void Transformer::ffn_moe(const LayerConfig& lc, const LayerWeights& L, int64_t M) {

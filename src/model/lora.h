@@ -12,6 +12,19 @@
 // of the base (its GGUF name, e.g. blk.3.attn_q.weight) two tensors `W.weight.lora_a` of GGUF
 // shape [n_in, rank] and `W.weight.lora_b` of GGUF shape [rank, n_out], in any matmul weight
 // type (f32, f16, bf16, quantized).
+// PEFT folders (Hugging Face peft's save_pretrained): adapter_config.json (peft_type "LORA", r,
+// lora_alpha, use_rslora, rank_pattern / alpha_pattern {module regex: value} matched as PEFT
+// does — the first key K with the module name matching (^|.*\.)K$) and
+// adapter_model.safetensors with base_model.model.[model.]layers.N.<module>.lora_A.weight
+// [rank, n_in] and lora_B.weight [n_out, rank] (F32/F16/BF16). Modules: self_attn.{q,k,v,o}_proj,
+// self_attn.qkv_proj, mlp.{gate,up,down}_proj, mlp.gate_up_proj (Phi-3's fused pair -> ffn_up).
+// A pair's scale is alpha / rank (alpha / sqrt(rank) with use_rslora), each module with its own
+// rank and alpha; llama.cpp's convert_lora_to_gguf.py writes one alpha and ignores use_rslora
+// and alpha_pattern. Where the converter permutes Q/K rows (Llama-style RoPE: llama, smollm3;
+// hf::permutes_qk) B's rows of q_proj / k_proj are permuted the same way (A is unchanged), so
+// the folder gives what the GGUF converted from it gives. Refused by name: peft_type other
+// than LORA, use_dora, fan_in_fan_out, a bias other than "none", modules_to_save, embedding
+// adapters, adapter_model.bin, a module the model lacks, wrong ranks (against r / rank_pattern).
 // Adaptable weights: the attention projections (attn_q, attn_k, attn_v, attn_qkv, attn_output)
 // and the dense feed-forward ones (ffn_gate, ffn_up, ffn_down) of the transformer blocks
 // (model/blocks.h). Adapters on other tensors (token embedding, output, experts) are refused
@@ -58,24 +71,39 @@ struct LoraPair {
 
 class LoraAdapter {
  public:
+  // A PEFT folder (a directory, or its adapter_config.json / adapter_model.safetensors) or else
+  // a GGUF LoRA file. Model::load_lora calls it.
+  static Result<std::shared_ptr<const LoraAdapter>> load(const std::string& path, const TransformerConfig& base,
+                                                         const kernels::KernelTable& kt, const Model* model);
   // Loads a GGUF LoRA for `model`, a transformer of config `base` (see above for the errors);
-  // the views use the kernel table's weight types. Model::load_lora calls it.
+  // the views use the kernel table's weight types.
   static Result<std::shared_ptr<const LoraAdapter>> load_gguf(const std::string& path, const TransformerConfig& base,
+                                                              const kernels::KernelTable& kt, const Model* model);
+  // Loads a PEFT folder (see above) for `model`.
+  static Result<std::shared_ptr<const LoraAdapter>> load_peft(const std::string& path, const TransformerConfig& base,
                                                               const kernels::KernelTable& kt, const Model* model);
   // The pair adapting layer il's projection t, or null.
   const LoraPair* find(int64_t il, LoraTarget t) const;
   const std::string& path() const { return path_; }
+  // "gguf" or "peft".
+  const std::string& format() const { return format_; }
   // Model::instance_id of the model it was loaded for (only that model may run it: the
   // shapes are its; Transformer::forward and Engine::submit check).
   uint64_t base_id() const { return base_id_; }
+  // The file's alpha (adapter.lora.alpha; a PEFT folder's lora_alpha); 0 when absent.
   float alpha() const { return alpha_; }
   int64_t n_pairs() const { return n_pairs_; }
   int64_t max_rank() const { return max_rank_; }
   size_t bytes() const { return bytes_; }  // of A and B together
 
  private:
+  // The pairs of an adapter file (read from disk, or assembled from a PEFT folder); errors
+  // are prefixed `who`.
+  static Result<std::shared_ptr<LoraAdapter>> from_file(std::shared_ptr<const gguf::GgufFile> file, const std::string& who,
+                                                        const TransformerConfig& base, const kernels::KernelTable& kt,
+                                                        const Model* model);
   std::shared_ptr<const gguf::GgufFile> file_;  // A and B point into its mapping
-  std::string path_;
+  std::string path_, format_;
   uint64_t base_id_ = 0;
   float alpha_ = 0.0f;
   int64_t n_pairs_ = 0, max_rank_ = 0;

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -105,23 +106,15 @@ constexpr double kMaxMergedDelta = 0.05;
 
 class LoraOracle : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(LoraOracle, EqualsLlamaCppAndTheMergedModel) {
-  ASSERT_EQ(files_error(), "");
-  const std::string name = GetParam();
-  const auto& ref = reference()["adapters"][name];
-  auto m = load(base_path(ref["base"].get<std::string>()));
-  ASSERT_NE(m, nullptr);
-  auto adapter = m->load_lora(lora_path(name));
-  ASSERT_TRUE(adapter.is_ok()) << adapter.message();
-  EXPECT_EQ((*adapter)->max_rank(), ref["rank"].get<int64_t>());
-  LoraSet set{{LoraWeight{*adapter, ref["scale"].get<float>()}}};
+// Greedy continuations and teacher-forced logits of `m` with `set` against llama.cpp's `cases`.
+void expect_llama_cpp(Model& m, const LoraSet& set, const nlohmann::json& ref, const std::string& name) {
   const std::vector<int32_t> probe = ref["probe_ids"].get<std::vector<int32_t>>();
   testing::TeacherForced tf;
   int full = 0, base_differs = 0;
   for (const auto& c : ref["cases"]) {
     const auto prompt = c["prompt"].get<std::vector<int32_t>>();
     const auto want = c["greedy"].get<std::vector<int32_t>>();
-    const auto got = testing::greedy(*m, prompt, static_cast<int>(want.size()), {}, &set);
+    const auto got = testing::greedy(m, prompt, static_cast<int>(want.size()), {}, &set);
     const size_t P = prompt.size();
     bool same = true;
     for (size_t t = 0; t < want.size() && same; ++t) {
@@ -134,8 +127,8 @@ TEST_P(LoraOracle, EqualsLlamaCppAndTheMergedModel) {
       EXPECT_LT(gap, kTieGap) << name << " prompt of " << P << " step " << t;
     }
     full += same;
-    base_differs += testing::greedy(*m, prompt, static_cast<int>(want.size())) != want;
-    testing::teacher_forced(*m, c, probe, kTieGap, tf, &set);
+    base_differs += testing::greedy(m, prompt, static_cast<int>(want.size())) != want;
+    testing::teacher_forced(m, c, probe, kTieGap, tf, &set);
   }
   const int n_cases = static_cast<int>(ref["cases"].size());
   std::printf("[lora %s] greedy in full %d/%d (the base model's differs on %d), top-1 %d/%d, max |dlogit| top-8 %.4f, "
@@ -149,27 +142,45 @@ TEST_P(LoraOracle, EqualsLlamaCppAndTheMergedModel) {
   EXPECT_GE(tf.top1, kMinTop1 * tf.positions) << name;
   EXPECT_LT(tf.max_top, kMaxDeltaLogit) << name;
   EXPECT_LT(tf.max_probe, kMaxDeltaLogit) << name;
+}
+
+// The logits of `seq` run as one row through `model` with `lora`.
+std::vector<float> logits_of(Model& model, std::vector<int32_t> seq, const LoraSet* lora) {
+  const int64_t V = model.info().n_vocab, N = static_cast<int64_t>(seq.size());
+  auto st = testing::make_state(model, 1, 512);
+  EXPECT_TRUE(st.is_ok());
+  Tensor h;
+  const int32_t row[1] = {0};
+  const LoraSet* sets[1] = {lora};
+  Batch b{1, N, seq.data(), row};
+  b.lora = sets;
+  EXPECT_TRUE(model.forward(b, *st, h).is_ok());
+  std::vector<float> l(static_cast<size_t>(N * V));
+  model.project_logits(h.data(), N, l.data());
+  return l;
+}
+
+TEST_P(LoraOracle, EqualsLlamaCppAndTheMergedModel) {
+  ASSERT_EQ(files_error(), "");
+  const std::string name = GetParam();
+  const auto& ref = reference()["adapters"][name];
+  auto m = load(base_path(ref["base"].get<std::string>()));
+  ASSERT_NE(m, nullptr);
+  auto adapter = m->load_lora(lora_path(name));
+  ASSERT_TRUE(adapter.is_ok()) << adapter.message();
+  EXPECT_EQ((*adapter)->max_rank(), ref["rank"].get<int64_t>());
+  EXPECT_EQ((*adapter)->format(), "gguf");
+  LoraSet set{{LoraWeight{*adapter, ref["scale"].get<float>()}}};
+  expect_llama_cpp(*m, set, ref, name);
+  const int n_cases = static_cast<int>(ref["cases"].size());
 
   // The merged model (no adapter) gives the same logits.
   auto merged = load(kDir + "/merged_" + name + ".gguf");
   ASSERT_NE(merged, nullptr);
   const auto& c = ref["cases"][static_cast<size_t>(n_cases - 1)];
-  std::vector<int32_t> seq = c["prompt"].get<std::vector<int32_t>>();
-  const int64_t V = m->info().n_vocab, N = static_cast<int64_t>(seq.size());
-  auto logits_of = [&](Model& model, const LoraSet* lora) {
-    auto st = testing::make_state(model, 1, 512);
-    EXPECT_TRUE(st.is_ok());
-    Tensor h;
-    const int32_t row[1] = {0};
-    const LoraSet* sets[1] = {lora};
-    Batch b{1, N, seq.data(), row};
-    b.lora = sets;
-    EXPECT_TRUE(model.forward(b, *st, h).is_ok());
-    std::vector<float> l(static_cast<size_t>(N * V));
-    model.project_logits(h.data(), N, l.data());
-    return l;
-  };
-  const auto unmerged = logits_of(*m, &set), whole = logits_of(*merged, nullptr);
+  const std::vector<int32_t> seq = c["prompt"].get<std::vector<int32_t>>();
+  const int64_t N = static_cast<int64_t>(seq.size());
+  const auto unmerged = logits_of(*m, seq, &set), whole = logits_of(*merged, seq, nullptr);
   double worst = 0;
   for (size_t i = 0; i < unmerged.size(); ++i) worst = std::max(worst, std::fabs(double(unmerged[i]) - whole[i]));
   std::printf("[lora %s] unmerged vs merged: max |dlogit| %.5f over %lld positions\n", name.c_str(), worst,
@@ -179,6 +190,131 @@ TEST_P(LoraOracle, EqualsLlamaCppAndTheMergedModel) {
 
 INSTANTIATE_TEST_SUITE_P(TinyAdapters, LoraOracle, ::testing::ValuesIn(adapter_names()),
                          [](const auto& info) { return info.param; });
+
+std::vector<std::string> peft_names() {
+  std::vector<std::string> names;
+  if (reference().contains("peft"))
+    for (const auto& [k, v] : reference()["peft"].items()) names.push_back(k);
+  return names;
+}
+
+// PEFT folders: the same outputs as llama.cpp gives with the GGUF that its converter
+// (convert_lora_to_gguf.py) made from the folder; a folder on the Hugging Face folder of the
+// base gives bitwise what it gives on the GGUF base.
+class LoraPeft : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(LoraPeft, EqualsLlamaCppOnTheConvertedAdapter) {
+  ASSERT_EQ(files_error(), "");
+  const std::string name = GetParam();
+  const auto& peft = reference()["peft"];
+  const auto& ref = peft[name];
+  const auto& cases = ref.contains("same_as") ? peft[ref["same_as"].get<std::string>()] : ref;
+  const std::string base = ref["base"].get<std::string>();
+  auto m = load(base_path(base));
+  ASSERT_NE(m, nullptr);
+  auto adapter = m->load_lora(kDir + "/" + name);
+  ASSERT_TRUE(adapter.is_ok()) << adapter.message();
+  EXPECT_EQ((*adapter)->format(), "peft");
+  EXPECT_EQ((*adapter)->max_rank(), ref["r"].get<int64_t>());
+  // Each pair's scale as PEFT computes it: alpha / r (alpha / sqrt(r) with rslora), per module
+  // rank from rank_pattern.
+  const double alpha = ref["alpha"].get<double>();
+  for (int64_t il = 0; il < 8; ++il)
+    for (int t = 0; t < static_cast<int>(LoraTarget::kCount); ++t)
+      if (const LoraPair* p = (*adapter)->find(il, static_cast<LoraTarget>(t))) {
+        const double r = static_cast<double>(p->rank);
+        EXPECT_FLOAT_EQ(p->scale, static_cast<float>(alpha / (ref["rslora"].get<bool>() ? std::sqrt(r) : r)))
+            << name << " layer " << il << " target " << t;
+      }
+  for (const auto& [module, rank] : ref["rank_pattern"].items()) {
+    const int64_t il = std::stoll(module.substr(std::string("model.layers.").size()));
+    const LoraPair* p = (*adapter)->find(il, LoraTarget::kQ);
+    ASSERT_NE(p, nullptr) << module;
+    EXPECT_EQ(p->rank, rank.get<int64_t>()) << module;
+  }
+  LoraSet set{{LoraWeight{*adapter, ref["scale"].get<float>()}}};
+  expect_llama_cpp(*m, set, cases, name);
+
+  // The Hugging Face folder of the base with the same adapter: bitwise the GGUF's logits.
+  auto folder = load(kDir + "/hf_" + base);
+  ASSERT_NE(folder, nullptr);
+  auto on_folder = folder->load_lora(kDir + "/" + name + "/adapter_config.json");
+  ASSERT_TRUE(on_folder.is_ok()) << on_folder.message();
+  LoraSet folder_set{{LoraWeight{*on_folder, ref["scale"].get<float>()}}};
+  const auto seq = cases["cases"][2]["prompt"].get<std::vector<int32_t>>();
+  EXPECT_EQ(logits_of(*m, seq, &set), logits_of(*folder, seq, &folder_set)) << name;
+  // An adapter loaded for one model is refused by the other.
+  const LoraSet* sets[1] = {&set};
+  auto st = testing::make_state(*folder, 1, 64);
+  ASSERT_TRUE(st.is_ok());
+  Tensor h;
+  std::vector<int32_t> one = {seq[0]};
+  const int32_t row[1] = {0};
+  Batch b{1, 1, one.data(), row};
+  b.lora = sets;
+  EXPECT_FALSE(folder->forward(b, *st, h).is_ok());
+}
+
+INSTANTIATE_TEST_SUITE_P(TinyPeftFolders, LoraPeft, ::testing::ValuesIn(peft_names()),
+                         [](const auto& info) { return info.param; });
+
+// Broken PEFT folders, each a copy of peft_llama_a_r4 with one thing changed.
+TEST(Lora, BadPeftFoldersAreRefusedByName) {
+  ASSERT_EQ(files_error(), "");
+  auto llama = load(base_path("llama_a"));
+  ASSERT_NE(llama, nullptr);
+  const std::string good = kDir + "/peft_llama_a_r4";
+  nlohmann::json config;
+  {
+    std::ifstream in(good + "/adapter_config.json");
+    config = nlohmann::json::parse(in);
+  }
+  int n = 0;
+  auto variant = [&](const std::function<void(nlohmann::json&)>& edit, bool weights = true) {
+    const std::string dir = kDir + "/bad_peft_" + std::to_string(n++);
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    nlohmann::json c = config;
+    edit(c);
+    std::ofstream(dir + "/adapter_config.json") << c.dump();
+    if (weights) fs::copy_file(good + "/adapter_model.safetensors", dir + "/adapter_model.safetensors");
+    return dir;
+  };
+  auto expect_error = [&](const std::string& path, const std::string& want) {
+    auto a = llama->load_lora(path);
+    ASSERT_FALSE(a.is_ok()) << path;
+    EXPECT_NE(a.message().find(want), std::string::npos) << a.message();
+  };
+  // Another model's folder (qwen2_t: other widths).
+  expect_error(kDir + "/peft_qwen2_t_r8", "(a PEFT adapter for another model?)");
+  // Ranks the config does not give.
+  expect_error(variant([](auto& c) { c["r"] = 8; }), "has rank 4, but adapter_config.json gives 'r' 8");
+  expect_error(variant([](auto& c) { c["rank_pattern"] = {{"model.layers.2.mlp.up_proj", 2}}; }),
+               "gives rank_pattern 'model.layers.2.mlp.up_proj' 2");
+  expect_error(variant([](auto& c) { c["rank_pattern"] = {{"q_proj(", 2}}; }), "not a valid regular expression");
+  expect_error(variant([](auto& c) { c["rank_pattern"] = {{"q_proj", 0}}; }), "ranks must be integers >= 1");
+  // What specula does not apply.
+  expect_error(variant([](auto& c) { c["use_dora"] = true; }), "DoRA");
+  expect_error(variant([](auto& c) { c["modules_to_save"] = {"lm_head"}; }), "'modules_to_save' [\"lm_head\"]");
+  expect_error(variant([](auto& c) { c["bias"] = "lora_only"; }), "'bias': 'lora_only' is not supported");
+  expect_error(variant([](auto& c) { c["peft_type"] = "IA3"; }), "peft_type 'IA3' is not supported");
+  expect_error(variant([](auto& c) { c["lora_alpha"] = "eight"; }), "'lora_alpha' must be");
+  // Missing or other files.
+  const std::string bin = variant([](auto&) {}, false);
+  expect_error(bin, "no adapter_model.safetensors");
+  std::ofstream(bin + "/adapter_model.bin") << "pickle";
+  expect_error(bin, "adapter_model.bin (a PyTorch pickle) is not read");
+  const std::string nothing = kDir + "/bad_peft_empty";
+  fs::create_directories(nothing);
+  expect_error(nothing, "no adapter_config.json");
+  {
+    std::ofstream(nothing + "/adapter_config.json") << "{\"r\": 4";
+    std::ofstream(nothing + "/adapter_model.safetensors") << "x";
+  }
+  expect_error(nothing, "not valid JSON");
+  // The model is unaffected.
+  EXPECT_EQ(testing::greedy(*llama, {3, 4, 5}, 4).size(), 4u);
+}
 
 // 8 rows in one ragged batch: four adapters, a weighted mix of two, and two rows without;
 // every row's hidden states equal its solo run bit for bit, prefill and decode.

@@ -51,9 +51,9 @@ void llama_hf(hf::Config& cfg, hf::Conversion& c) {
   c.map = hf::llama_tensor_rule(true, n_expert);
 }
 
-const bool kHf = hf::register_hf_architecture("LlamaForCausalLM", {"llama", &llama_hf, false}) &&
-                 hf::register_hf_architecture("MistralForCausalLM", {"llama", &llama_hf, false}) &&
-                 hf::register_hf_architecture("MixtralForCausalLM", {"llama", &llama_hf, false});
+const bool kHf = hf::register_hf_architecture("LlamaForCausalLM", {"llama", &llama_hf, false, true}) &&
+                 hf::register_hf_architecture("MistralForCausalLM", {"llama", &llama_hf, false, true}) &&
+                 hf::register_hf_architecture("MixtralForCausalLM", {"llama", &llama_hf, false, true});
 
 }  // namespace
 }  // namespace specula

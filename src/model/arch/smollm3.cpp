@@ -37,7 +37,7 @@ void smollm3_hf(hf::Config& cfg, hf::Conversion& c) {
   c.map = hf::llama_tensor_rule(true, 0);
 }
 
-const bool kHf = hf::register_hf_architecture("SmolLM3ForCausalLM", {"smollm3", &smollm3_hf, true});
+const bool kHf = hf::register_hf_architecture("SmolLM3ForCausalLM", {"smollm3", &smollm3_hf, true, true});
 
 }  // namespace
 }  // namespace specula
