@@ -2,6 +2,7 @@
 // (engine/setup.h), and runs the HTTP server (server/server.h) until SIGINT or SIGTERM.
 #include <algorithm>
 #include <csignal>
+#include <cmath>
 #include <cstdlib>
 #include <cstdio>
 #include <filesystem>
@@ -55,6 +56,11 @@ struct ServeArgs {
   int64_t responses_max = 1024;
   std::string chat_template;
   std::string tags;
+  // LoRA adapters: --lora NAME=PATH (vLLM's: on request) or PATH (llama-server's: on for
+  // every request), --lora-scaled PATH SCALE, --lora-init-without-apply, --lora-runtime-updates.
+  std::vector<std::string> lora;
+  std::vector<std::string> lora_scaled;  // PATH SCALE pairs, flattened
+  bool lora_init_without_apply = false, lora_runtime_updates = false;
 };
 
 server::Server* g_server = nullptr;
@@ -71,6 +77,37 @@ void on_signal(int sig) {
 
 // The connection layer's options from the flags (the model's and engine's come from
 // model_config()).
+// The adapters of --lora / --lora-scaled. NAME=PATH (NAME without '/'): named, scale 0 (used
+// when a request names it); PATH: named after the file (its stem) or folder, at scale 1 (or
+// SCALE) for every request, 0 with --lora-init-without-apply (llama-server's flags).
+std::vector<server::LoraSpec> lora_specs(const ServeArgs& a) {
+  std::vector<server::LoraSpec> out;
+  const auto global = [&](const std::string& path, float scale) {
+    server::LoraSpec s;
+    s.path = path;
+    std::filesystem::path p(path);
+    while (!p.empty() && !p.has_filename()) p = p.parent_path();  // a folder given with a trailing '/'
+    s.name = p.extension() == ".gguf" ? p.stem().string() : p.filename().string();
+    s.scale = a.lora_init_without_apply ? 0.0f : scale;
+    out.push_back(std::move(s));
+  };
+  for (const std::string& l : a.lora) {
+    const size_t eq = l.find('=');
+    if (eq != std::string::npos && eq > 0 && l.substr(0, eq).find('/') == std::string::npos) {
+      server::LoraSpec s;
+      s.name = l.substr(0, eq);
+      s.path = l.substr(eq + 1);
+      s.named = true;
+      out.push_back(std::move(s));
+    } else {
+      global(l, 1.0f);
+    }
+  }
+  for (size_t i = 0; i + 1 < a.lora_scaled.size(); i += 2)
+    global(a.lora_scaled[i], std::strtof(a.lora_scaled[i + 1].c_str(), nullptr));  // checked by run_serve
+  return out;
+}
+
 server::ServerOptions connection_options(const RuntimeConfig& config, const ServeArgs& a) {
   server::ServerOptions so;
   so.host = a.host;
@@ -95,6 +132,8 @@ server::ServerOptions connection_options(const RuntimeConfig& config, const Serv
   so.reasoning = a.reasoning;
   so.reasoning_format = a.reasoning_format == "deepseek" ? "auto" : a.reasoning_format;
   so.reasoning_budget = a.reasoning_budget;
+  so.lora = lora_specs(a);
+  so.lora_runtime_updates = a.lora_runtime_updates;
   // One response store for every model; on disk beside the prompt cache with --cache-dir.
   so.responses = std::make_shared<server::ResponseStore>(
       a.cache_dir.empty() ? std::string() : (std::filesystem::path(a.cache_dir) / "responses").string(),
@@ -208,6 +247,16 @@ int run_serve(const RuntimeConfig& config, const ServeArgs& a) {
   if (!mc) return fail(mc.message());
   auto sources = model_sources(config, a);
   if (!sources) return fail(sources.message());
+  for (size_t i = 0; i < a.lora_scaled.size(); i += 2) {
+    char* end = nullptr;
+    const std::string scale = i + 1 < a.lora_scaled.size() ? a.lora_scaled[i + 1] : "";
+    const float v = std::strtof(scale.c_str(), &end);
+    if (scale.empty() || end == nullptr || *end != '\0' || !std::isfinite(v) || std::fabs(v) > 1e4)
+      return fail("[cli] --lora-scaled takes PATH SCALE (a finite number, |SCALE| <= 10000); got '" +
+                  a.lora_scaled[i] + "' " + (scale.empty() ? "and no scale" : "'" + scale + "'"));
+  }
+  if (!sources->empty() && (!a.lora.empty() || !a.lora_scaled.empty()))
+    return fail("[cli] --lora and --lora-scaled need a single model (-m FILE): an adapter is made for one model");
   std::unique_ptr<server::Server> srv;
   std::string what, details;  // "FILE as 'id'" / "models a, b"; " (parallel ..., ...)"
   if (sources->empty()) {
@@ -389,6 +438,21 @@ void add_serve_flags(CLI::App* cmd, ServeArgs& a) {
                   "part of --drain-timeout, so less than it: a request admitted at the grace's end has the rest of "
                   "the timeout to finish (default 0: refuse at once)")
       ->check(CLI::Range(0.0, 86400.0));
+  cmd->add_option("--lora", a.lora,
+                  "A LoRA adapter (llama.cpp's GGUF LoRA file or a PEFT folder), repeatable. NAME=PATH (vLLM's "
+                  "--lora-modules): listed by /v1/models and used by requests whose \"model\" is NAME; PATH alone "
+                  "(llama-server's): applied to every request at scale 1 unless it sends \"lora\" (ids of GET "
+                  "/lora-adapters)");
+  cmd->add_option("--lora-scaled", a.lora_scaled,
+                  "PATH SCALE: a LoRA adapter applied to every request at SCALE (llama-server's), repeatable")
+      ->expected(2)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  cmd->add_flag("--lora-init-without-apply", a.lora_init_without_apply,
+                "Load the --lora PATH / --lora-scaled adapters at scale 0 (POST /lora-adapters or a request's "
+                "\"lora\" turns them on)");
+  cmd->add_flag("--lora-runtime-updates", a.lora_runtime_updates,
+                "Answer POST /v1/load_lora_adapter and /v1/unload_lora_adapter (vLLM's; they read any path the "
+                "server can, so off by default: 403)");
   cmd->add_option("--log-requests", a.log_requests,
                   "1: one line per request on stderr (method, path, status, time, tokens, time to first token); 0: none "
                   "(default 1)")

@@ -206,6 +206,27 @@ EngineStats Engine::stats() const {
   return stats_;
 }
 
+namespace {
+void add_lora_ids(const EngineRequest& r, std::vector<uint64_t>& ids) {
+  if (!has_lora(r)) return;
+  for (const LoraWeight& w : r.lora->adapters)
+    if (w.adapter != nullptr) ids.push_back(w.adapter->id());
+}
+void sort_unique(std::vector<uint64_t>& ids) {
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+}
+}  // namespace
+
+Engine::LoraUse Engine::lora_in_use() const {
+  LoraUse use;
+  std::lock_guard<std::mutex> lock(wakeup_->mu);
+  use.running = running_lora_;
+  for (const Pending& p : queue_) add_lora_ids(p.request, use.waiting);
+  sort_unique(use.waiting);
+  return use;
+}
+
 ExecutionPlan Engine::plan_for(const EngineRequest& r) const {
   ExecutionPlan plan;
   if (!options_.draft) {
@@ -403,8 +424,12 @@ void Engine::admit(std::vector<Pending>& admitted) {
       // progress is informational
     }
   }
+  std::vector<uint64_t> lora_ids;
+  for (const Active& a : running_) add_lora_ids(a.p.request, lora_ids);
+  sort_unique(lora_ids);
   std::lock_guard<std::mutex> lock(wakeup_->mu);
   stats_.running_rows = static_cast<int64_t>(running_.size());
+  running_lora_ = std::move(lora_ids);
   stats_.prompt_tokens += admitted_prompt_tokens;
   stats_.kv_reserved = reserved_;
 }
@@ -487,8 +512,12 @@ void Engine::retire(std::vector<std::pair<size_t, Outcome>> ended, const std::st
   // consumer that heard of its end sees its row gone. Memory freed: queued requests
   // waiting for budget may fit now.
   {
+    std::vector<uint64_t> lora_ids;
+    for (const Active& a : running_) add_lora_ids(a.p.request, lora_ids);
+    sort_unique(lora_ids);
     std::lock_guard<std::mutex> lock(wakeup_->mu);
     stats_.running_rows = static_cast<int64_t>(running_.size());
+    running_lora_ = std::move(lora_ids);
     stats_.kv_reserved = reserved_;
     stats_.kv_bytes = state_.bytes();
     stats_.kv_tokens = running_tokens();

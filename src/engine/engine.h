@@ -275,6 +275,12 @@ class Engine {
   Submission submit(EngineRequest request, std::shared_ptr<RequestSink> sink);
 
   EngineStats stats() const;
+  // The LoRA adapters (LoraAdapter::id, each once, ascending) of the running and of the
+  // queued requests: the Gateway API Inference Extension's adapter gauges.
+  struct LoraUse {
+    std::vector<uint64_t> running, waiting;
+  };
+  LoraUse lora_in_use() const;
   const EngineOptions& options() const { return options_; }
   const Model& model() const { return *model_; }
 
@@ -368,6 +374,7 @@ class Engine {
   bool stopping_ = false;
   uint64_t next_id_ = 1;
   EngineStats stats_;
+  std::vector<uint64_t> running_lora_;  // lora_in_use().running, set with stats_.running_rows
 
   // Loop-thread state. running_[i] owns state row i.
   std::vector<Active> running_;

@@ -2,6 +2,7 @@
 // configuration (model/lora.h).
 #include "model/lora.h"
 
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -91,6 +92,8 @@ Result<std::shared_ptr<LoraAdapter>> LoraAdapter::from_file(std::shared_ptr<cons
   adapter->path_ = f.path();
   adapter->format_ = f.source_names().empty() ? "gguf" : "peft";
   adapter->base_id_ = model != nullptr ? model->instance_id() : 0;
+  static std::atomic<uint64_t> next_id{1};
+  adapter->id_ = next_id.fetch_add(1);
   adapter->alpha_ = alpha;
   adapter->layers_.resize(base.layers.size());
   const std::map<std::string, Adaptable> weights = adaptable_weights(base);

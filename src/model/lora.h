@@ -90,6 +90,9 @@ class LoraAdapter {
   // Model::instance_id of the model it was loaded for (only that model may run it: the
   // shapes are its; Transformer::forward and Engine::submit check).
   uint64_t base_id() const { return base_id_; }
+  // A number no other adapter loaded by this process has (from 1): for gauges and logs that
+  // must tell adapters apart without holding them.
+  uint64_t id() const { return id_; }
   // The file's alpha (adapter.lora.alpha; a PEFT folder's lora_alpha); 0 when absent.
   float alpha() const { return alpha_; }
   int64_t n_pairs() const { return n_pairs_; }
@@ -104,7 +107,7 @@ class LoraAdapter {
                                                         const Model* model);
   std::shared_ptr<const gguf::GgufFile> file_;  // A and B point into its mapping
   std::string path_, format_;
-  uint64_t base_id_ = 0;
+  uint64_t base_id_ = 0, id_ = 0;
   float alpha_ = 0.0f;
   int64_t n_pairs_ = 0, max_rank_ = 0;
   size_t bytes_ = 0;

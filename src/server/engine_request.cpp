@@ -250,8 +250,18 @@ std::optional<ApiError> wrap_thinking(const ServedModel& served, const Reasoning
 
 std::optional<ApiError> check_request(const ServedModel& served, const CompletionParams& c, StatusCode unknown_model) {
   // A server of one model answers whatever name the request gives (as llama-server: many
-  // clients hard-code one) and reports its own id in the answer.
-  (void)unknown_model;
+  // clients hard-code one) and reports its own id in the answer; but once adapters are
+  // served by name (vLLM's --lora NAME=PATH), a name that is neither the model's nor an
+  // adapter's is a mistake to report, not the base model to run.
+  if (!c.model.empty() && served.lora().has_named()) {
+    const auto& aliases = served.options().model_aliases;
+    if (c.model != served.id() && std::find(aliases.begin(), aliases.end(), c.model) == aliases.end() &&
+        !served.lora().by_name(c.model))
+      return api_error(unknown_model,
+                       "The model '" + c.model + "' does not exist: this server serves '" + served.id() +
+                           "' and its LoRA adapters " + served.lora().describe(),
+                       "model", "model_not_found");
+  }
   const EngineOptions& eo = served.options().engine;
   const size_t most = static_cast<size_t>(eo.n_rows) + static_cast<size_t>(std::max(eo.max_queue, 0));
   if (c.prompts.size() > most)
@@ -288,6 +298,9 @@ std::variant<PreparedRequest, ApiError> prepare_request(ServedModel& served, con
   }
   er.prompt = std::move(ids);
   out.n_prompt = static_cast<int64_t>(er.prompt.size());
+  auto lora = served.lora().resolve(c.model, c.lora);
+  if (!lora) return from_status(lora.status(), "lora");
+  er.lora = std::move(lora).value();
   const int64_t n_ctx = served.options().engine.n_ctx;
   if (c.max_tokens) {
     er.max_tokens = *c.max_tokens;

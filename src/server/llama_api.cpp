@@ -176,7 +176,12 @@ json generation_settings(const CompletionParams& c, uint64_t seed) {
               {"speculative", c.speculative},
               {"timings_per_token", false},
               {"post_sampling_probs", c.post_sampling_probs},
-              {"lora", json::array()}};
+              {"lora", [&] {
+                 json l = json::array();
+                 if (c.lora)
+                   for (const auto& [id, scale] : *c.lora) l.push_back(json{{"id", id}, {"scale", scale}});
+                 return l;
+               }()}};
 }
 
 // ---------------------------------------------------------------- LlamaFormat

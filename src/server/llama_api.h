@@ -11,7 +11,7 @@
 //   GET  /props                      the server's settings (slots, context, template, ...)
 //   GET  /slots                      the state rows, one entry each
 //   POST /rerank, /v1/rerank, ...    501: no reranking model is served
-//   GET  /lora-adapters              [] (no adapters loaded); POST: 501
+//   GET/POST /lora-adapters          the adapters and their global scales (side_routes.cpp)
 //
 // Shapes and field names follow llama-server (tools/server in llama.cpp: server-task.cpp's
 // to_json_non_oaicompat, server-context.cpp's props/infill/slots handlers; its README's

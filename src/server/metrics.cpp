@@ -10,6 +10,7 @@
 
 #include <unistd.h>
 
+#include "server/generation.h"
 #include "tokenizer/bpe.h"
 
 namespace specula::server {
@@ -222,6 +223,31 @@ void write_router_gauges(Writer& w, const EngineStats& s, const std::string& mod
   w.gauge("sglang:token_usage", "The token usage (KV-cache utilization).", {{label, usage}});
 }
 
+// The Gateway API Inference Extension's LoRA gauge (its model server protocol, vLLM's
+// name): labels running_lora_adapters / waiting_lora_adapters (comma-separated adapter
+// names of the running and queued requests) and max_lora (adapters one batch may run: every
+// loaded one, as rows group by adapter without a limit); the value is the time of this
+// report (Unix seconds), the freshest label set winning. Only when adapters are loaded.
+void write_lora(Writer& w, const ServedModel& served) {
+  const auto loaded = served.lora().list();
+  if (loaded.empty()) return;
+  const Engine::LoraUse use = served.engine().lora_in_use();
+  const auto names = [&](const std::vector<uint64_t>& ids) {
+    std::string out;
+    for (uint64_t id : ids) {
+      std::string n = served.lora().name_of(id);
+      if (n.empty()) n = "unloaded-" + std::to_string(id);
+      out += (out.empty() ? "" : ",") + n;
+    }
+    return out;
+  };
+  const std::string labels = "running_lora_adapters=\"" + label_value(names(use.running)) +
+                             "\",waiting_lora_adapters=\"" + label_value(names(use.waiting)) + "\",max_lora=\"" +
+                             std::to_string(loaded.size()) + "\"";
+  w.gauge("vllm:lora_requests_info", "Running and waiting LoRA adapters (labels); the value is the report's time.",
+          {{labels, static_cast<double>(unix_now())}});
+}
+
 }  // namespace
 
 std::string metrics_text(const ServedModel* served, const http::Stats& http_stats,
@@ -237,6 +263,7 @@ std::string metrics_text(const ServedModel* served, const http::Stats& http_stat
   write_http(w, http_stats, responses_by_status);
   write_engine(w, s);
   if (const auto& cache = served->options().engine.prompt_cache) write_prompt_cache(w, cache->stats());
+  write_lora(w, *served);
   write_process(w);
   write_histograms(w, s);
   write_llamacpp(w, s, served->generation_totals());

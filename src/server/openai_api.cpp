@@ -30,7 +30,7 @@ using json = nlohmann::ordered_json;
 // when null. A field that asks for something not implemented is refused unless it holds
 // its no-op value (kNoOp); any other field is refused as unknown, as OpenAI's own API does
 // ("Unrecognized request argument"). docs/API.md lists the policy.
-const char* const kReadCommon[] = {"model", "max_tokens", "max_completion_tokens", "n", "stream", "stream_options",
+const char* const kReadCommon[] = {"model", "lora", "max_tokens", "max_completion_tokens", "n", "stream", "stream_options",
                                    "ignore_eos", "speculative", "stop", "logprobs", "top_logprobs", "n_predict",
                                    "n_probs", "return_tokens", "verbose", "return_progress", "timings_per_token",
                                    "post_sampling_probs"};
@@ -82,7 +82,6 @@ std::optional<ApiError> check_fields(const json& body, Endpoint endpoint, bool n
       {"t_max_predict_ms", [](const json& v) { return is_zero(v) || v == -1; }, "time limits are not implemented"},
       {"t_max_prompt_ms", [](const json& v) { return is_zero(v) || v == -1; }, "time limits are not implemented"},
       {"n_cache_reuse", is_zero, "KV shifting for cache reuse is not implemented (the prompt cache reuses prefixes)"},
-      {"lora", is_empty_array, "LoRA adapters are not implemented yet"},
       {"samplers", [](const json&) { return false; }, "a custom sampler order is not supported (the chain is fixed: see docs/API.md)"},
       {"grammar_lazy", [](const json& v) { return v == false; }, "lazy grammars are not implemented"},
       {"grammar_triggers", is_empty_array, "lazy grammars are not implemented"},
@@ -404,8 +403,35 @@ std::optional<ApiError> read_logprobs(FieldReader& p, CompletionParams& c) {
   return std::nullopt;
 }
 
+// llama-server's "lora": [{"id": integer, "scale": number}] (scale defaults to 1).
+std::optional<ApiError> read_lora(FieldReader& p, CompletionParams& c) {
+  const json* l = p.get("lora");
+  if (l == nullptr || l->is_null()) return std::nullopt;
+  if (!l->is_array()) return bad_request("lora", "'lora' must be a list of {\"id\": integer, \"scale\": number}, got " + shown(*l));
+  std::vector<std::pair<int64_t, float>> out;
+  for (size_t i = 0; i < l->size(); ++i) {
+    const json& e = (*l)[i];
+    const std::string at = "'lora[" + std::to_string(i) + "]'";
+    if (!e.is_object() || !e.contains("id") || !e["id"].is_number_integer() || e["id"].get<int64_t>() < 0)
+      return bad_request("lora", at + " must be {\"id\": integer >= 0, \"scale\": number}, got " + shown(e));
+    double scale = 1.0;
+    if (e.contains("scale") && !e["scale"].is_null()) {
+      if (!e["scale"].is_number() || !std::isfinite(e["scale"].get<double>()) || std::fabs(e["scale"].get<double>()) > 1e4)
+        return bad_request("lora", at + ".scale must be a finite number (|scale| <= 10000), got " + shown(e["scale"]));
+      scale = e["scale"].get<double>();
+    }
+    for (const auto& key : e.items())
+      if (key.key() != "id" && key.key() != "scale")
+        return bad_request("lora", at + " has an unknown field '" + key.key() + "' (fields: id, scale)");
+    out.push_back({e["id"].get<int64_t>(), static_cast<float>(scale)});
+  }
+  c.lora = std::move(out);
+  return std::nullopt;
+}
+
 // stream, stream_options.include_usage, and the flags.
 std::optional<ApiError> read_output_options(FieldReader& p, CompletionParams& c) {
+  if (auto e = read_lora(p, c)) return e;
   p.boolean("stream", &c.stream);
   p.boolean("ignore_eos", &c.ignore_eos);
   p.boolean("parse_special", &c.parse_special);

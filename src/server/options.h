@@ -15,6 +15,14 @@
 
 namespace specula::server {
 
+// A LoRA adapter to load at start (server/lora_adapters.h): `serve --lora NAME=PATH` (scale 0:
+// on request only) or `--lora PATH` / `--lora-scaled PATH S` (on for every request).
+struct LoraSpec {
+  std::string name, path;
+  float scale = 0.0f;
+  bool named = false;  // NAME=PATH
+};
+
 struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8080;                  // 0: any free port (see Server::port())
@@ -40,6 +48,11 @@ struct ServerOptions {
   double drain_grace_s = 0;
   bool log_requests = true;         // one line per request on stderr (--log-requests; server.h)
   std::string pooling;              // embeddings: "mean" | "last"; empty: the model's, else mean
+  std::vector<LoraSpec> lora;       // adapters loaded at start (--lora, --lora-scaled)
+  // POST /v1/load_lora_adapter and /v1/unload_lora_adapter answer (--lora-runtime-updates;
+  // vLLM's VLLM_ALLOW_RUNTIME_LORA_UPDATING): they read files the server can reach, so off by
+  // default (403).
+  bool lora_runtime_updates = false;
 
   // Request defaults, as llama-server's --temp, --seed and --n-predict: what a request
   // that leaves the field out gets (unset: llama-server's per-request defaults, the

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -23,6 +24,9 @@ enum class Endpoint { kCompletions, kChat };
 struct CompletionParams {
   Endpoint endpoint = Endpoint::kCompletions;
   std::string model;  // as sent (may be empty when omitted)
+  // llama-server's per-request LoRA adapters "lora": [{"id", "scale"}] (ids of GET
+  // /lora-adapters); when sent, it replaces the global scales (server/lora_adapters.h).
+  std::optional<std::vector<std::pair<int64_t, float>>> lora;
   // completions: the prompts, each as text or as token ids (one, or a batch: then one
   // choice per prompt, in order)
   struct Prompt {

@@ -7,7 +7,9 @@
 //   POST /v1/chat/completions, /chat/completions handle_completion  (openai_api.cpp)
 //   POST /completion, /completions, /infill    handle_native_completion, handle_infill (llama_api.cpp)
 //   GET  /props, /slots                        handle_props, handle_slots (llama_api.cpp)
-//   POST /rerank, /v1/rerank, /lora-adapters   handle_not_supported (llama_api.cpp: 501)
+//   POST /rerank, /v1/rerank                   handle_not_supported (llama_api.cpp: 501)
+//   GET/POST /lora-adapters                    handle_lora_list, handle_lora_scales (side_routes.cpp)
+//   POST /v1/load_lora_adapter, /v1/unload_lora_adapter  handle_lora_load (side_routes.cpp)
 //   POST /v1/messages, /v1/messages/count_tokens handle_messages    (anthropic_api.cpp)
 //   POST /v1/responses                         handle_responses    (responses_api.cpp)
 //   GET/DELETE /v1/responses/{id}, .../cancel, .../input_items  handle_response_item (responses_api.cpp)
@@ -49,6 +51,11 @@ void handle_tokenize(const ServedModel& served, const http::Request& req, http::
 void handle_detokenize(const ServedModel& served, const http::Request& req, http::Exchange& ex);
 void handle_apply_template(const ServedModel& served, const http::Request& req, http::Exchange& ex);
 void handle_cache_flush(const ServedModel& served, const http::Request& req, http::Exchange& ex);
+// LoRA adapters (server/lora_adapters.h): llama-server's list and global scales, vLLM's
+// run-time load (load true) and unload.
+void handle_lora_list(const ServedModel& served, http::Exchange& ex);
+void handle_lora_scales(const ServedModel& served, const http::Request& req, http::Exchange& ex);
+void handle_lora_load(ServedModel& served, const http::Request& req, http::Exchange& ex, bool load);
 // Vertex AI's predict route (ServerOptions::predict_route): each instance on its route.
 void handle_predict(ServedModel& served, const http::Request& req, http::Exchange& ex);
 

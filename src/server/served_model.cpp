@@ -47,6 +47,12 @@ Result<std::unique_ptr<ServedModel>> ServedModel::create(std::unique_ptr<Model> 
     const uint64_t v = pt->u != 0 ? pt->u : static_cast<uint64_t>(pt->i);
     if (v == 3) s->default_pooling_ = "last";
   }
+  for (const LoraSpec& spec : options.lora) {
+    auto adapter = model->load_lora(spec.path);
+    if (!adapter) return Status::error(adapter.status().code(), "[server] --lora " + spec.path + ": " + adapter.message());
+    auto added = s->lora_.add(spec.name, spec.path, std::move(adapter).value(), spec.scale, spec.named);
+    if (!added) return Status::error(added.status().code(), "[server] --lora " + spec.path + ": " + added.message());
+  }
   s->model_ = std::move(model);
   s->options_ = std::move(options);
   s->start_time_unix_ = static_cast<int64_t>(std::time(nullptr));

@@ -28,6 +28,7 @@
 #include "grammar/constraint.h"
 #include "model/model.h"
 #include "sampling/params.h"
+#include "server/lora_adapters.h"
 #include "server/options.h"
 #include "specula/status.h"
 #include "tokenizer/tokenizer.h"
@@ -36,8 +37,8 @@ namespace specula::server {
 
 class ServedModel {
  public:
-  // Builds tokenizer, chat template and engine for `model`. Errors: tokenizer or template
-  // errors, engine options. options.model_id is filled in when empty.
+  // Builds tokenizer, chat template and engine for `model`, and loads options.lora. Errors:
+  // tokenizer or template errors, engine options, an adapter that does not load. options.model_id is filled in when empty.
   static Result<std::unique_ptr<ServedModel>> create(std::unique_ptr<Model> model, ServerOptions options);
   ~ServedModel();
 
@@ -55,6 +56,8 @@ class ServedModel {
   const SamplingDefaults& sampling_defaults() const { return sampling_defaults_; }  // generation_config.json
   const std::string& default_pooling() const { return default_pooling_; }
   Engine& engine() const { return *engine_; }
+  // The LoRA adapters loaded for this model (ServerOptions::lora, then the run-time routes).
+  LoraAdapters& lora() const { return lora_; }
 
   // Structured outputs: the vocabulary as llguidance sees it, built at the first use.
   Result<std::shared_ptr<const GrammarVocab>> grammar_vocab();
@@ -95,6 +98,7 @@ class ServedModel {
   SamplingDefaults sampling_defaults_;
   std::string default_pooling_ = "mean";
   std::unique_ptr<Engine> engine_;
+  mutable LoraAdapters lora_;
 
   std::mutex grammar_mu_;
   std::shared_ptr<const GrammarVocab> grammar_vocab_;

@@ -443,11 +443,13 @@ const std::vector<Route>& api_routes() {
       {"POST", "/reranking", [](const RouteCtx& c) { handle_not_supported(*c.ex, kNoRerank); }},
       {"POST", "/v1/rerank", [](const RouteCtx& c) { handle_not_supported(*c.ex, kNoRerank); }},
       {"POST", "/v1/reranking", [](const RouteCtx& c) { handle_not_supported(*c.ex, kNoRerank); }},
-      {"GET", "/lora-adapters", [](const RouteCtx& c) { send_json(*c.ex, nlohmann::ordered_json::array()); }},
+      {"GET", "/lora-adapters", [](const RouteCtx& c) { handle_lora_list(*c.m, *c.ex); }},
+      {"POST", "/lora-adapters", [](const RouteCtx& c) { handle_lora_scales(*c.m, *c.req, *c.ex); }},
+      {"POST", "/v1/load_lora_adapter", [](const RouteCtx& c) { handle_lora_load(*c.m, *c.req, *c.ex, true); }},
+      {"POST", "/v1/unload_lora_adapter", [](const RouteCtx& c) { handle_lora_load(*c.m, *c.req, *c.ex, false); }},
       // llama-server's web UI proxy for MCP servers: not served (403, as llama-server without --ui-mcp-proxy).
       {"GET", "/cors-proxy", [](const RouteCtx& c) { send_error(*c.ex, api_error(StatusCode::kPermissionDenied, "the CORS proxy is not served")); }},
       {"POST", "/cors-proxy", [](const RouteCtx& c) { send_error(*c.ex, api_error(StatusCode::kPermissionDenied, "the CORS proxy is not served")); }},
-      {"POST", "/lora-adapters", [](const RouteCtx& c) { handle_not_supported(*c.ex, "LoRA adapters are not supported yet"); }},
       // What routers ask of a worker (server/router_api.h): SGLang's and vLLM's routes.
       {"GET", "/server_info", [](const RouteCtx& c) { handle_server_info(*c.m, *c.ex); }},
       {"GET", "/get_server_info", [](const RouteCtx& c) { handle_server_info(*c.m, *c.ex); }},

@@ -1,6 +1,7 @@
 // server/side_routes.cpp — the routes around generation: GET /v1/models, llama-server's
 // POST /tokenize, /detokenize and /apply-template, and POST /admin/cache/flush (see
 // routes.h). Errors in OpenAI's shape.
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -32,7 +33,86 @@ void handle_models(const ServedModel& served, http::Exchange& ex) {
               {"n_ctx", eo.n_ctx},
               {"parallel", eo.n_rows},
               {"chat_template", served.chat_template() ? served.chat_template_origin() : "none"}}}};
-  send_json(ex, json{{"object", "list"}, {"data", {m}}});
+  json data = json::array({m});
+  // LoRA adapters, as vLLM lists them: their own ids, "parent" the base model.
+  for (const LoraEntry& e : served.lora().list())
+    data.push_back(json{{"id", e.name},
+                        {"object", "model"},
+                        {"created", unix_now()},
+                        {"owned_by", "specula"},
+                        {"root", e.path},
+                        {"parent", served.id()},
+                        {"meta", {{"lora_id", e.id}, {"scale", e.scale}, {"format", e.adapter->format()},
+                                  {"rank", e.adapter->max_rank()}, {"alpha", e.adapter->alpha()}}}});
+  send_json(ex, json{{"object", "list"}, {"data", data}});
+}
+
+// GET /lora-adapters: llama-server's list [{"id", "path", "scale"}] (plus "name").
+void handle_lora_list(const ServedModel& served, http::Exchange& ex) {
+  json out = json::array();
+  for (const LoraEntry& e : served.lora().list())
+    out.push_back(json{{"id", e.id}, {"name", e.name}, {"path", e.path}, {"scale", e.scale}});
+  send_json(ex, out);
+}
+
+// POST /lora-adapters [{"id", "scale"}]: llama-server's global scales (ids left out: 0).
+void handle_lora_scales(const ServedModel& served, const http::Request& req, http::Exchange& ex) {
+  json j = json::parse(req.body, nullptr, false);
+  if (j.is_discarded() || !j.is_array())
+    return send_error(ex, bad_request("", "the body must be a JSON list of {\"id\": integer, \"scale\": number}"));
+  std::vector<std::pair<int64_t, float>> scales;
+  for (size_t i = 0; i < j.size(); ++i) {
+    const json& e = j[i];
+    std::string at = "[";  // (not "[" + ...: GCC 12's -Wrestrict false positive)
+    at += std::to_string(i);
+    at += ']';
+    if (!e.is_object() || !e.contains("id") || !e["id"].is_number_integer())
+      return send_error(ex, bad_request("id", at + " must be {\"id\": integer, \"scale\": number}"));
+    double scale = 1.0;
+    if (e.contains("scale")) {
+      if (!e["scale"].is_number() || !std::isfinite(e["scale"].get<double>()) || std::fabs(e["scale"].get<double>()) > 1e4)
+        return send_error(ex, bad_request("scale", at + ".scale must be a finite number (|scale| <= 10000)"));
+      scale = e["scale"].get<double>();
+    }
+    scales.push_back({e["id"].get<int64_t>(), static_cast<float>(scale)});
+  }
+  const Status st = served.lora().set_scales(scales);
+  if (!st.is_ok()) return send_error(ex, from_status(st, "id"));
+  send_json(ex, json{{"success", true}});
+}
+
+// POST /v1/load_lora_adapter {"lora_name", "lora_path"} and /v1/unload_lora_adapter
+// {"lora_name"}: vLLM's run-time routes (--lora-runtime-updates), answered in its words.
+void handle_lora_load(ServedModel& served, const http::Request& req, http::Exchange& ex, bool load) {
+  if (!served.options().lora_runtime_updates)
+    return send_error(ex, api_error(StatusCode::kPermissionDenied,
+                                    "loading and unloading LoRA adapters at run time is off (serve --lora-runtime-updates)"));
+  auto parsed = parse_body_object(req.body);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return send_error(ex, *e);
+  const json& j = std::get<json>(parsed);
+  auto unknown = load ? only_fields(j, {"lora_name", "lora_path", "load_inplace"}, "/v1/load_lora_adapter")
+                      : only_fields(j, {"lora_name", "lora_int_id"}, "/v1/unload_lora_adapter");
+  if (unknown) return send_error(ex, *unknown);
+  if (!j.contains("lora_name") || !j["lora_name"].is_string() || j["lora_name"].get<std::string>().empty())
+    return send_error(ex, bad_request("lora_name", "'lora_name' must be a non-empty string"));
+  const std::string name = j["lora_name"].get<std::string>();
+  if (!load) {
+    const Status st = served.lora().remove(name);
+    if (!st.is_ok()) return send_error(ex, from_status(st, "lora_name"));
+    ex.respond(200, "text/plain; charset=utf-8", "Success: LoRA adapter '" + name + "' removed successfully.", {});
+    return;
+  }
+  if (!j.contains("lora_path") || !j["lora_path"].is_string() || j["lora_path"].get<std::string>().empty())
+    return send_error(ex, bad_request("lora_path", "'lora_path' must be a non-empty string"));
+  if (name == served.id()) return send_error(ex, bad_request("lora_name", "'" + name + "' is the base model's name"));
+  if (served.lora().by_name(name))
+    return send_error(ex, bad_request("lora_name", "The lora adapter '" + name + "' has already been loaded."));
+  const std::string path = j["lora_path"].get<std::string>();
+  auto adapter = served.model().load_lora(path);
+  if (!adapter) return send_error(ex, bad_request("lora_path", adapter.status().user_message()));
+  auto added = served.lora().add(name, path, std::move(adapter).value(), 0.0f, true);
+  if (!added) return send_error(ex, from_status(added.status(), "lora_name"));
+  ex.respond(200, "text/plain; charset=utf-8", "Success: LoRA adapter '" + name + "' added successfully.", {});
 }
 
 // POST /tokenize {"content": TEXT, "add_special": false, "parse_special": true,

@@ -1,0 +1,135 @@
+// server/lora_adapters.cpp — see lora_adapters.h.
+#include "server/lora_adapters.h"
+
+#include <cmath>
+
+namespace specula::server {
+
+Result<int64_t> LoraAdapters::add(std::string name, std::string path, std::shared_ptr<const LoraAdapter> adapter,
+                                  float scale, bool named) {
+  if (!std::isfinite(scale)) return Status::invalid_argument("[lora] the scale of '" + name + "' is not a finite number");
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const LoraEntry& e : entries_)
+    if (e.name == name)
+      return Status::invalid_argument("[lora] an adapter named '" + name + "' is already loaded (from " + e.path + ")");
+  LoraEntry e;
+  e.id = next_id_++;
+  e.name = std::move(name);
+  e.path = std::move(path);
+  e.adapter = std::move(adapter);
+  e.scale = scale;
+  e.named = named;
+  ever_named_ = ever_named_ || named;
+  entries_.push_back(std::move(e));
+  return entries_.back().id;
+}
+
+Status LoraAdapters::remove(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = entries_.begin(); it != entries_.end(); ++it)
+    if (it->name == name) {
+      entries_.erase(it);
+      return Status::ok();
+    }
+  return Status::error(StatusCode::kNotFound, "[lora] no adapter named '" + name + "' is loaded" +
+                                                  (entries_.empty() ? std::string(" (none is)") : " (loaded: " + describe_locked() + ")"));
+}
+
+std::vector<LoraEntry> LoraAdapters::list() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return entries_;
+}
+
+std::optional<LoraEntry> LoraAdapters::by_name(const std::string& name) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const LoraEntry& e : entries_)
+    if (e.name == name) return e;
+  return std::nullopt;
+}
+
+std::optional<LoraEntry> LoraAdapters::by_id(int64_t id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const LoraEntry& e : entries_)
+    if (e.id == id) return e;
+  return std::nullopt;
+}
+
+std::string LoraAdapters::name_of(uint64_t adapter_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const LoraEntry& e : entries_)
+    if (e.adapter != nullptr && e.adapter->id() == adapter_id) return e.name;
+  return "";
+}
+
+Status LoraAdapters::set_scales(const std::vector<std::pair<int64_t, float>>& scales) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [id, scale] : scales) {
+    bool found = false;
+    for (const LoraEntry& e : entries_) found = found || e.id == id;
+    if (!found)
+      return Status::invalid_argument("[lora] no adapter has id " + std::to_string(id) +
+                                      (entries_.empty() ? std::string(" (none is loaded)") : " (loaded: " + describe_locked() + ")"));
+    if (!std::isfinite(scale)) return Status::invalid_argument("[lora] the scale of id " + std::to_string(id) + " is not a finite number");
+  }
+  for (LoraEntry& e : entries_) {
+    e.scale = 0.0f;
+    for (const auto& [id, scale] : scales)
+      if (id == e.id) e.scale = scale;
+  }
+  return Status::ok();
+}
+
+Result<std::shared_ptr<const LoraSet>> LoraAdapters::resolve(
+    const std::string& model, const std::optional<std::vector<std::pair<int64_t, float>>>& per_request) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto set = std::make_shared<LoraSet>();
+  bool named = false;
+  for (const LoraEntry& e : entries_)
+    if (!model.empty() && e.name == model) {
+      set->adapters.push_back({e.adapter, 1.0f});
+      named = true;
+    }
+  if (per_request) {
+    for (size_t i = 0; i < per_request->size(); ++i) {
+      const auto& [id, scale] = (*per_request)[i];
+      const LoraEntry* found = nullptr;
+      for (const LoraEntry& e : entries_)
+        if (e.id == id) found = &e;
+      if (found == nullptr)
+        return Status::invalid_argument("[lora] 'lora[" + std::to_string(i) + "]' names adapter id " + std::to_string(id) +
+                                        ", which is not loaded" +
+                                        (entries_.empty() ? std::string(" (no adapter is)") : " (loaded: " + describe_locked() + ")"));
+      if (!std::isfinite(scale))
+        return Status::invalid_argument("[lora] 'lora[" + std::to_string(i) + "].scale' is not a finite number");
+      if (scale != 0.0f) set->adapters.push_back({found->adapter, scale});
+    }
+  } else if (!named) {
+    for (const LoraEntry& e : entries_)
+      if (e.scale != 0.0f) set->adapters.push_back({e.adapter, e.scale});
+  }
+  if (set->empty()) return std::shared_ptr<const LoraSet>();
+  return std::shared_ptr<const LoraSet>(std::move(set));
+}
+
+bool LoraAdapters::has_named() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return ever_named_;
+}
+
+bool LoraAdapters::empty() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return entries_.empty();
+}
+
+std::string LoraAdapters::describe() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return describe_locked();
+}
+
+std::string LoraAdapters::describe_locked() const {
+  std::string s;
+  for (const LoraEntry& e : entries_) s += (s.empty() ? "" : ", ") + std::to_string(e.id) + " '" + e.name + "'";
+  return s;
+}
+
+}  // namespace specula::server
