@@ -19,9 +19,9 @@ Usage:
       writes DIR/arch_<base>.gguf, DIR/lora_<name>.gguf and DIR/merged_<name>.gguf (numpy + gguf
       only; the tests run this at test time — weights are never committed); --check fails unless
       each adapter and merged file is byte for byte the one the fixture was made from (sha256);
-  python3 tools/make_lora_fixtures.py --adapter-for MODEL.gguf --out FILE [--rank R] [--seed S]
-      writes a random adapter (f32, alpha 2·rank, attn_q and attn_v of every layer) for any GGUF
-      model, e.g. Gemma 3 270M for the command-line tests;
+  python3 tools/make_lora_fixtures.py --adapter-for MODEL.gguf --out FILE [--rank R] [--seed S] [--targets all]
+      writes a random adapter (f32, alpha 2·rank, attn_q and attn_v of every layer, or the listed
+      projections) for any GGUF model, e.g. Gemma 3 270M for the command-line tests;
   python3 tools/make_lora_fixtures.py
       also runs llama.cpp (llama-cpp-python: Llama(lora_path=..., lora_scale=...),
       tools/install_reference.sh) and writes tests/fixtures/lora_reference.json: per adapter its
@@ -167,7 +167,7 @@ def write_merged(name: str, base_path: str, path: str):
     b.finish()
 
 
-def adapter_for(model_path: str, out: str, rank: int, seed: int):
+def adapter_for(model_path: str, out: str, rank: int, seed: int, targets=("attn_q", "attn_v")):
     import gguf
 
     reader = gguf.GGUFReader(model_path)
@@ -178,7 +178,7 @@ def adapter_for(model_path: str, out: str, rank: int, seed: int):
     w.add_string("adapter.type", "lora")
     w.add_float32("adapter.lora.alpha", 2.0 * rank)
     for t in reader.tensors:
-        if t.name.endswith(("attn_q.weight", "attn_v.weight")):
+        if t.name.startswith("blk.") and t.name.split(".")[2] in targets and t.name.endswith(".weight"):
             n_in, n_out = (int(x) for x in t.shape[:2])
             w.add_tensor(t.name + ".lora_a", (rng.standard_normal((rank, n_in)) / np.sqrt(n_in)).astype(F32))
             w.add_tensor(t.name + ".lora_b", (rng.standard_normal((n_out, rank)) * (0.5 / np.sqrt(rank))).astype(F32))
@@ -284,9 +284,13 @@ def main() -> int:
     ap.add_argument("--adapter-for")
     ap.add_argument("--rank", type=int, default=4)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--targets", default="attn_q,attn_v",
+                    help="--adapter-for: the projections adapted in every layer (comma-separated GGUF names; "
+                         "'all': the seven attention and MLP ones)")
     args = ap.parse_args()
     if args.adapter_for:
-        write_atomic(args.out, lambda tmp: adapter_for(args.adapter_for, tmp, args.rank, args.seed))
+        targets = ALL if args.targets == "all" else [t.strip() for t in args.targets.split(",")]
+        write_atomic(args.out, lambda tmp: adapter_for(args.adapter_for, tmp, args.rank, args.seed, targets))
         return 0
     known = list(ADAPTERS) + list(PEFT_ADAPTERS)
     names = [n.strip() for n in args.only.split(",")] if args.only else known

@@ -13,6 +13,7 @@
 #include "cli/common.h"
 #include "core/thread_pool.h"
 #include "kernels/kernels.h"
+#include "model/lora.h"
 
 namespace specula::cli {
 namespace {
@@ -24,6 +25,7 @@ struct BenchArgs {
   int64_t depth = 0;  // context already in the rows before the decode test
   bool json = false;
   CacheArgs cache;
+  std::vector<std::string> lora;  // --lora: row r runs with adapter r % n
 };
 
 // Read bandwidth of this machine with `threads` threads: best of 5 passes summing a
@@ -70,8 +72,9 @@ double weight_bytes(const gguf::GgufFile& f) {
 // Runs the timed loops over one state of `batch` rows.
 class Bench {
  public:
-  Bench(const BenchArgs& a, Model& model, StateRows& cache)
-      : a_(a), model_(model), cache_(cache), B_(a.batch), rng_(1234) {
+  Bench(const BenchArgs& a, Model& model, StateRows& cache, std::vector<LoraSet> lora)
+      : a_(a), model_(model), cache_(cache), B_(a.batch), rng_(1234), lora_(std::move(lora)) {
+    for (int32_t r = 0; r < B_ && !lora_.empty(); ++r) row_lora_.push_back(&lora_[static_cast<size_t>(r) % lora_.size()]);
     const int64_t n_vocab = model.info().n_vocab;
     prompt_.resize(static_cast<size_t>(std::max<int64_t>({1, a.n_prompt, a.depth})));
     for (auto& t : prompt_) t = static_cast<int32_t>(rng_() % static_cast<uint32_t>(n_vocab));
@@ -86,6 +89,7 @@ class Bench {
     const int32_t rows[1] = {0};
     const double t0 = now_seconds();
     Batch b{1, static_cast<int64_t>(a_.n_prompt), prompt_.data(), rows};
+    b.lora = lora_of(0);
     SPECULA_RETURN_IF_ERROR(model_.forward(b, cache_, hidden_));
     const int64_t E = model_.info().n_embd;
     model_.project_logits(hidden_.data() + (hidden_.dim(0) - 1) * E, 1, logits_.data());
@@ -100,6 +104,7 @@ class Bench {
       for (int64_t off = 0; off < a_.depth; off += 512) {
         const int32_t row[1] = {r};
         Batch b{1, std::min<int64_t>(512, a_.depth - off), prompt_.data() + off, row};
+        b.lora = lora_of(r);
         SPECULA_RETURN_IF_ERROR(model_.forward(b, cache_, hidden_));
       }
       toks_[r] = prompt_[0];
@@ -107,6 +112,7 @@ class Bench {
     const double t0 = now_seconds();
     for (int i = 0; i < a_.n_gen; ++i) {
       Batch b{B_, 1, toks_.data(), all_rows_.data()};
+      b.lora = lora_of(0);
       SPECULA_RETURN_IF_ERROR(model_.forward(b, cache_, hidden_));
       model_.project_logits(hidden_.data(), B_, logits_.data());
       for (auto& t : toks_) t = static_cast<int32_t>(rng_() % static_cast<uint32_t>(n_vocab));
@@ -115,6 +121,8 @@ class Bench {
   }
 
  private:
+  // Batch::lora for rows starting at row r (null without adapters).
+  const LoraSet* const* lora_of(int32_t r) const { return row_lora_.empty() ? nullptr : row_lora_.data() + r; }
   const BenchArgs& a_;
   Model& model_;
   StateRows& cache_;
@@ -123,6 +131,8 @@ class Bench {
   std::vector<int32_t> prompt_, all_rows_, toks_;
   std::vector<float> logits_;
   Tensor hidden_;
+  std::vector<LoraSet> lora_;
+  std::vector<const LoraSet*> row_lora_;
 };
 
 // Mean and standard deviation.
@@ -169,7 +179,15 @@ int run_bench(const RuntimeConfig& config, const BenchArgs& a) {
   Model& model = *l->model;
   auto state = bench_state(a, model);
   if (!state) return fail(state.message());
-  Bench bench(a, model, *state);
+  std::vector<LoraSet> lora;
+  for (const std::string& path : a.lora) {
+    auto adapter = model.load_lora(path);
+    if (!adapter) return fail(adapter.message());
+    std::printf("LoRA %s: %lld projections, rank %lld\n", path.c_str(), static_cast<long long>((*adapter)->n_pairs()),
+                static_cast<long long>((*adapter)->max_rank()));
+    lora.push_back(LoraSet{{LoraWeight{std::move(adapter).value(), 1.0f}}});
+  }
+  Bench bench(a, model, *state, std::move(lora));
   if (auto w = bench.decode(); !w) return fail(w.message());  // warm-up
   std::vector<double> pp, tg;
   for (int r = 0; r < a.reps; ++r) {
@@ -238,6 +256,9 @@ Verb add_bench(CLI::App& app, const RuntimeConfig& config) {
   cmd->add_option("-t,--threads", a->threads, "Threads (default: all cores)")->check(CLI::Range(0, 1024));
   cmd->add_option("-r,--repetitions", a->reps, "Repetitions (default 3)")->check(CLI::Range(1, 1000));
   cmd->add_flag("--json", a->json, "Also print one JSON line");
+  cmd->add_option("--lora", a->lora,
+                  "A LoRA adapter (GGUF LoRA file or PEFT folder) at scale 1, repeatable: row r of -b runs with "
+                  "adapter r mod the count");
   cmd->add_option("-b,--batch", a->batch, "Rows decoding together in the decode test (default 1)")->check(CLI::Range(1, 256));
   cmd->add_option("-d,--n-depth", a->depth, "Context tokens already in each row before the decode test (default 0)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));

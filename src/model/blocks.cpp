@@ -811,24 +811,8 @@ void Transformer::ffn_dense(int64_t il, const LayerConfig& lc, const LayerWeight
 
 void Transformer::add_lora(int64_t il, LoraTarget t, const float* x, int64_t n_in, float* y, int64_t n_out) {
   if (lora_ == nullptr) return;
-  // Row by row: a row's deltas are computed from its own tokens only (matmul gives every
-  // element the same value whatever M), so a row's result does not depend on its neighbours.
-  for (size_t b = 0; b + 1 < layout_.offset.size(); ++b) {
-    const LoraSet* set = lora_[b];
-    if (set == nullptr) continue;
-    const int64_t off = layout_.offset[b], mb = layout_.offset[b + 1] - off;
-    for (const LoraWeight& w : set->adapters) {
-      const LoraPair* p = w.adapter != nullptr ? w.adapter->find(il, t) : nullptr;
-      if (p == nullptr || mb <= 0) continue;
-      if (static_cast<int64_t>(lora_mid_.size()) < mb * p->rank) lora_mid_.resize(static_cast<size_t>(mb * p->rank));
-      if (static_cast<int64_t>(lora_delta_.size()) < mb * n_out) lora_delta_.resize(static_cast<size_t>(mb * n_out));
-      ops::matmul(*ctx_.pool, *kt_, p->a, x + off * n_in, mb, lora_mid_.data(), ws_);
-      ops::matmul(*ctx_.pool, *kt_, p->b, lora_mid_.data(), mb, lora_delta_.data(), ws_);
-      const float s = w.scale * p->scale;
-      float* dst = y + off * n_out;
-      for (int64_t i = 0; i < mb * n_out; ++i) dst[i] += s * lora_delta_[static_cast<size_t>(i)];
-    }
-  }
+  apply_lora(*ctx_.pool, *kt_, lora_, layout_.offset.data(), static_cast<int32_t>(layout_.offset.size()) - 1, il, t, x,
+             n_in, y, n_out, lora_scratch_);
 }
 
 Result<std::shared_ptr<const LoraAdapter>> Transformer::load_lora(const std::string& path) const {

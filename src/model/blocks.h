@@ -262,7 +262,7 @@ class Transformer final : public Model {
   ops::Workspace ws_;
   BatchLayout layout_;
   const LoraSet* const* lora_ = nullptr;  // the forward's Batch::lora (null: no row has adapters)
-  std::vector<float> lora_mid_, lora_delta_;  // A x [rows, rank], B (A x) [rows, n_out]
+  LoraScratch lora_scratch_;
   AttentionScratch attn_scratch_;
   // Step buffers (grow only; widths are the largest over layers): x/xn/o [M, n_embd];
   // q/attn [M, n_heads*hd]; k/v [M, n_kv*hd]; qkv [M, (n_heads+2 n_kv)*hd] (fused only);

@@ -2,6 +2,7 @@
 // configuration (model/lora.h).
 #include "model/lora.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
@@ -14,7 +15,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/thread_pool.h"
 #include "formats/gguf.h"
+#include "kernels/kernels.h"
 #include "formats/hf_folder.h"
 #include "formats/safetensors.h"
 #include "model/blocks.h"
@@ -244,7 +247,7 @@ Result<std::shared_ptr<const LoraAdapter>> LoraAdapter::load_peft(const std::str
   auto text = read_small_file(config_path, size_t{1} << 22);
   if (!text) return Status::error(who + text.message());
   auto parsed = hf::Config::parse(*text, config_path.string());
-  if (!parsed) return Status::error("[lora] " + parsed.message());
+  if (!parsed) return Status::error("[lora] " + parsed.message().substr(parsed.message().rfind("[hf] ", 0) == 0 ? 5 : 0));
   hf::Config& cfg = *parsed;
   const std::string peft_type = cfg.s("peft_type", std::string("LORA"));
   const int64_t r = cfg.i("r", 1, 1 << 16, 8);
@@ -253,7 +256,10 @@ Result<std::shared_ptr<const LoraAdapter>> LoraAdapter::load_peft(const std::str
   const bool dora = cfg.b("use_dora", false);
   const bool fan_in_fan_out = cfg.b("fan_in_fan_out", false);
   const std::string bias = cfg.s("bias", std::string("none"));
-  if (!cfg.status().is_ok()) return Status::error("[lora] " + std::string(cfg.status().message()).substr(5));
+  if (!cfg.status().is_ok()) {
+    const std::string m = cfg.status().message();
+    return Status::error("[lora] " + m.substr(m.rfind("[hf] ", 0) == 0 ? 5 : 0));
+  }
   const std::string cfg_who = who + "adapter_config.json: ";
   if (peft_type != "LORA") return Status::error(cfg_who + "peft_type '" + peft_type + "' is not supported (LORA only)");
   if (dora) return Status::error(cfg_who + "'use_dora': true (DoRA) is not supported");
@@ -405,6 +411,129 @@ Result<std::shared_ptr<const LoraAdapter>> LoraAdapter::load(const std::string& 
   if (fs::is_directory(p, ec) || leaf == "adapter_config.json" || leaf == "adapter_model.safetensors")
     return load_peft(path, base, kt, model);
   return load_gguf(path, base, kt, model);
+}
+
+namespace {
+
+// All `nth` threads of a ThreadPool job wait here until each has arrived (the pool runs a
+// job on every thread at once, so a spin barrier inside one is safe).
+class SpinBarrier {
+ public:
+  void wait(int nth) {
+    const int gen = gen_.load(std::memory_order_acquire);
+    if (count_.fetch_add(1, std::memory_order_acq_rel) + 1 == nth) {
+      count_.store(0, std::memory_order_relaxed);
+      gen_.fetch_add(1, std::memory_order_release);
+      return;
+    }
+    while (gen_.load(std::memory_order_acquire) == gen) {
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
+    }
+  }
+
+ private:
+  std::atomic<int> count_{0}, gen_{0};
+};
+
+template <typename T>
+T* grow(std::vector<T>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+  return v.data();
+}
+
+// One pair over the tokens in scratch.tokens / scratch.scales (see apply_lora).
+void apply_pair(ThreadPool& pool, const kernels::KernelTable& kt, const LoraPair& p, const float* x, int64_t n_in,
+                float* y, int64_t n_out, LoraScratch& sc) {
+  const int64_t T = static_cast<int64_t>(sc.tokens.size()), R = p.rank;
+  // The inputs, gathered unless the tokens are one contiguous run.
+  bool contiguous = true;
+  for (int64_t i = 1; i < T && contiguous; ++i) contiguous = sc.tokens[i] == sc.tokens[i - 1] + 1;
+  const float* xs = x + sc.tokens[0] * n_in;
+  if (!contiguous) {
+    float* g = grow(sc.x, static_cast<size_t>(T * n_in));
+    for (int64_t i = 0; i < T; ++i) std::memcpy(g + i * n_in, x + sc.tokens[i] * n_in, sizeof(float) * n_in);
+    xs = g;
+  }
+  const kernels::TypeKernels& ka = kt.of(p.a.dtype);
+  const kernels::TypeKernels& kb = kt.of(p.b.dtype);
+  const kernels::TypeKernels& qa = kt.of(ka.vec_dot_type);
+  const kernels::TypeKernels& qb = kt.of(kb.vec_dot_type);
+  const size_t xq_stride = row_bytes(ka.vec_dot_type, n_in), mq_stride = row_bytes(kb.vec_dot_type, R);
+  const bool x_f32 = ka.vec_dot_type == DType::F32, mid_f32 = kb.vec_dot_type == DType::F32;
+  uint8_t* xq = x_f32 ? nullptr : grow(sc.xq, xq_stride * static_cast<size_t>(T));
+  float* mid = grow(sc.mid, static_cast<size_t>(T * R));
+  uint8_t* midq = mid_f32 ? nullptr : grow(sc.midq, mq_stride * static_cast<size_t>(T));
+  float* delta = grow(sc.delta, static_cast<size_t>(T * n_out));
+  const uint8_t* a = static_cast<const uint8_t*>(p.a.data);
+  const uint8_t* b = static_cast<const uint8_t*>(p.b.data);
+  SpinBarrier barrier;
+  pool.run([&](int ith, int nth) {
+    if (!x_f32) {
+      auto [m0, m1] = ThreadPool::split(T, ith, nth);
+      for (int64_t i = m0; i < m1; ++i) qa.quantize_row(xs + i * n_in, xq + i * xq_stride, n_in);
+      barrier.wait(nth);
+    }
+    // mid [T, R] = A x: the rank rows split between threads (independent of T).
+    auto [r0, r1] = ThreadPool::split(R, ith, nth);
+    if (r1 > r0)
+      ka.gemm(n_in, a + static_cast<size_t>(r0) * p.a.row_stride, p.a.row_stride, r1 - r0,
+              x_f32 ? static_cast<const void*>(xs) : xq, x_f32 ? sizeof(float) * n_in : xq_stride, T, mid + r0, R);
+    barrier.wait(nth);
+    if (!mid_f32) {
+      auto [m0, m1] = ThreadPool::split(T, ith, nth);
+      for (int64_t i = m0; i < m1; ++i) qb.quantize_row(mid + i * R, midq + i * mq_stride, R);
+      barrier.wait(nth);
+    }
+    // delta [T, n_out] = B mid, then y += s · delta: B's output rows split between threads.
+    auto [j0, j1] = ThreadPool::split(n_out, ith, nth, 16);
+    if (j1 <= j0) return;
+    kb.gemm(R, b + static_cast<size_t>(j0) * p.b.row_stride, p.b.row_stride, j1 - j0,
+            mid_f32 ? static_cast<const void*>(mid) : midq, mid_f32 ? sizeof(float) * R : mq_stride, T, delta + j0, n_out);
+    for (int64_t i = 0; i < T; ++i) {
+      const float s = sc.scales[static_cast<size_t>(i)];
+      float* dst = y + sc.tokens[static_cast<size_t>(i)] * n_out;
+      const float* d = delta + i * n_out;
+      for (int64_t j = j0; j < j1; ++j) dst[j] += s * d[j];
+    }
+  });
+}
+
+}  // namespace
+
+void apply_lora(ThreadPool& pool, const kernels::KernelTable& kt, const LoraSet* const* rows, const int64_t* offset,
+                int32_t n_rows, int64_t il, LoraTarget t, const float* x, int64_t n_in, float* y, int64_t n_out,
+                LoraScratch& sc) {
+  // Slot by slot (a row's first adapter, then its second, ...), so that each token gets its
+  // adapters' deltas in the row's order; within a slot, one group per distinct pair.
+  size_t slots = 0;
+  for (int32_t b = 0; b < n_rows; ++b)
+    if (rows[b] != nullptr) slots = std::max(slots, rows[b]->adapters.size());
+  std::vector<const LoraPair*> pairs;
+  for (size_t slot = 0; slot < slots; ++slot) {
+    pairs.clear();
+    for (int32_t b = 0; b < n_rows; ++b) {
+      if (rows[b] == nullptr || slot >= rows[b]->adapters.size()) continue;
+      const LoraWeight& w = rows[b]->adapters[slot];
+      const LoraPair* p = w.adapter != nullptr ? w.adapter->find(il, t) : nullptr;
+      if (p != nullptr && std::find(pairs.begin(), pairs.end(), p) == pairs.end()) pairs.push_back(p);
+    }
+    for (const LoraPair* p : pairs) {
+      sc.tokens.clear();
+      sc.scales.clear();
+      for (int32_t b = 0; b < n_rows; ++b) {
+        if (rows[b] == nullptr || slot >= rows[b]->adapters.size()) continue;
+        const LoraWeight& w = rows[b]->adapters[slot];
+        if (w.adapter == nullptr || w.adapter->find(il, t) != p) continue;
+        for (int64_t tok = offset[b]; tok < offset[b + 1]; ++tok) {
+          sc.tokens.push_back(tok);
+          sc.scales.push_back(w.scale * p->scale);
+        }
+      }
+      if (!sc.tokens.empty()) apply_pair(pool, kt, *p, x, n_in, y, n_out, sc);
+    }
+  }
 }
 
 bool any_lora(const Batch& batch) {

@@ -54,6 +54,7 @@ class GgufFile;
 namespace kernels {
 struct KernelTable;
 }
+class ThreadPool;
 struct TransformerConfig;
 struct Batch;
 class Model;
@@ -127,5 +128,25 @@ struct LoraSet {
 
 // Whether any row of `batch` runs with an adapter (a non-empty Batch::lora entry).
 bool any_lora(const Batch& batch);
+
+// Buffers of apply_lora (grow only; one per model instance, like its other step buffers).
+struct LoraScratch {
+  std::vector<float> x, mid, delta;      // gathered inputs [T, n_in], A x [T, rank], B (A x) [T, n_out]
+  std::vector<uint8_t> xq, midq;         // the same as the kernels' activation types
+  std::vector<int64_t> tokens;           // the group's token indices into x / y
+  std::vector<float> scales;             // and each one's scale
+};
+
+// The LoRA deltas of one projection for a ragged batch: y[t] += s_t · B (A x[t]) for every
+// token t of every row b (tokens [offset[b], offset[b + 1])) with adapters in rows[b], s_t =
+// the adapter's user scale · the pair's scale. x [T, n_in], y [T, n_out] (row-major f32).
+// Rows sharing an adapter pair are computed together (one read of A and B, one dispatch on
+// the pool for both products: threads split A's rank rows, meet at a barrier, then split B's
+// output rows), the adapters of a row in their order, so each token's result is what it gets
+// alone (the kernels' dot products do not depend on the number of tokens): batch
+// invariance holds across adapters. find(il, t) picks each adapter's pair.
+void apply_lora(ThreadPool& pool, const kernels::KernelTable& kt, const LoraSet* const* rows, const int64_t* offset,
+                int32_t n_rows, int64_t il, LoraTarget t, const float* x, int64_t n_in, float* y, int64_t n_out,
+                LoraScratch& scratch);
 
 }  // namespace specula

@@ -305,6 +305,7 @@ TEST(Lora, BadPeftFoldersAreRefusedByName) {
   std::ofstream(bin + "/adapter_model.bin") << "pickle";
   expect_error(bin, "adapter_model.bin (a PyTorch pickle) is not read");
   const std::string nothing = kDir + "/bad_peft_empty";
+  fs::remove_all(nothing);
   fs::create_directories(nothing);
   expect_error(nothing, "no adapter_config.json");
   {
