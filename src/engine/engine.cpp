@@ -218,6 +218,40 @@ void sort_unique(std::vector<uint64_t>& ids) {
 }
 }  // namespace
 
+// Adapter sets with a prompt cache of their own at once; together they take half the RAM
+// tier's cap again.
+constexpr size_t kLoraCaches = 8;
+
+PromptCache* Engine::cache_of(const EngineRequest& r) {
+  if (!options_.prompt_cache) return nullptr;
+  if (!has_lora(r)) return options_.prompt_cache.get();
+  const int64_t ram = options_.prompt_cache->options().ram_bytes / (2 * kLoraCaches);
+  if (ram <= 0) return nullptr;
+  std::string key = "lora";
+  for (const LoraWeight& w : r.lora->adapters) {
+    uint32_t bits = 0;
+    std::memcpy(&bits, &w.scale, sizeof bits);
+    key += ";" + std::to_string(w.adapter != nullptr ? w.adapter->id() : 0) + "*" + std::to_string(bits);
+  }
+  for (LoraCache& c : lora_caches_)
+    if (c.key == key) {
+      c.last_use = ++lora_cache_clock_;
+      return c.cache.get();
+    }
+  PromptCacheOptions o;
+  o.ram_bytes = ram;
+  o.fingerprint = options_.prompt_cache->options().fingerprint + "|" + key;
+  auto made = PromptCache::create(std::move(o));  // RAM only: cannot fail
+  if (!made) return nullptr;
+  if (lora_caches_.size() >= kLoraCaches) {
+    auto lru = std::min_element(lora_caches_.begin(), lora_caches_.end(),
+                                [](const LoraCache& a, const LoraCache& b) { return a.last_use < b.last_use; });
+    lora_caches_.erase(lru);
+  }
+  lora_caches_.push_back({key, std::move(made).value(), ++lora_cache_clock_});
+  return lora_caches_.back().cache.get();
+}
+
 Engine::LoraUse Engine::lora_in_use() const {
   LoraUse use;
   std::lock_guard<std::mutex> lock(wakeup_->mu);
@@ -367,10 +401,10 @@ void Engine::admit(std::vector<Pending>& admitted) {
       resumed = resume_generation(*resuming, *row);
       if (!resumed) p = std::move(resuming->p);
     }
-    if (!resumed && st.is_ok() && options_.prompt_cache && prompt.size() > 1 && p.request.prompt_logprobs < 0 &&
-        !has_lora(p.request)) {
+    PromptCache* cache = st.is_ok() ? cache_of(p.request) : nullptr;
+    if (!resumed && cache != nullptr && prompt.size() > 1 && p.request.prompt_logprobs < 0) {
       // The longest cached prefix, leaving at least the last prompt token to compute.
-      auto hit = options_.prompt_cache->lookup(prompt, static_cast<int64_t>(prompt.size()) - 1, state_);
+      auto hit = cache->lookup(prompt, static_cast<int64_t>(prompt.size()) - 1, state_);
       if (hit) {
         cached = hit->length;
         row = std::move(hit->state);
@@ -462,12 +496,12 @@ void Engine::retire(std::vector<std::pair<size_t, Outcome>> ended, const std::st
     for (size_t g = 0; g < gone.size(); ++g) {
       const Active& a = gone[g];
       RowState st = state_.take(gone_rows[g]);
-      if (outcomes[g] == Outcome::kFailed || has_lora(a.p.request) || fault::fire(fault::Point::kCacheExtract) ||
-          st.layers.empty() || st.length <= a.cached ||
+      PromptCache* cache = outcomes[g] == Outcome::kFailed ? nullptr : cache_of(a.p.request);
+      if (cache == nullptr || fault::fire(fault::Point::kCacheExtract) || st.layers.empty() || st.length <= a.cached ||
           st.length > static_cast<int64_t>(a.context.size()))
         continue;
       std::vector<int32_t> tokens(a.context.begin(), a.context.begin() + st.length);
-      options_.prompt_cache->insert(std::move(tokens), std::move(st));
+      cache->insert(std::move(tokens), std::move(st));
     }
   }
   state_.filter(keep);

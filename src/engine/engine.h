@@ -79,10 +79,11 @@ struct EngineRequest {
   // above. An identical request then continues an interrupted one exactly.
   std::string resume_key;
   // LoRA adapters (model/lora.h) this request runs with, each with its scale, loaded by this
-  // engine's model (Model::load_lora); null or empty: the base model. Such a request neither
-  // reads nor writes the prompt cache or generation checkpoints (their states are the base
-  // model's); a draft model drafts without the adapters and the target verifies with them, so
-  // speculation stays lossless.
+  // engine's model (Model::load_lora); null or empty: the base model. Such a request reads
+  // and feeds a RAM-only prompt cache of its adapter set (cache_of), never the base model's,
+  // and writes no generation checkpoints (an adapter's identity does not outlive the
+  // process); a draft model drafts without the adapters and the target verifies with them,
+  // so speculation stays lossless.
   std::shared_ptr<const LoraSet> lora;
 };
 
@@ -344,6 +345,12 @@ class Engine {
   // The next prompt position after `prefilled` at which a checkpoint is stored (or the
   // prompt length when none is due).
   int64_t next_checkpoint(const Active& a) const;
+  // The prompt cache a request reads and feeds: options_.prompt_cache for the base model;
+  // for a request with LoRA adapters, a RAM-only cache of its own adapter set (adapters by
+  // LoraAdapter::id, scales by their bits), so a prefix computed under one set is never
+  // served to another. The 8 most recently used sets keep theirs, each a sixteenth of the
+  // RAM tier's cap. Null: no prompt cache (or no RAM tier for adapter sets). Loop thread.
+  PromptCache* cache_of(const EngineRequest& r);
   // Generation checkpoints: the key of a request (empty when it does not checkpoint), and
   // storing / restoring one.
   std::string generation_key(const EngineRequest& r) const;
@@ -375,6 +382,13 @@ class Engine {
   uint64_t next_id_ = 1;
   EngineStats stats_;
   std::vector<uint64_t> running_lora_;  // lora_in_use().running, set with stats_.running_rows
+  struct LoraCache {
+    std::string key;
+    std::unique_ptr<PromptCache> cache;
+    uint64_t last_use = 0;
+  };
+  std::vector<LoraCache> lora_caches_;  // cache_of's (loop thread only)
+  uint64_t lora_cache_clock_ = 0;
 
   // Loop-thread state. running_[i] owns state row i.
   std::vector<Active> running_;

@@ -86,7 +86,8 @@ void Engine::plan_step(std::vector<RoundRow>& rows, std::vector<size_t>& members
 
 int64_t Engine::next_checkpoint(const Active& a) const {
   const int64_t n_prompt = static_cast<int64_t>(a.p.request.prompt.size());
-  if (!options_.prompt_cache || !checkpoints_ || has_lora(a.p.request)) return n_prompt;
+  if (!options_.prompt_cache || !checkpoints_ || (has_lora(a.p.request) && options_.prompt_cache->options().ram_bytes < 16))
+    return n_prompt;
   int64_t next = n_prompt - 1;  // the prompt's end, minus the token whose logits are needed
   if (options_.cache_checkpoint_every > 0) {
     const int64_t every = (a.prefilled / options_.cache_checkpoint_every + 1) * options_.cache_checkpoint_every;
@@ -251,9 +252,11 @@ bool Engine::step() {
     for (size_t k : prompt_checkpoints) {
       Active& a = running_[members[k]];
       if (fault::fire(fault::Point::kCacheExtract)) continue;  // (a failed copy only costs the cache)
+      PromptCache* cache = cache_of(a.p.request);
+      if (cache == nullptr) continue;
       auto copy = state_.extract(static_cast<int32_t>(members[k]));
       if (copy)
-        options_.prompt_cache->insert(
+        cache->insert(
             std::vector<int32_t>(a.p.request.prompt.begin(), a.p.request.prompt.begin() + a.prefilled),
             std::move(copy).value());
     }

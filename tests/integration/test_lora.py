@@ -10,6 +10,8 @@ greedy answers, each compared with an independent front door (`specula generate 
     with; `--lora PATH` (no name) is on for every request;
   * 8 concurrent requests over two adapters, a weighted mix and the base: each equals its
     answer alone (rows of different adapters batch together);
+  * the prompt cache keys on the adapter set (a repeat hits; another adapter, scale or the
+    base does not);
   * vLLM's run-time routes: 403 without --lora-runtime-updates; load, use, unload (a
     request running with the adapter finishes whole and unchanged);
   * /metrics: vllm:lora_requests_info (running/waiting adapters, max_lora);
@@ -121,6 +123,22 @@ def main():
             t.join()
         for i, (body, w) in enumerate(bodies):
             check(got[i] == w, f"concurrent request {i} {body}: {got[i]!r} != alone {w!r}")
+        # The prompt cache keys on the adapter set: a repeat under the same adapter starts from
+        # its cached state, one under another adapter (or the base) does not.
+        story = "Once upon a time, in a land far away, there lived a curious fox who"
+        def cached(body):
+            st, _, j = srv.post_json("/v1/completions", {"prompt": story, "max_tokens": 4, "temperature": 0, **body},
+                                     timeout=300)
+            check(st == 200, f"{body}: {st} {j}")
+            return j["usage"]["prompt_tokens_details"]["cached_tokens"], j["choices"][0]["text"]
+        first = cached({"model": "alpha"})
+        again = cached({"model": "alpha"})
+        # (At most the BOS token can come from the earlier requests' entries.)
+        check(first[0] <= 1 and again[0] > 1 and again[1] == first[1], f"alpha twice: {first} {again}")
+        check(cached({"model": "beta"})[0] <= 1, "beta was served alpha's cached state")
+        check(cached({"lora": [{"id": 0, "scale": 0.5}]})[0] <= 1, "alpha at 0.5 was served alpha at 1's state")
+        check(cached({})[0] <= 1, "the base model was served an adapter's cached state")
+        notes.append("prompt cache per adapter set")
         m = srv.metrics()
         info = [k for k in m if k.startswith("vllm:lora_requests_info")]
         check(len(info) == 1 and 'max_lora="2"' in info[0], f"lora gauge: {info}")

@@ -455,24 +455,35 @@ TEST(Lora, EngineRequestsWithAdaptersEqualTheModelAlone) {
   const int64_t entries_before = pc->stats().ram_entries;
   std::vector<RequestSummary> sums;
   EXPECT_EQ(run_all(**cached, reqs, &sums), want);
-  // ... and adapter requests store nothing: the only new entries are the base requests' (2 and 6).
-  std::vector<EngineRequest> only_lora;
-  for (const auto& r : reqs)
-    if (has_lora(r)) only_lora.push_back(r);
-  const int64_t entries_mid = pc->stats().ram_entries;
-  EXPECT_EQ(run_all(**cached, only_lora), std::vector<std::vector<int32_t>>([&] {
-              std::vector<std::vector<int32_t>> w;
-              for (size_t i = 0; i < reqs.size(); ++i)
-                if (has_lora(reqs[i])) w.push_back(want[i]);
-              return w;
-            }()));
-  EXPECT_EQ(pc->stats().ram_entries, entries_mid) << "adapter requests stored prompt-cache entries";
-  EXPECT_GE(entries_mid, entries_before);
+  // ... the adapter requests found none of the base model's states (each set has a cache of
+  // its own), and stored nothing in the base model's cache.
   for (size_t i = 0; i < reqs.size(); ++i) {
     if (has_lora(reqs[i])) {
       EXPECT_EQ(sums[i].cached_tokens, 0) << "request " << i;
     }
   }
+  std::vector<EngineRequest> only_lora;
+  std::vector<std::vector<int32_t>> want_lora;
+  for (size_t i = 0; i < reqs.size(); ++i)
+    if (has_lora(reqs[i])) {
+      only_lora.push_back(reqs[i]);
+      want_lora.push_back(want[i]);
+    }
+  const int64_t entries_mid = pc->stats().ram_entries;
+  EXPECT_GE(entries_mid, entries_before);
+  // Again: each adapter request now starts from its own set's cached state, and its tokens
+  // are those of a cold run.
+  std::vector<RequestSummary> again;
+  EXPECT_EQ(run_all(**cached, only_lora, &again), want_lora);
+  for (size_t k = 0; k < only_lora.size(); ++k) EXPECT_GT(again[k].cached_tokens, 0) << "adapter request " << k;
+  EXPECT_EQ(pc->stats().ram_entries, entries_mid) << "adapter requests stored entries in the base model's cache";
+  // The same adapter at another scale is another set: no hit, and the cold answer.
+  EngineRequest rescaled = reqs[0];
+  rescaled.lora = set({{ad[0], 0.25f}});
+  std::vector<RequestSummary> one;
+  EXPECT_EQ(run_all(**cached, {rescaled}, &one),
+            std::vector<std::vector<int32_t>>{testing::greedy(*m, rescaled.prompt, 12, {}, rescaled.lora.get())});
+  EXPECT_EQ(one[0].cached_tokens, 0);
   // An adapter loaded for another model instance is refused at submission.
   auto other = load(base_path("llama_a"));
   auto foreign = other->load_lora(lora_path("llama_a_r4"));
