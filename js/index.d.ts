@@ -132,6 +132,11 @@ export class Model {
   call(path: string, body?: Record<string, unknown>, method?: string): Promise<any> | AsyncIterable<any>;
   info(): Record<string, unknown>;
   stats(): { running_rows: number; queue_depth: number; steps: number; [key: string]: unknown };
+  /** Loads a LoRA adapter (GGUF LoRA file or PEFT folder); returns its id. Requests select it
+   * with call(path, {model: name}) or {lora: [{id, scale}]}; `scale` is its global scale. */
+  loraLoad(path: string, options?: { name?: string | null; scale?: number }): number;
+  loraUnload(name: string): void;
+  loraAdapters(): { id: number; name: string; path: string; scale: number }[];
   close(): void;
 }
 

@@ -343,6 +343,18 @@ class Model {
 
   info() { return JSON.parse(this._native.infoJson()); }
   stats() { return JSON.parse(this._native.statsJson()); }
+  // LoRA adapters (GGUF LoRA files or PEFT folders): requests select one with
+  // call(..., {model: name}) or {lora: [{id, scale}]}; `scale` is its global scale (requests
+  // that select nothing run with the adapters whose scale is not 0). Returns its id.
+  loraLoad(path, { name = null, scale = 0 } = {}) {
+    try { return this._native.loraLoad(path, name, scale); } catch (e) { throw wrap(e); }
+  }
+  loraUnload(name) {
+    try { this._native.loraUnload(name); } catch (e) { throw wrap(e); }
+  }
+  loraAdapters() {
+    try { return JSON.parse(this._native.loraListJson()); } catch (e) { throw wrap(e); }
+  }
   // Cancels the running generations; the model's memory goes once they are all gone.
   close() { this._native.close(); }
 }

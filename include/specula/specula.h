@@ -203,6 +203,27 @@ SPECULA_API specula_status specula_apply_chat_template(const specula_model* mode
                                                        const char* tools_json, char** out_text, int32_t** out_tokens,
                                                        size_t* n_tokens);
 
+/* ---- LoRA adapters ------------------------------------------------------------------- */
+
+/* Loads a LoRA adapter — llama.cpp's GGUF LoRA file or a PEFT folder (adapter_config.json +
+ * adapter_model.safetensors) — for `model`, applied without merging (docs/API.md, "LoRA
+ * adapters"). `name` (NULL or "": the file's stem) is what a request's options_json
+ * {"model": NAME} selects; `scale` is its global scale: every request that chooses no
+ * adapters runs with the adapters whose global scale is not 0 (llama-cpp-python's
+ * Llama(lora_path, lora_scale)), and one that sends options_json {"lora": [{"id", "scale"}]}
+ * runs with those instead. *out_id (may be NULL): the adapter's id (0, 1, ... in load order,
+ * never reused). Errors: SPECULA_ERR_INVALID_ARGUMENT (not an adapter, made for another
+ * architecture or model — the message names the tensor and both shapes —, a name already
+ * loaded, a scale that is not finite), SPECULA_ERR_NOT_FOUND (no such file). Any thread;
+ * requests running meanwhile are unaffected. */
+SPECULA_API specula_status specula_lora_load(specula_model* model, const char* path, const char* name, float scale,
+                                             int64_t* out_id);
+/* Unloads the adapter `name`: later requests cannot select it; those running with it finish
+ * with it. Errors: SPECULA_ERR_NOT_FOUND (no adapter of that name; the message lists them). */
+SPECULA_API specula_status specula_lora_unload(specula_model* model, const char* name);
+/* The loaded adapters as JSON text: [{"id", "name", "path", "scale"}] (free with specula_free). */
+SPECULA_API specula_status specula_lora_list_json(const specula_model* model, char** out_json);
+
 /* ---- Generation: typed requests ---------------------------------------------------- */
 
 typedef struct specula_request specula_request;

@@ -73,6 +73,9 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
   Napi::Value ApplyChatTemplate(const Napi::CallbackInfo& info);
   Napi::Value InfoJson(const Napi::CallbackInfo& info);
   Napi::Value StatsJson(const Napi::CallbackInfo& info);
+  Napi::Value LoraLoad(const Napi::CallbackInfo& info);
+  Napi::Value LoraUnload(const Napi::CallbackInfo& info);
+  Napi::Value LoraListJson(const Napi::CallbackInfo& info);
   Napi::Value StartRequest(const Napi::CallbackInfo& info);
   Napi::Value StartCall(const Napi::CallbackInfo& info);
   Napi::Value Numbers(const Napi::CallbackInfo& info);
@@ -231,6 +234,43 @@ Napi::Value ModelWrap::StatsJson(const Napi::CallbackInfo& info) {
   char* text = nullptr;
   std::lock_guard<std::mutex> lock(state_->mu);
   specula_status st = specula_model_stats_json(handle(env), &text);
+  if (st != SPECULA_OK) throw specula_error(env, st);
+  Napi::String out = Napi::String::New(env, text);
+  specula_free(text);
+  return out;
+}
+
+// loraLoad(path, name | null, scale) -> id
+Napi::Value ModelWrap::LoraLoad(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() < 3 || !info[0].IsString() || !(info[1].IsString() || info[1].IsNull() || info[1].IsUndefined()) ||
+      !info[2].IsNumber())
+    throw Napi::TypeError::New(env, "loraLoad(path: string, name: string | null, scale: number)");
+  const std::string path = info[0].As<Napi::String>().Utf8Value();
+  const std::string name = info[1].IsString() ? info[1].As<Napi::String>().Utf8Value() : std::string();
+  int64_t id = -1;
+  std::lock_guard<std::mutex> lock(state_->mu);
+  specula_status st = specula_lora_load(handle(env), path.c_str(), name.empty() ? nullptr : name.c_str(),
+                                        info[2].As<Napi::Number>().FloatValue(), &id);
+  if (st != SPECULA_OK) throw specula_error(env, st);
+  return Napi::Number::New(env, static_cast<double>(id));
+}
+
+Napi::Value ModelWrap::LoraUnload(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() < 1 || !info[0].IsString()) throw Napi::TypeError::New(env, "loraUnload(name: string)");
+  const std::string name = info[0].As<Napi::String>().Utf8Value();
+  std::lock_guard<std::mutex> lock(state_->mu);
+  specula_status st = specula_lora_unload(handle(env), name.c_str());
+  if (st != SPECULA_OK) throw specula_error(env, st);
+  return env.Undefined();
+}
+
+Napi::Value ModelWrap::LoraListJson(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  char* text = nullptr;
+  std::lock_guard<std::mutex> lock(state_->mu);
+  specula_status st = specula_lora_list_json(handle(env), &text);
   if (st != SPECULA_OK) throw specula_error(env, st);
   Napi::String out = Napi::String::New(env, text);
   specula_free(text);
@@ -616,6 +656,9 @@ void ModelWrap::Init(Napi::Env env, Napi::Object exports) {
                                   InstanceMethod("applyChatTemplate", &ModelWrap::ApplyChatTemplate),
                                   InstanceMethod("infoJson", &ModelWrap::InfoJson),
                                   InstanceMethod("statsJson", &ModelWrap::StatsJson),
+                                  InstanceMethod("loraLoad", &ModelWrap::LoraLoad),
+                                  InstanceMethod("loraUnload", &ModelWrap::LoraUnload),
+                                  InstanceMethod("loraListJson", &ModelWrap::LoraListJson),
                                   InstanceMethod("numbers", &ModelWrap::Numbers),
                                   InstanceMethod("startRequest", &ModelWrap::StartRequest),
                                   InstanceMethod("startCall", &ModelWrap::StartCall),

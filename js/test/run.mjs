@@ -167,6 +167,31 @@ test('the HTTP API in-process: chat whole and streamed, errors', async () => {
   assert.throws(() => qwen.tokenize(42), TypeError);
 });
 
+test('LoRA adapters: loaded, selected per call, unloaded', async () => {
+  const { execFileSync } = await import('node:child_process');
+  const file = path.join(os.tmpdir(), `specula_js_lora_${process.pid}.gguf`);
+  try {
+    execFileSync('python3', [path.join(root, 'tools', 'make_lora_fixtures.py'), '--adapter-for', QWEN, '--out', file,
+      '--rank', '4', '--seed', '1'], { stdio: 'ignore' });
+  } catch {
+    console.log('  (skipped: python3 with numpy and gguf writes the adapter)');
+    return;
+  }
+  assert.equal(qwen.loraLoad(file, { name: 'rnd' }), 0);
+  assert.deepEqual(qwen.loraAdapters().map((a) => [a.id, a.name, a.scale]), [[0, 'rnd', 0]]);
+  const body = { prompt: 'def fibonacci(n):', max_tokens: 12, temperature: 0 };
+  const text = async (extra) => (await qwen.call('/v1/completions', { ...body, ...extra })).choices[0].text;
+  const base = await text({});
+  const named = await text({ model: 'rnd' });
+  assert.notEqual(named, base);
+  assert.equal(await text({ lora: [{ id: 0, scale: 1 }] }), named);
+  assert.throws(() => qwen.loraLoad(QWEN), (e) => e instanceof SpeculaError && /not a LoRA adapter/.test(e.message));
+  assert.throws(() => qwen.loraLoad(file, { name: 'rnd' }), (e) => e instanceof SpeculaError && /already loaded/.test(e.message));
+  qwen.loraUnload('rnd');
+  assert.throws(() => qwen.loraUnload('rnd'), (e) => e instanceof SpeculaError && e.code === 'not_found');
+  assert.equal(await text({}), base);
+});
+
 test('embeddings', async () => {
   const m = await Model.load(QWEN, { nParallel: 1, nThreads: 2, pooling: 'mean' });
   const v = await m.embed('The cat sat on the mat.', { normalize: false });

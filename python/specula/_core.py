@@ -206,6 +206,31 @@ class Model:
             raise_status(st)
         return json.loads(_lib.take_string(out))
 
+    # LoRA adapters.
+    def lora_load(self, path: str, name: Optional[str] = None, scale: float = 1.0) -> int:
+        """Loads a GGUF LoRA file or PEFT folder; returns its id (specula_lora_load)."""
+        out = ctypes.c_int64()
+        with self._lock:
+            st = lib.specula_lora_load(self._handle(), os.fsencode(path), name.encode() if name else None,
+                                       float(scale), ctypes.byref(out))
+        if st != _lib.OK:
+            raise_status(st)
+        return out.value
+
+    def lora_unload(self, name: str) -> None:
+        with self._lock:
+            st = lib.specula_lora_unload(self._handle(), name.encode())
+        if st != _lib.OK:
+            raise_status(st)
+
+    def lora_list(self) -> list:
+        out = ctypes.c_void_p()
+        with self._lock:
+            st = lib.specula_lora_list_json(self._handle(), ctypes.byref(out))
+        if st != _lib.OK:
+            raise_status(st)
+        return json.loads(_lib.take_string(out))
+
     # Tokens.
     def tokenize(self, text: bytes, add_special: bool, parse_special: bool) -> list[int]:
         if isinstance(text, str):

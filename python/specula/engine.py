@@ -319,6 +319,18 @@ class Engine:
         vectors = [d["embedding"] for d in answer["data"]]
         return vectors[0] if single else vectors
 
+    def lora_load(self, path: str, name: Optional[str] = None, scale: float = 0.0) -> int:
+        """Loads a LoRA adapter (GGUF LoRA file or PEFT folder); returns its id. Requests
+        select it by "model": name or "lora": [{"id": id, "scale": s}]; scale is its global
+        scale (requests that select nothing run with the adapters whose scale is not 0)."""
+        return self.model.lora_load(path, name, scale)
+
+    def lora_unload(self, name: str) -> None:
+        self.model.lora_unload(name)
+
+    def lora_adapters(self) -> List[Dict[str, Any]]:
+        return self.model.lora_list()
+
     def info(self) -> Dict[str, Any]:
         return self.model.info()
 

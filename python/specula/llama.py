@@ -45,7 +45,7 @@ _IGNORED = {
 _UNSUPPORTED = {
     "vocab_only": False, "kv_overrides": None, "rope_scaling_type": -1, "rope_freq_base": 0.0,
     "rope_freq_scale": 0.0, "yarn_ext_factor": -1.0, "yarn_attn_factor": 1.0, "yarn_beta_fast": 32.0,
-    "yarn_beta_slow": 1.0, "yarn_orig_ctx": 0, "lora_base": None, "lora_scale": 1.0, "lora_path": None,
+    "yarn_beta_slow": 1.0, "yarn_orig_ctx": 0, "lora_base": None,
     "chat_handler": None, "tokenizer": None,
 }
 
@@ -54,8 +54,12 @@ class Llama:
     def __init__(self, model_path: str, *, seed: int = LLAMA_DEFAULT_SEED, n_ctx: int = 512,
                  n_threads: Optional[int] = None, embedding: bool = False, type_k: Optional[Union[int, str]] = None,
                  type_v: Optional[Union[int, str]] = None, draft_model: Any = None, verbose: bool = True,
-                 n_parallel: int = 1, chat_template: Optional[str] = None, **kwargs: Any):
+                 n_parallel: int = 1, chat_template: Optional[str] = None, lora_path: Optional[str] = None,
+                 lora_scale: float = 1.0, **kwargs: Any):
         """n_ctx: tokens one request may hold (0: the model's training context).
+        lora_path / lora_scale: a LoRA adapter (GGUF LoRA file, or also a PEFT folder) applied to
+        every call at lora_scale, without merging (as llama-cpp-python; more adapters:
+        self.lora_load).
         specula's own arguments: n_parallel (calls from several threads decoded together),
         chat_template (a Jinja template replacing the model's), and any field of
         specula_model_params by name (cache_ram_mib, cache_dir, spec_depth, ...)."""
@@ -97,7 +101,27 @@ class Llama:
         if draft_model is not None:
             params.update(_draft(draft_model))
         self._model = Model(self.model_path, **params)
+        if lora_path is not None:
+            try:
+                self._model.lora_load(os.fspath(lora_path), None, lora_scale)
+            except Exception:
+                self._model.close()
+                raise
         self.metadata: Dict[str, str] = self._model.info().get("metadata", {})
+
+    # -- LoRA adapters (specula's; llama-cpp-python loads one at construction) ------------
+    def lora_load(self, path: str, name: Optional[str] = None, scale: float = 0.0) -> int:
+        """Loads another adapter (GGUF LoRA file or PEFT folder); returns its id. scale: its
+        global scale, with which every call runs (0: off; specula.Engine's calls can select
+        adapters per request: {"model": name} or {"lora": [{"id": id, "scale": s}]})."""
+        return self._model.lora_load(os.fspath(path), name, scale)
+
+    def lora_unload(self, name: str) -> None:
+        self._model.lora_unload(name)
+
+    def lora_adapters(self) -> List[Dict[str, Any]]:
+        """[{"id", "name", "path", "scale"}]."""
+        return self._model.lora_list()
 
     # -- the model ------------------------------------------------------------------
     def n_ctx(self) -> int:

@@ -36,8 +36,12 @@ def test_not_a_model(tmp_path):
 def test_unknown_option(qwen_path):
     with pytest.raises(TypeError, match="n_ctxx"):
         Llama(qwen_path, n_ctxx=512)
-    with pytest.raises(NotImplementedError, match="lora_path"):
+    with pytest.raises(NotImplementedError, match="lora_base"):
+        Llama(qwen_path, lora_path="x.gguf", lora_base="base.gguf")
+    with pytest.raises(specula.ModelNotFound, match="x.gguf"):
         Llama(qwen_path, lora_path="x.gguf")
+    with pytest.raises(specula.InvalidArgument, match="not a LoRA adapter"):
+        Llama(qwen_path, lora_path=qwen_path)  # a model given as the adapter
     with pytest.raises(TypeError, match="unknown model parameter"):
         Engine(qwen_path, no_such_thing=1)
     with pytest.raises(specula.InvalidArgument, match="n_parallel|parallel"):

@@ -595,6 +595,48 @@ specula_status specula_model_stats_json(const specula_model* m, char** out) {
   });
 }
 
+specula_status specula_lora_load(specula_model* m, const char* path, const char* name, float scale, int64_t* out_id) {
+  return guarded([&]() -> specula_status {
+    if (m == nullptr || path == nullptr) return fail(SPECULA_ERR_INVALID_ARGUMENT, "model or path is NULL");
+    if (!std::isfinite(scale)) return fail(SPECULA_ERR_INVALID_ARGUMENT, "the LoRA scale is not a finite number");
+    std::error_code ec;
+    if (!std::filesystem::exists(path, ec)) return fail(SPECULA_ERR_NOT_FOUND, std::string("[lora] ") + path + ": no such file");
+    srv::ServedModel& s = *m->box->served;
+    std::string n = name != nullptr ? name : "";
+    const bool named = !n.empty();
+    if (n.empty()) {
+      std::filesystem::path p(path);
+      while (!p.empty() && !p.has_filename()) p = p.parent_path();
+      n = p.extension() == ".gguf" ? p.stem().string() : p.filename().string();
+    }
+    auto adapter = s.model().load_lora(path);
+    if (!adapter) return fail(SPECULA_ERR_INVALID_ARGUMENT, adapter.status().user_message());
+    auto id = s.lora().add(n, path, std::move(adapter).value(), scale, named);
+    if (!id) return fail(id.status());
+    if (out_id != nullptr) *out_id = *id;
+    return SPECULA_OK;
+  });
+}
+
+specula_status specula_lora_unload(specula_model* m, const char* name) {
+  return guarded([&]() -> specula_status {
+    if (m == nullptr || name == nullptr) return fail(SPECULA_ERR_INVALID_ARGUMENT, "model or name is NULL");
+    const Status st = m->box->served->lora().remove(name);
+    return st.is_ok() ? SPECULA_OK : fail(st);
+  });
+}
+
+specula_status specula_lora_list_json(const specula_model* m, char** out) {
+  return guarded([&]() -> specula_status {
+    if (m == nullptr || out == nullptr) return fail(SPECULA_ERR_INVALID_ARGUMENT, "model or out is NULL");
+    json j = json::array();
+    for (const srv::LoraEntry& e : m->box->served->lora().list())
+      j.push_back(json{{"id", e.id}, {"name", e.name}, {"path", e.path}, {"scale", e.scale}});
+    *out = copy_string(srv::dump_json(j));
+    return SPECULA_OK;
+  });
+}
+
 specula_status specula_tokenize(const specula_model* m, const char* text, size_t len, int32_t add_special,
                                 int32_t parse_special, int32_t** out, size_t* n) {
   return guarded([&]() -> specula_status {
