@@ -443,62 +443,13 @@ T* grow(std::vector<T>& v, size_t n) {
   return v.data();
 }
 
-// One pair over the tokens in scratch.tokens / scratch.scales (see apply_lora).
-void apply_pair(ThreadPool& pool, const kernels::KernelTable& kt, const LoraPair& p, const float* x, int64_t n_in,
-                float* y, int64_t n_out, LoraScratch& sc) {
-  const int64_t T = static_cast<int64_t>(sc.tokens.size()), R = p.rank;
-  // The inputs, gathered unless the tokens are one contiguous run.
-  bool contiguous = true;
-  for (int64_t i = 1; i < T && contiguous; ++i) contiguous = sc.tokens[i] == sc.tokens[i - 1] + 1;
-  const float* xs = x + sc.tokens[0] * n_in;
-  if (!contiguous) {
-    float* g = grow(sc.x, static_cast<size_t>(T * n_in));
-    for (int64_t i = 0; i < T; ++i) std::memcpy(g + i * n_in, x + sc.tokens[i] * n_in, sizeof(float) * n_in);
-    xs = g;
-  }
-  const kernels::TypeKernels& ka = kt.of(p.a.dtype);
-  const kernels::TypeKernels& kb = kt.of(p.b.dtype);
-  const kernels::TypeKernels& qa = kt.of(ka.vec_dot_type);
-  const kernels::TypeKernels& qb = kt.of(kb.vec_dot_type);
-  const size_t xq_stride = row_bytes(ka.vec_dot_type, n_in), mq_stride = row_bytes(kb.vec_dot_type, R);
-  const bool x_f32 = ka.vec_dot_type == DType::F32, mid_f32 = kb.vec_dot_type == DType::F32;
-  uint8_t* xq = x_f32 ? nullptr : grow(sc.xq, xq_stride * static_cast<size_t>(T));
-  float* mid = grow(sc.mid, static_cast<size_t>(T * R));
-  uint8_t* midq = mid_f32 ? nullptr : grow(sc.midq, mq_stride * static_cast<size_t>(T));
-  float* delta = grow(sc.delta, static_cast<size_t>(T * n_out));
-  const uint8_t* a = static_cast<const uint8_t*>(p.a.data);
-  const uint8_t* b = static_cast<const uint8_t*>(p.b.data);
-  SpinBarrier barrier;
-  pool.run([&](int ith, int nth) {
-    if (!x_f32) {
-      auto [m0, m1] = ThreadPool::split(T, ith, nth);
-      for (int64_t i = m0; i < m1; ++i) qa.quantize_row(xs + i * n_in, xq + i * xq_stride, n_in);
-      barrier.wait(nth);
-    }
-    // mid [T, R] = A x: the rank rows split between threads (independent of T).
-    auto [r0, r1] = ThreadPool::split(R, ith, nth);
-    if (r1 > r0)
-      ka.gemm(n_in, a + static_cast<size_t>(r0) * p.a.row_stride, p.a.row_stride, r1 - r0,
-              x_f32 ? static_cast<const void*>(xs) : xq, x_f32 ? sizeof(float) * n_in : xq_stride, T, mid + r0, R);
-    barrier.wait(nth);
-    if (!mid_f32) {
-      auto [m0, m1] = ThreadPool::split(T, ith, nth);
-      for (int64_t i = m0; i < m1; ++i) qb.quantize_row(mid + i * R, midq + i * mq_stride, R);
-      barrier.wait(nth);
-    }
-    // delta [T, n_out] = B mid, then y += s · delta: B's output rows split between threads.
-    auto [j0, j1] = ThreadPool::split(n_out, ith, nth, 16);
-    if (j1 <= j0) return;
-    kb.gemm(R, b + static_cast<size_t>(j0) * p.b.row_stride, p.b.row_stride, j1 - j0,
-            mid_f32 ? static_cast<const void*>(mid) : midq, mid_f32 ? sizeof(float) * R : mq_stride, T, delta + j0, n_out);
-    for (int64_t i = 0; i < T; ++i) {
-      const float s = sc.scales[static_cast<size_t>(i)];
-      float* dst = y + sc.tokens[static_cast<size_t>(i)] * n_out;
-      const float* d = delta + i * n_out;
-      for (int64_t j = j0; j < j1; ++j) dst[j] += s * d[j];
-    }
-  });
-}
+// The tokens of one adapter pair in one slot: sc.tokens / sc.scales [t0, t1).
+struct Group {
+  const LoraPair* p = nullptr;
+  size_t t0 = 0, t1 = 0;
+  const float* xs = nullptr;  // their inputs: x itself (one contiguous run) or gathered
+  size_t mid = 0;             // offset of their A x rows in sc.mid
+};
 
 }  // namespace
 
@@ -510,30 +461,123 @@ void apply_lora(ThreadPool& pool, const kernels::KernelTable& kt, const LoraSet*
   size_t slots = 0;
   for (int32_t b = 0; b < n_rows; ++b)
     if (rows[b] != nullptr) slots = std::max(slots, rows[b]->adapters.size());
-  std::vector<const LoraPair*> pairs;
+  std::vector<Group> groups;
+  sc.tokens.clear();
+  sc.scales.clear();
+  size_t mid_rows = 0;
+  int64_t max_rank = 0;
   for (size_t slot = 0; slot < slots; ++slot) {
-    pairs.clear();
+    const size_t first = groups.size();
     for (int32_t b = 0; b < n_rows; ++b) {
       if (rows[b] == nullptr || slot >= rows[b]->adapters.size()) continue;
       const LoraWeight& w = rows[b]->adapters[slot];
       const LoraPair* p = w.adapter != nullptr ? w.adapter->find(il, t) : nullptr;
-      if (p != nullptr && std::find(pairs.begin(), pairs.end(), p) == pairs.end()) pairs.push_back(p);
-    }
-    for (const LoraPair* p : pairs) {
-      sc.tokens.clear();
-      sc.scales.clear();
-      for (int32_t b = 0; b < n_rows; ++b) {
-        if (rows[b] == nullptr || slot >= rows[b]->adapters.size()) continue;
-        const LoraWeight& w = rows[b]->adapters[slot];
-        if (w.adapter == nullptr || w.adapter->find(il, t) != p) continue;
-        for (int64_t tok = offset[b]; tok < offset[b + 1]; ++tok) {
+      if (p == nullptr || std::any_of(groups.begin() + static_cast<std::ptrdiff_t>(first), groups.end(),
+                                      [&](const Group& g) { return g.p == p; }))
+        continue;
+      Group g;
+      g.p = p;
+      g.t0 = sc.tokens.size();
+      for (int32_t c = b; c < n_rows; ++c) {
+        if (rows[c] == nullptr || slot >= rows[c]->adapters.size()) continue;
+        const LoraWeight& wc = rows[c]->adapters[slot];
+        if (wc.adapter == nullptr || wc.adapter->find(il, t) != p) continue;
+        for (int64_t tok = offset[c]; tok < offset[c + 1]; ++tok) {
           sc.tokens.push_back(tok);
-          sc.scales.push_back(w.scale * p->scale);
+          sc.scales.push_back(wc.scale * p->scale);
         }
       }
-      if (!sc.tokens.empty()) apply_pair(pool, kt, *p, x, n_in, y, n_out, sc);
+      g.t1 = sc.tokens.size();
+      if (g.t1 == g.t0) continue;
+      mid_rows += g.t1 - g.t0;
+      max_rank = std::max(max_rank, p->rank);
+      groups.push_back(g);
     }
   }
+  if (groups.empty()) return;
+  // Inputs: a group whose tokens are one run reads x in place; the others are gathered.
+  size_t gathered = 0, at = 0;
+  for (Group& g : groups) {
+    bool run = true;
+    for (size_t i = g.t0 + 1; i < g.t1 && run; ++i) run = sc.tokens[i] == sc.tokens[i - 1] + 1;
+    if (!run) gathered += g.t1 - g.t0;
+    g.mid = at * static_cast<size_t>(max_rank);
+    at += g.t1 - g.t0;
+  }
+  float* gx = grow(sc.x, gathered * static_cast<size_t>(n_in));
+  gathered = 0;
+  size_t max_t = 0;
+  for (Group& g : groups) {
+    const size_t T = g.t1 - g.t0;
+    max_t = std::max(max_t, T);
+    bool run = true;
+    for (size_t i = g.t0 + 1; i < g.t1 && run; ++i) run = sc.tokens[i] == sc.tokens[i - 1] + 1;
+    if (run) {
+      g.xs = x + sc.tokens[g.t0] * n_in;
+      continue;
+    }
+    g.xs = gx + gathered * static_cast<size_t>(n_in);
+    for (size_t i = 0; i < T; ++i)
+      std::memcpy(gx + (gathered + i) * static_cast<size_t>(n_in), x + sc.tokens[g.t0 + i] * n_in, sizeof(float) * n_in);
+    gathered += T;
+  }
+  float* mid = grow(sc.mid, mid_rows * static_cast<size_t>(max_rank));
+  float* delta = grow(sc.delta, max_t * static_cast<size_t>(n_out));
+  size_t xq_bytes = 0, mq_bytes = 0;
+  for (const Group& g : groups) {
+    const kernels::TypeKernels& ka = kt.of(g.p->a.dtype);
+    const kernels::TypeKernels& kb = kt.of(g.p->b.dtype);
+    if (ka.vec_dot_type != DType::F32) xq_bytes = std::max(xq_bytes, row_bytes(ka.vec_dot_type, n_in) * (g.t1 - g.t0));
+    if (kb.vec_dot_type != DType::F32) mq_bytes = std::max(mq_bytes, row_bytes(kb.vec_dot_type, g.p->rank) * (g.t1 - g.t0));
+  }
+  uint8_t* xq = xq_bytes > 0 ? grow(sc.xq, xq_bytes) : nullptr;
+  uint8_t* midq = mq_bytes > 0 ? grow(sc.midq, mq_bytes) : nullptr;
+  // One dispatch for every group. Per group: A's rank rows split between threads, a barrier,
+  // then B's output rows split between threads (the same columns for every group, so a
+  // token's deltas reach y in group order from one thread). Each group has its own A x rows,
+  // so a thread may start the next group while another still reads the last one's; the
+  // shared activation buffers are only rewritten after a barrier that follows their reads.
+  SpinBarrier barrier;
+  pool.run([&](int ith, int nth) {
+    auto [j0, j1] = ThreadPool::split(n_out, ith, nth, 16);
+    for (const Group& g : groups) {
+      const LoraPair& p = *g.p;
+      const int64_t T = static_cast<int64_t>(g.t1 - g.t0), R = p.rank;
+      const kernels::TypeKernels& ka = kt.of(p.a.dtype);
+      const kernels::TypeKernels& kb = kt.of(p.b.dtype);
+      const bool x_f32 = ka.vec_dot_type == DType::F32, mid_f32 = kb.vec_dot_type == DType::F32;
+      const size_t xq_stride = row_bytes(ka.vec_dot_type, n_in), mq_stride = row_bytes(kb.vec_dot_type, R);
+      float* gm = mid + g.mid;
+      if (!x_f32) {
+        auto [m0, m1] = ThreadPool::split(T, ith, nth);
+        const kernels::TypeKernels& q = kt.of(ka.vec_dot_type);
+        for (int64_t i = m0; i < m1; ++i) q.quantize_row(g.xs + i * n_in, xq + static_cast<size_t>(i) * xq_stride, n_in);
+        barrier.wait(nth);
+      }
+      auto [r0, r1] = ThreadPool::split(R, ith, nth);
+      if (r1 > r0)
+        ka.gemm(n_in, static_cast<const uint8_t*>(p.a.data) + static_cast<size_t>(r0) * p.a.row_stride, p.a.row_stride,
+                r1 - r0, x_f32 ? static_cast<const void*>(g.xs) : xq, x_f32 ? sizeof(float) * n_in : xq_stride, T,
+                gm + r0, R);
+      barrier.wait(nth);
+      if (!mid_f32) {
+        auto [m0, m1] = ThreadPool::split(T, ith, nth);
+        const kernels::TypeKernels& q = kt.of(kb.vec_dot_type);
+        for (int64_t i = m0; i < m1; ++i) q.quantize_row(gm + i * R, midq + static_cast<size_t>(i) * mq_stride, R);
+        barrier.wait(nth);
+      }
+      if (j1 <= j0) continue;
+      kb.gemm(R, static_cast<const uint8_t*>(p.b.data) + static_cast<size_t>(j0) * p.b.row_stride, p.b.row_stride,
+              j1 - j0, mid_f32 ? static_cast<const void*>(gm) : midq, mid_f32 ? sizeof(float) * R : mq_stride, T,
+              delta + j0, n_out);
+      for (int64_t i = 0; i < T; ++i) {
+        const float s = sc.scales[g.t0 + static_cast<size_t>(i)];
+        float* dst = y + sc.tokens[g.t0 + static_cast<size_t>(i)] * n_out;
+        const float* d = delta + i * n_out;
+        for (int64_t j = j0; j < j1; ++j) dst[j] += s * d[j];
+      }
+    }
+  });
 }
 
 bool any_lora(const Batch& batch) {

@@ -140,11 +140,12 @@ struct LoraScratch {
 // The LoRA deltas of one projection for a ragged batch: y[t] += s_t · B (A x[t]) for every
 // token t of every row b (tokens [offset[b], offset[b + 1])) with adapters in rows[b], s_t =
 // the adapter's user scale · the pair's scale. x [T, n_in], y [T, n_out] (row-major f32).
-// Rows sharing an adapter pair are computed together (one read of A and B, one dispatch on
-// the pool for both products: threads split A's rank rows, meet at a barrier, then split B's
-// output rows), the adapters of a row in their order, so each token's result is what it gets
-// alone (the kernels' dot products do not depend on the number of tokens): batch
-// invariance holds across adapters. find(il, t) picks each adapter's pair.
+// Rows sharing an adapter pair are computed together (one read of A and B), every pair of
+// the step in one dispatch on the pool (per pair: threads split A's rank rows, meet at a
+// barrier, then split B's output rows), the adapters of a row in their order, so each
+// token's result is what it gets alone (the kernels' dot products do not depend on the
+// number of tokens): batch invariance holds across adapters. find(il, t) picks each
+// adapter's pair.
 void apply_lora(ThreadPool& pool, const kernels::KernelTable& kt, const LoraSet* const* rows, const int64_t* offset,
                 int32_t n_rows, int64_t il, LoraTarget t, const float* x, int64_t n_in, float* y, int64_t n_out,
                 LoraScratch& scratch);
