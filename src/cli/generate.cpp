@@ -3,6 +3,7 @@
 // speculates, with --prompt-cache FILE (llama.cpp's flag) it starts from and saves the
 // prompt's computed state.
 #include <algorithm>
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <filesystem>
@@ -114,6 +115,7 @@ void report(const GenerateArgs& a, const Loaded& l, const Engine& engine, const 
 
 int run_generate(const RuntimeConfig& config, const GenerateArgs& a) {
   if (auto check = a.sampling.resolve({}, nullptr); !check) return fail(check.message());  // before loading
+  if (!std::isfinite(a.lora_scale)) return fail("[cli] --lora-scale must be a finite number");
   if (!a.lora.empty() && !a.prompt_cache.empty())
     return fail("[cli] --prompt-cache holds the base model's states: it cannot be used with --lora");
   auto l = load(config, a.model, a.threads, a.quantize);

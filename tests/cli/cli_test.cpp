@@ -247,6 +247,9 @@ TEST_F(CliModel, GenerateWithALoraAdapter) {
   const CliRun wrong = run(gen + " --lora '" + tmp_file("not_lora.gguf", "GGUF") + "'");
   EXPECT_EQ(wrong.code, 1) << wrong.out;
   EXPECT_NE(wrong.out.find("[lora]"), std::string::npos) << wrong.out;
+  const CliRun nan = run(gen + " --lora '" + adapter + "' --lora-scale nan");
+  EXPECT_EQ(nan.code, 1) << nan.out;
+  EXPECT_NE(nan.out.find("--lora-scale must be a finite number"), std::string::npos) << nan.out;
 }
 
 TEST_F(CliModel, PromptLongerThanContextIsAnError) {
