@@ -7,6 +7,9 @@ made by the reference writers, so that the fuzzers start from valid files):
                  template; an empty file
   safetensors/   files written by the `safetensors` package (numpy API): F32, F16, I8, U32,
                  empty tensors, __metadata__
+  lora/          adapters for lora_fuzz.cpp's tiny Llama (hidden 32, 2 layers, 2 heads, 1 KV head,
+                 intermediate 32): GGUF LoRA files (f32 / f16, with and without alpha) and PEFT
+                 folders (f32, a rank_pattern, rslora), in its input layout
   hf_folder/     tiny Qwen2, Llama and MLX-4-bit Qwen2 folders (config.json, model.safetensors,
                  tokenizer_config.json, generation_config.json; one sharded with an index), in
                  hf_folder_fuzz.cpp's input layout
@@ -182,6 +185,53 @@ def folder_seeds(out):
         write(os.path.join(out, "hf_folder", name), selector + SEP.join(parts))
 
 
+def lora_seeds(out):
+    """Adapters for lora_fuzz.cpp's base model (its shapes: kHidden 32, kInter 32, 2 layers,
+    head_dim 16, 1 KV head)."""
+    import tempfile
+
+    import gguf
+
+    rng = np.random.default_rng(13)
+    dims = {"attn_q": (32, 32), "attn_k": (32, 16), "attn_v": (32, 16), "attn_output": (32, 32),
+            "ffn_gate": (32, 32), "ffn_up": (32, 32), "ffn_down": (32, 32)}  # (n_in, n_out)
+    for name, rank, dt, alpha in (("gguf_all_f32", 4, np.float32, 8.0), ("gguf_qv_f16", 2, np.float16, None)):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "a.gguf")
+            w = gguf.GGUFWriter(path, "llama")
+            w.add_string("general.type", "adapter")
+            w.add_string("adapter.type", "lora")
+            if alpha is not None:
+                w.add_float32("adapter.lora.alpha", alpha)
+            for il in range(2):
+                for t, (n_in, n_out) in dims.items():
+                    if dt == np.float16 and t not in ("attn_q", "attn_v"):
+                        continue
+                    w.add_tensor(f"blk.{il}.{t}.weight.lora_a", (rng.standard_normal((rank, n_in)) * 0.1).astype(dt))
+                    w.add_tensor(f"blk.{il}.{t}.weight.lora_b", (rng.standard_normal((n_out, rank)) * 0.1).astype(dt))
+            w.write_header_to_file()
+            w.write_kv_data_to_file()
+            w.write_tensors_to_file()
+            w.close()
+            with open(path, "rb") as f:
+                write(os.path.join(out, "lora", name), b"\x00" + f.read())
+    hf = {"attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
+          "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
+          "ffn_down": "mlp.down_proj"}
+    for name, extra in (("peft_plain", {}), ("peft_pattern", {"rank_pattern": {"model.layers.1.self_attn.q_proj": 2}}),
+                        ("peft_rslora", {"use_rslora": True})):
+        tensors = {}
+        for il in range(2):
+            for t, (n_in, n_out) in dims.items():
+                module = f"model.layers.{il}.{hf[t]}"
+                r = extra.get("rank_pattern", {}).get(module, 4)
+                tensors[f"base_model.model.{module}.lora_A.weight"] = (rng.standard_normal((r, n_in)) * 0.1).astype(np.float32)
+                tensors[f"base_model.model.{module}.lora_B.weight"] = (rng.standard_normal((n_out, r)) * 0.1).astype(np.float32)
+        config = {"peft_type": "LORA", "r": 4, "lora_alpha": 8, "target_modules": list(hf.values()), "bias": "none",
+                  "modules_to_save": None, "use_dora": False, **extra}
+        write(os.path.join(out, "lora", name), b"\x01" + SEP.join([json.dumps(config).encode(), safetensors_bytes(tensors)]))
+
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIX = os.path.join(ROOT, "tests", "fixtures")
 
@@ -354,6 +404,7 @@ def main():
     gguf_seeds(out)
     safetensors_seeds(out)
     folder_seeds(out)
+    lora_seeds(out)
     text_seeds(out)
 
 
