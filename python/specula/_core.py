@@ -207,7 +207,7 @@ class Model:
         return json.loads(_lib.take_string(out))
 
     # LoRA adapters.
-    def lora_load(self, path: str, name: Optional[str] = None, scale: float = 1.0) -> int:
+    def lora_load(self, path: str, name: Optional[str] = None, scale: float = 0.0) -> int:
         """Loads a GGUF LoRA file or PEFT folder; returns its id (specula_lora_load)."""
         out = ctypes.c_int64()
         with self._lock:

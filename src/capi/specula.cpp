@@ -598,7 +598,8 @@ specula_status specula_model_stats_json(const specula_model* m, char** out) {
 specula_status specula_lora_load(specula_model* m, const char* path, const char* name, float scale, int64_t* out_id) {
   return guarded([&]() -> specula_status {
     if (m == nullptr || path == nullptr) return fail(SPECULA_ERR_INVALID_ARGUMENT, "model or path is NULL");
-    if (!std::isfinite(scale)) return fail(SPECULA_ERR_INVALID_ARGUMENT, "the LoRA scale is not a finite number");
+    if (!std::isfinite(scale) || std::fabs(scale) > 1e4f)
+      return fail(SPECULA_ERR_INVALID_ARGUMENT, "the LoRA scale must be a finite number with |scale| <= 10000");
     std::error_code ec;
     if (!std::filesystem::exists(path, ec)) return fail(SPECULA_ERR_NOT_FOUND, std::string("[lora] ") + path + ": no such file");
     srv::ServedModel& s = *m->box->served;

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <map>
 #include <regex>
+#include <sched.h>
 #include <utility>
 
 #include <nlohmann/json.hpp>
@@ -194,14 +195,15 @@ Result<std::string> read_small_file(const fs::path& p, size_t limit) {
   return text;
 }
 
-// PEFT's pattern lookup (rank_pattern / alpha_pattern): the first key K such that the module's
-// name matches the regular expression (^|.*\.)K$.
+// PEFT's pattern lookup (rank_pattern / alpha_pattern): the first key K, in the file's order,
+// such that the module's name matches the regular expression (^|.*\.)K$. Keys are capped (256
+// bytes, 16 groups) so that a crafted one cannot exhaust the regex engine's stack.
 struct Pattern {
   std::string key;
   std::regex re;
   double value = 0;
 };
-Result<std::vector<Pattern>> patterns(const json* obj, const std::string& field, bool integer) {
+Result<std::vector<Pattern>> patterns(const nlohmann::ordered_json* obj, const std::string& field, bool integer) {
   std::vector<Pattern> out;
   if (obj == nullptr || obj->is_null()) return out;
   if (!obj->is_object()) return Status::error("'" + field + "' must be an object {module pattern: value}");
@@ -209,6 +211,8 @@ Result<std::vector<Pattern>> patterns(const json* obj, const std::string& field,
     if (!v.is_number() || !std::isfinite(v.get<double>()) || (integer && (!v.is_number_integer() || v.get<int64_t>() < 1)))
       return Status::error("'" + field + "' gives '" + key + "' the value " + v.dump() +
                            (integer ? "; ranks must be integers >= 1" : "; alphas must be finite numbers"));
+    if (key.size() > 256 || std::count(key.begin(), key.end(), '(') > 16)
+      return Status::error("'" + field + "' key '" + key.substr(0, 64) + "...' is longer than 256 bytes or 16 groups");
     Pattern p;
     p.key = key;
     p.value = v.get<double>();
@@ -269,9 +273,15 @@ Result<std::shared_ptr<const LoraAdapter>> LoraAdapter::load_peft(const std::str
   if (const json* m = cfg.find("modules_to_save"); m != nullptr && !(m->is_array() && m->empty()))
     return Status::error(cfg_who + "'modules_to_save' " + m->dump() +
                          ": fully trained modules (e.g. an embedding or lm_head) are not supported, only LoRA pairs");
-  auto rank_pattern = patterns(cfg.find("rank_pattern"), "rank_pattern", true);
+  // The patterns in the file's order (hf::Config's JSON sorts keys; PEFT takes the first match).
+  const nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(*text, nullptr, false);
+  const auto field = [&](const char* k) -> const nlohmann::ordered_json* {
+    auto it = ordered.find(k);
+    return it == ordered.end() ? nullptr : &*it;
+  };
+  auto rank_pattern = patterns(field("rank_pattern"), "rank_pattern", true);
   if (!rank_pattern) return Status::error(cfg_who + rank_pattern.message());
-  auto alpha_pattern = patterns(cfg.find("alpha_pattern"), "alpha_pattern", false);
+  auto alpha_pattern = patterns(field("alpha_pattern"), "alpha_pattern", false);
   if (!alpha_pattern) return Status::error(cfg_who + alpha_pattern.message());
 
   auto opened = safetensors::File::open(weights_path.string());
@@ -417,6 +427,8 @@ namespace {
 
 // All `nth` threads of a ThreadPool job wait here until each has arrived (the pool runs a
 // job on every thread at once, so a spin barrier inside one is safe).
+// Waiters yield every 128 spins (as the pool's workers): with more threads than free cores a
+// waiter must not burn the time slice of the thread it waits for.
 class SpinBarrier {
  public:
   void wait(int nth) {
@@ -426,15 +438,17 @@ class SpinBarrier {
       gen_.fetch_add(1, std::memory_order_release);
       return;
     }
-    while (gen_.load(std::memory_order_acquire) == gen) {
+    for (uint32_t spin = 1; gen_.load(std::memory_order_acquire) == gen; ++spin) {
 #if defined(__x86_64__) || defined(__i386__)
       __builtin_ia32_pause();
 #endif
+      if (spin % 128 == 0) sched_yield();
     }
   }
 
  private:
-  std::atomic<int> count_{0}, gen_{0};
+  alignas(64) std::atomic<int> count_{0};
+  alignas(64) std::atomic<int> gen_{0};
 };
 
 template <typename T>

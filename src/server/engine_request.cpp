@@ -298,8 +298,19 @@ std::variant<PreparedRequest, ApiError> prepare_request(ServedModel& served, con
   }
   er.prompt = std::move(ids);
   out.n_prompt = static_cast<int64_t>(er.prompt.size());
-  auto lora = served.lora().resolve(c.model, c.lora);
-  if (!lora) return from_status(lora.status(), "lora");
+  const auto& aliases = served.options().model_aliases;
+  const bool names_base =
+      c.model == served.id() || std::find(aliases.begin(), aliases.end(), c.model) != aliases.end();
+  auto lora = served.lora().resolve(c.model, names_base, c.lora);
+  if (!lora) {
+    if (lora.status().code() == StatusCode::kNotFound) {
+      ApiError e = from_status(lora.status(), "model");
+      e.api_code = "model_not_found";
+      e.code = StatusCode::kInvalidArgument;  // as check_request's unknown model on OpenAI's routes
+      return e;
+    }
+    return from_status(lora.status(), "lora");
+  }
   er.lora = std::move(lora).value();
   const int64_t n_ctx = served.options().engine.n_ctx;
   if (c.max_tokens) {

@@ -155,7 +155,8 @@ std::optional<ApiError> Driver::submit(int i) {
   }
   Generation g;
   g.id = id_;
-  g.model = served_.id();
+  // vLLM answers with the adapter's name when the request named one.
+  g.model = !c_.model.empty() && served_.lora().by_name(c_.model) ? c_.model : served_.id();
   g.created = created_;
   g.n_prompt = x.prepared->n_prompt;
   g.seed = seed + x.seed_offset;

@@ -2,16 +2,27 @@
 #include "server/lora_adapters.h"
 
 #include <cmath>
+#include <map>
 
 namespace specula::server {
 
 Result<int64_t> LoraAdapters::add(std::string name, std::string path, std::shared_ptr<const LoraAdapter> adapter,
                                   float scale, bool named) {
   if (!std::isfinite(scale)) return Status::invalid_argument("[lora] the scale of '" + name + "' is not a finite number");
+  if (named && (name.empty() || name.size() > 256 || name.find_first_of(",\"") != std::string::npos))
+    return Status::invalid_argument("[lora] the adapter name '" + name.substr(0, 64) +
+                                    "' must be 1 to 256 bytes without commas or double quotes");
   std::lock_guard<std::mutex> lock(mu_);
-  for (const LoraEntry& e : entries_)
-    if (e.name == name)
-      return Status::invalid_argument("[lora] an adapter named '" + name + "' is already loaded (from " + e.path + ")");
+  const auto taken = [&](const std::string& n) {
+    for (const LoraEntry& e : entries_)
+      if (e.name == n) return &e;
+    return static_cast<const LoraEntry*>(nullptr);
+  };
+  if (const LoraEntry* t = taken(name)) {
+    if (named) return Status::invalid_argument("[lora] an adapter named '" + name + "' is already loaded (from " + t->path + ")");
+    name += '-';  // (not "-" + ...: GCC 12's -Wrestrict false positive)
+    name += std::to_string(next_id_);
+  }
   LoraEntry e;
   e.id = next_id_++;
   e.name = std::move(name);
@@ -80,7 +91,8 @@ Status LoraAdapters::set_scales(const std::vector<std::pair<int64_t, float>>& sc
 }
 
 Result<std::shared_ptr<const LoraSet>> LoraAdapters::resolve(
-    const std::string& model, const std::optional<std::vector<std::pair<int64_t, float>>>& per_request) const {
+    const std::string& model, bool names_base,
+    const std::optional<std::vector<std::pair<int64_t, float>>>& per_request) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto set = std::make_shared<LoraSet>();
   bool named = false;
@@ -89,20 +101,26 @@ Result<std::shared_ptr<const LoraSet>> LoraAdapters::resolve(
       set->adapters.push_back({e.adapter, 1.0f});
       named = true;
     }
+  if (ever_named_ && !model.empty() && !names_base && !named)
+    return Status::error(StatusCode::kNotFound, "[lora] The model '" + model + "' does not exist: no base model or LoRA adapter has that name" +
+                                                    (entries_.empty() ? std::string() : " (adapters: " + describe_locked() + ")"));
   if (per_request) {
+    std::map<int64_t, float> by_id;  // llama-server's: the last scale of an id; applied in id order
     for (size_t i = 0; i < per_request->size(); ++i) {
       const auto& [id, scale] = (*per_request)[i];
-      const LoraEntry* found = nullptr;
-      for (const LoraEntry& e : entries_)
-        if (e.id == id) found = &e;
-      if (found == nullptr)
+      bool found = false;
+      for (const LoraEntry& e : entries_) found = found || e.id == id;
+      if (!found)
         return Status::invalid_argument("[lora] 'lora[" + std::to_string(i) + "]' names adapter id " + std::to_string(id) +
                                         ", which is not loaded" +
                                         (entries_.empty() ? std::string(" (no adapter is)") : " (loaded: " + describe_locked() + ")"));
       if (!std::isfinite(scale))
         return Status::invalid_argument("[lora] 'lora[" + std::to_string(i) + "].scale' is not a finite number");
-      if (scale != 0.0f) set->adapters.push_back({found->adapter, scale});
+      by_id[id] = scale;
     }
+    for (const auto& [id, scale] : by_id)
+      for (const LoraEntry& e : entries_)
+        if (e.id == id && scale != 0.0f) set->adapters.push_back({e.adapter, scale});
   } else if (!named) {
     for (const LoraEntry& e : entries_)
       if (e.scale != 0.0f) set->adapters.push_back({e.adapter, e.scale});

@@ -40,7 +40,10 @@ struct LoraEntry {
 
 class LoraAdapters {
  public:
-  // Errors: the name is taken (kInvalidArgument), a scale that is not finite.
+  // Errors (kInvalidArgument): a name the user gave (named) that is taken, empty, longer
+  // than 256 bytes or holding a comma or a double quote (the metrics list names in a label);
+  // a scale that is not finite. An unnamed adapter whose file name is taken is named
+  // "NAME-ID".
   Result<int64_t> add(std::string name, std::string path, std::shared_ptr<const LoraAdapter> adapter, float scale,
                       bool named);
   // Errors: no such name (kNotFound, naming the loaded ones).
@@ -53,10 +56,13 @@ class LoraAdapters {
   // POST /lora-adapters: each listed id gets its scale, the others 0. Errors: an id not
   // loaded (kInvalidArgument; nothing changes), a scale that is not finite.
   Status set_scales(const std::vector<std::pair<int64_t, float>>& scales);
-  // A request's set (see above). `model` is the request's "model" field; `per_request`
-  // its "lora" list when sent. Errors (kInvalidArgument, param "lora"): an id not loaded,
-  // a scale that is not finite. Null: the base model.
-  Result<std::shared_ptr<const LoraSet>> resolve(const std::string& model,
+  // A request's set (see above). `model` is the request's "model" field (`names_base`: it is
+  // the base model's id or alias); `per_request` its "lora" list when sent (as llama-server:
+  // an id listed twice takes its last scale; the adapters apply in id order). Errors:
+  // kInvalidArgument (param "lora"): an id not loaded, a scale that is not finite;
+  // kNotFound (param "model"): once adapters are served by name (has_named), a model that
+  // is neither the base nor a loaded adapter (e.g. one unloaded since). Null: the base model.
+  Result<std::shared_ptr<const LoraSet>> resolve(const std::string& model, bool names_base,
                                                  const std::optional<std::vector<std::pair<int64_t, float>>>& per_request) const;
   bool empty() const;
   // Whether an adapter named by the user was ever loaded (then requests must name a model

@@ -403,7 +403,8 @@ std::optional<ApiError> read_logprobs(FieldReader& p, CompletionParams& c) {
   return std::nullopt;
 }
 
-// llama-server's "lora": [{"id": integer, "scale": number}] (scale defaults to 1).
+// llama-server's "lora": [{"id": integer, "scale": number}] (scale defaults to 0, as
+// llama-server's parse_lora_request).
 std::optional<ApiError> read_lora(FieldReader& p, CompletionParams& c) {
   const json* l = p.get("lora");
   if (l == nullptr || l->is_null()) return std::nullopt;
@@ -414,7 +415,7 @@ std::optional<ApiError> read_lora(FieldReader& p, CompletionParams& c) {
     const std::string at = "'lora[" + std::to_string(i) + "]'";
     if (!e.is_object() || !e.contains("id") || !e["id"].is_number_integer() || e["id"].get<int64_t>() < 0)
       return bad_request("lora", at + " must be {\"id\": integer >= 0, \"scale\": number}, got " + shown(e));
-    double scale = 1.0;
+    double scale = 0.0;
     if (e.contains("scale") && !e["scale"].is_null()) {
       if (!e["scale"].is_number() || !std::isfinite(e["scale"].get<double>()) || std::fabs(e["scale"].get<double>()) > 1e4)
         return bad_request("lora", at + ".scale must be a finite number (|scale| <= 10000), got " + shown(e["scale"]));

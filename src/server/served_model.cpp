@@ -48,6 +48,10 @@ Result<std::unique_ptr<ServedModel>> ServedModel::create(std::unique_ptr<Model> 
     if (v == 3) s->default_pooling_ = "last";
   }
   for (const LoraSpec& spec : options.lora) {
+    const auto& aliases = options.model_aliases;
+    if (spec.named && (spec.name == options.model_id || std::find(aliases.begin(), aliases.end(), spec.name) != aliases.end()))
+      return Status::invalid_argument("[server] --lora " + spec.name + "=" + spec.path + ": '" + spec.name +
+                                      "' is the model's own name");
     auto adapter = model->load_lora(spec.path);
     if (!adapter) return Status::error(adapter.status().code(), "[server] --lora " + spec.path + ": " + adapter.message());
     auto added = s->lora_.add(spec.name, spec.path, std::move(adapter).value(), spec.scale, spec.named);

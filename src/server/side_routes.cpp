@@ -1,6 +1,7 @@
 // server/side_routes.cpp — the routes around generation: GET /v1/models, llama-server's
 // POST /tokenize, /detokenize and /apply-template, and POST /admin/cache/flush (see
 // routes.h). Errors in OpenAI's shape.
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -55,7 +56,8 @@ void handle_lora_list(const ServedModel& served, http::Exchange& ex) {
   send_json(ex, out);
 }
 
-// POST /lora-adapters [{"id", "scale"}]: llama-server's global scales (ids left out: 0).
+// POST /lora-adapters [{"id", "scale"}]: llama-server's global scales (ids left out, and a
+// scale left out: 0; an id listed twice: its last scale).
 void handle_lora_scales(const ServedModel& served, const http::Request& req, http::Exchange& ex) {
   json j = json::parse(req.body, nullptr, false);
   if (j.is_discarded() || !j.is_array())
@@ -68,7 +70,7 @@ void handle_lora_scales(const ServedModel& served, const http::Request& req, htt
     at += ']';
     if (!e.is_object() || !e.contains("id") || !e["id"].is_number_integer())
       return send_error(ex, bad_request("id", at + " must be {\"id\": integer, \"scale\": number}"));
-    double scale = 1.0;
+    double scale = 0.0;
     if (e.contains("scale")) {
       if (!e["scale"].is_number() || !std::isfinite(e["scale"].get<double>()) || std::fabs(e["scale"].get<double>()) > 1e4)
         return send_error(ex, bad_request("scale", at + ".scale must be a finite number (|scale| <= 10000)"));
@@ -104,12 +106,17 @@ void handle_lora_load(ServedModel& served, const http::Request& req, http::Excha
   }
   if (!j.contains("lora_path") || !j["lora_path"].is_string() || j["lora_path"].get<std::string>().empty())
     return send_error(ex, bad_request("lora_path", "'lora_path' must be a non-empty string"));
-  if (name == served.id()) return send_error(ex, bad_request("lora_name", "'" + name + "' is the base model's name"));
-  if (served.lora().by_name(name))
+  const auto& aliases = served.options().model_aliases;
+  if (name == served.id() || std::find(aliases.begin(), aliases.end(), name) != aliases.end())
+    return send_error(ex, bad_request("lora_name", "'" + name + "' is the base model's name"));
+  // vLLM's load_inplace: a name already loaded is replaced (requests running keep the old one).
+  const bool inplace = j.contains("load_inplace") && j["load_inplace"] == true;
+  if (served.lora().by_name(name) && !inplace)
     return send_error(ex, bad_request("lora_name", "The lora adapter '" + name + "' has already been loaded."));
   const std::string path = j["lora_path"].get<std::string>();
   auto adapter = served.model().load_lora(path);
   if (!adapter) return send_error(ex, bad_request("lora_path", adapter.status().user_message()));
+  if (inplace) (void)served.lora().remove(name);
   auto added = served.lora().add(name, path, std::move(adapter).value(), 0.0f, true);
   if (!added) return send_error(ex, from_status(added.status(), "lora_name"));
   ex.respond(200, "text/plain; charset=utf-8", "Success: LoRA adapter '" + name + "' added successfully.", {});

@@ -84,8 +84,10 @@ def main():
         ids = [m["id"] for m in models["data"]]
         check(ids[1:] == ["alpha", "beta"], f"/v1/models: {ids}")
         check(all(m.get("parent") == ids[0] for m in models["data"][1:]), f"parents: {models['data']}")
-        # vLLM's way: the model field.
+        # vLLM's way: the model field (the answer names the adapter, as vLLM's).
         check(complete(srv, {"model": "alpha"}) == want["a"], "model=alpha differs from generate --lora a")
+        st, _, j = srv.post_json("/v1/completions", {"model": "alpha", "prompt": PROMPT, "max_tokens": 1})
+        check(st == 200 and j["model"] == "alpha", f"the answer's model: {j.get('model')}")
         check(complete(srv, {"model": "beta"}) == want["b"], "model=beta differs from generate --lora b")
         check(complete(srv, {"model": ids[0]}) == want["base"], "the base model's answer changed")
         check(complete(srv, {}) == want["base"], "no model field: the base")
@@ -94,6 +96,10 @@ def main():
         check([(x["id"], x["name"], x["scale"]) for x in listed] == [(0, "alpha", 0.0), (1, "beta", 0.0)], f"{listed}")
         check(complete(srv, {"lora": [{"id": 0, "scale": 0.5}]}) == want["a_half"], "lora id 0 at 0.5")
         check(complete(srv, {"lora": [{"id": 1, "scale": 1.0}]}) == want["b"], "lora id 1")
+        # llama-server's rules: a scale left out is 0, an id listed twice keeps its last scale.
+        check(complete(srv, {"lora": [{"id": 1}]}) == want["base"], "a lora entry without scale is scale 0")
+        check(complete(srv, {"lora": [{"id": 0, "scale": 2.0}, {"id": 0, "scale": 0.5}]}) == want["a_half"],
+              "an id listed twice: its last scale")
         st, _, j = srv.post_json("/lora-adapters", [{"id": 0, "scale": 1.0}])
         check(st == 200 and j.get("success") is True, f"POST /lora-adapters: {st} {j}")
         check(complete(srv, {}) == want["a"], "global scale 1 on alpha: requests without lora run with it")
@@ -167,8 +173,10 @@ def main():
         check(complete(srv, {}) == want["a"], "--lora PATH applies to every request")
         check(complete(srv, {"model": "whatever-name"}) == want["a"], "llama-server: any model name")
         check(complete(srv, {"lora": [{"id": 0, "scale": 0}]}) == want["base"], "lora scale 0 turns it off")
-    with ss.Server("--parallel", "2", "--ctx", "1024", "--lora-scaled", a, "0.5") as srv:
+    with ss.Server("--parallel", "2", "--ctx", "1024", "--lora-scaled", a, "0.5", "--lora-scaled", a, "0") as srv:
         check(complete(srv, {}) == want["a_half"], "--lora-scaled PATH 0.5")
+        names = [x["name"] for x in srv.get_json("/lora-adapters")[2]]
+        check(names == ["a", "a-1"], f"one file twice: names {names}")
 
     # vLLM's run-time routes, and an unload while a request runs with the adapter.
     with ss.Server("--parallel", "2", "--ctx", "1024", "--lora-runtime-updates") as srv:
@@ -187,6 +195,13 @@ def main():
             e = ss.check_error_body(st, j, 400, "another model's adapter", "lora_path")
             check("an adapter for 'qwen2'" in e["message"], f"{e}")
         check(complete(srv, {"model": "alpha"}) == want["a"], "run-time loaded alpha")
+        st, _, data = srv.post("/v1/load_lora_adapter", {"lora_name": "alpha", "lora_path": b, "load_inplace": True})
+        check(st == 200, f"load_inplace: {st} {data!r}")
+        check(complete(srv, {"model": "alpha"}) == want["b"], "load_inplace replaced alpha with b")
+        srv.post("/v1/load_lora_adapter", {"lora_name": "alpha", "lora_path": a, "load_inplace": True})
+        st, _, j = srv.post_json("/v1/load_lora_adapter", {"lora_name": srv.get_json("/v1/models")[2]["data"][0]["id"],
+                                                            "lora_path": a})
+        ss.check_error_body(st, j, 400, "an adapter named as the base model", "lora_name")
         long_body = {"model": "alpha", "prompt": PROMPT, "max_tokens": 200, "temperature": 0, "ignore_eos": True}
         alone = srv.post_json("/v1/completions", long_body, timeout=300)[2]["choices"][0]["text"]
         result = {}

@@ -299,6 +299,24 @@ TEST(Lora, BadPeftFoldersAreRefusedByName) {
   expect_error(variant([](auto& c) { c["bias"] = "lora_only"; }), "'bias': 'lora_only' is not supported");
   expect_error(variant([](auto& c) { c["peft_type"] = "IA3"; }), "peft_type 'IA3' is not supported");
   expect_error(variant([](auto& c) { c["lora_alpha"] = "eight"; }), "'lora_alpha' must be");
+  // alpha_pattern keys match in the file's order, as PEFT's get_pattern_key: "q_proj" comes
+  // first and wins for layer 0's q_proj although the longer key also matches (and sorts first).
+  {
+    nlohmann::ordered_json c = nlohmann::ordered_json::parse(config.dump());
+    c["alpha_pattern"] = nlohmann::ordered_json::object();
+    c["alpha_pattern"]["q_proj"] = 32;
+    c["alpha_pattern"]["model.layers.0.self_attn.q_proj"] = 8;
+    const std::string dir = kDir + "/peft_alpha_order";
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    std::ofstream(dir + "/adapter_config.json") << c.dump();
+    fs::copy_file(good + "/adapter_model.safetensors", dir + "/adapter_model.safetensors");
+    auto a = llama->load_lora(dir);
+    ASSERT_TRUE(a.is_ok()) << a.message();
+    EXPECT_FLOAT_EQ((*a)->find(0, LoraTarget::kQ)->scale, 32.0f / 4);
+    EXPECT_FLOAT_EQ((*a)->find(0, LoraTarget::kK)->scale, 8.0f / 4);  // lora_alpha 8, rank 4
+  }
+  expect_error(variant([](auto& c) { c["alpha_pattern"] = {{std::string(300, 'x'), 2}}; }), "longer than 256 bytes");
   // Missing or other files.
   const std::string bin = variant([](auto&) {}, false);
   expect_error(bin, "no adapter_model.safetensors");
