@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cmath>
 #include <cerrno>
 #include <condition_variable>
 #include <cstdio>
@@ -43,6 +44,8 @@ struct ChatArgs {
   bool verbose = false, ignore_eos = false;
   SamplingFlags sampling;
   CacheArgs cache;
+  std::vector<std::string> lora;  // LoRA adapters (--lora), each at lora_scale
+  float lora_scale = 1.0f;
 };
 
 // Ctrl-C: before the session starts (loading the model) it ends the program, as usual;
@@ -141,8 +144,9 @@ class AnswerSink : public RequestSink {
 
 class ChatSession {
  public:
-  ChatSession(const ChatArgs& a, Loaded& l, chat::ChatTemplate tpl, std::unique_ptr<Engine> engine, int64_t n_ctx)
-      : a_(a), l_(l), tpl_(std::move(tpl)), engine_(std::move(engine)), n_ctx_(n_ctx) {
+  ChatSession(const ChatArgs& a, Loaded& l, chat::ChatTemplate tpl, std::unique_ptr<Engine> engine, int64_t n_ctx,
+              std::shared_ptr<const LoraSet> lora)
+      : a_(a), l_(l), tpl_(std::move(tpl)), engine_(std::move(engine)), n_ctx_(n_ctx), lora_(std::move(lora)) {
     clear();
   }
   int run();
@@ -166,6 +170,7 @@ class ChatSession {
   chat::ChatTemplate tpl_;
   std::unique_ptr<Engine> engine_;
   int64_t n_ctx_;
+  std::shared_ptr<const LoraSet> lora_;  // every answer's adapters (null: none)
   json messages_;
 };
 
@@ -213,6 +218,7 @@ void ChatSession::answer(const std::string& user_text) {
   req.max_tokens = static_cast<int32_t>(a_.n_predict > 0 ? std::min<int64_t>(a_.n_predict, room) : room);
   req.sampling = std::move(sampling).value();
   req.ignore_eos = a_.ignore_eos;
+  req.lora = lora_;
   auto sink = std::make_shared<AnswerSink>(*l_.tok);
   g_interrupted.store(false);
   Submission sub = engine_->submit(std::move(req), sink);
@@ -313,7 +319,15 @@ int run_chat(const RuntimeConfig& config, const ChatArgs& a) {
   eo.prompt_cache = std::shared_ptr<PromptCache>(std::move(pc).value());
   auto engine = Engine::create(model, eo);
   if (!engine) return fail(engine.message());
-  ChatSession session(a, *l, std::move(tpl).value(), std::move(engine).value(), n_ctx);
+  std::shared_ptr<LoraSet> lora;
+  if (!std::isfinite(a.lora_scale)) return fail("[cli] --lora-scale must be a finite number");
+  for (const std::string& path : a.lora) {
+    auto adapter = model.load_lora(path);
+    if (!adapter) return fail(adapter.message());
+    if (!lora) lora = std::make_shared<LoraSet>();
+    lora->adapters.push_back({std::move(adapter).value(), a.lora_scale});
+  }
+  ChatSession session(a, *l, std::move(tpl).value(), std::move(engine).value(), n_ctx, std::move(lora));
   return session.run();
 }
 
@@ -334,6 +348,12 @@ Verb add_chat(CLI::App& app, const RuntimeConfig& config) {
       ->check(CLI::Range(int64_t{64}, int64_t{1} << 24));
   cmd->add_flag("--verbose", a->verbose, "Print each answer's token counts and speeds");
   cmd->add_flag("--ignore-eos", a->ignore_eos, "Keep answering past end-of-generation tokens (until -n or Ctrl-C)");
+  cmd->add_option("--lora", a->lora,
+                  "A LoRA adapter (llama.cpp's GGUF LoRA file or a PEFT folder) applied to every answer; repeat for "
+                  "several (their deltas add)");
+  cmd->add_option("--lora-scale", a->lora_scale, "Scale of every --lora adapter (default 1)")
+      ->check(CLI::Range(-10000.0, 10000.0))
+      ->needs(cmd->get_option("--lora"));
   add_cache_options(cmd, a->cache, false);
   return Verb{cmd, [a, &config] { return run_chat(config, *a); }};
 }

@@ -215,7 +215,7 @@ Verb add_generate(CLI::App& app, const RuntimeConfig& config) {
                   "A LoRA adapter (llama.cpp's GGUF LoRA file or a PEFT folder) applied without merging; repeat for "
                   "several (their deltas add)");
   cmd->add_option("--lora-scale", a->lora_scale, "Scale of every --lora adapter (default 1; llama.cpp's --lora-scaled)")
-      ->check(CLI::Range(-100.0, 100.0))
+      ->check(CLI::Range(-10000.0, 10000.0))
       ->needs(cmd->get_option("--lora"));
   cmd->add_option("--prompt-cache", a->prompt_cache,
                   "File to load the prompt's computed state from (when it fits) and save it to (llama.cpp's --prompt-cache)");

@@ -266,6 +266,12 @@ int run_serve(const RuntimeConfig& config, const ServeArgs& a) {
     if (!l) return fail(l.message());
     auto served = server::open_served_model(std::move(l->model), l->path, *mc, connection_options(config, a));
     if (!served) return fail(served.message());
+    for (const server::LoraEntry& e : (*served)->lora().list())
+      std::fprintf(stderr, "[specula] LoRA adapter %lld '%s': %s, %lld projections, rank %lld, %s\n",
+                   static_cast<long long>(e.id), e.name.c_str(), e.path.c_str(),
+                   static_cast<long long>(e.adapter->n_pairs()), static_cast<long long>(e.adapter->max_rank()),
+                   e.scale != 0.0f ? ("on for every request at scale " + std::to_string(e.scale)).c_str()
+                                   : "used by requests that name it");
     const EngineOptions& eo = (*served)->engine().options();
     const std::string spec_note =
         eo.draft ? ", speculative " + eo.draft->name() + " depth " + std::to_string(a.spec_depth) : "";

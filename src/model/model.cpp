@@ -66,6 +66,10 @@ Status in_source_terms(const Status& st, const gguf::GgufFile& f) {
 
 Result<gguf::GgufFile> open_model_file(const std::string& path) {
   std::error_code ec;
+  if (std::filesystem::is_regular_file(std::filesystem::path(path) / "adapter_config.json", ec))
+    return Status::error("[model] " + path +
+                         " is a PEFT LoRA adapter folder (adapter_config.json), not a model: load the model and pass "
+                         "the adapter with --lora");
   const bool folder = std::filesystem::is_directory(path, ec) || hf::is_model_folder(path) ||
                       (path.size() > 12 && path.compare(path.size() - 12, 12, ".safetensors") == 0);
   return folder ? hf::open_folder(path) : gguf::GgufFile::open(path);
@@ -86,7 +90,7 @@ Result<std::unique_ptr<Model>> load_model(const std::string& path, const ModelOp
   if (auto type = f->get_string("general.type"); type && *type == "adapter")
     return Status::error("[model] " + path +
                          " is an adapter (general.type 'adapter'), not a model: load the model and pass the adapter "
-                         "with --lora (Model::load_lora)");
+                         "with --lora");
   auto arch = f->get_string("general.architecture");
   if (!arch) return arch.status();
   auto it = registry().find(*arch);
