@@ -71,6 +71,7 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
   Napi::Value Tokenize(const Napi::CallbackInfo& info);
   Napi::Value Detokenize(const Napi::CallbackInfo& info);
   Napi::Value ApplyChatTemplate(const Napi::CallbackInfo& info);
+  Napi::Value JsonText(const Napi::CallbackInfo& info, specula_status (*get)(const specula_model*, char**));
   Napi::Value InfoJson(const Napi::CallbackInfo& info);
   Napi::Value StatsJson(const Napi::CallbackInfo& info);
   Napi::Value LoraLoad(const Napi::CallbackInfo& info);
@@ -218,27 +219,21 @@ Napi::Value ModelWrap::ApplyChatTemplate(const Napi::CallbackInfo& info) {
   return out;
 }
 
-Napi::Value ModelWrap::InfoJson(const Napi::CallbackInfo& info) {
+// A model's JSON text from `get` (specula_model_info_json, ...) as a JS string.
+Napi::Value ModelWrap::JsonText(const Napi::CallbackInfo& info, specula_status (*get)(const specula_model*, char**)) {
   Napi::Env env = info.Env();
   char* text = nullptr;
   std::lock_guard<std::mutex> lock(state_->mu);
-  specula_status st = specula_model_info_json(handle(env), &text);
+  specula_status st = get(handle(env), &text);
   if (st != SPECULA_OK) throw specula_error(env, st);
   Napi::String out = Napi::String::New(env, text);
   specula_free(text);
   return out;
 }
 
-Napi::Value ModelWrap::StatsJson(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  char* text = nullptr;
-  std::lock_guard<std::mutex> lock(state_->mu);
-  specula_status st = specula_model_stats_json(handle(env), &text);
-  if (st != SPECULA_OK) throw specula_error(env, st);
-  Napi::String out = Napi::String::New(env, text);
-  specula_free(text);
-  return out;
-}
+Napi::Value ModelWrap::InfoJson(const Napi::CallbackInfo& info) { return JsonText(info, specula_model_info_json); }
+
+Napi::Value ModelWrap::StatsJson(const Napi::CallbackInfo& info) { return JsonText(info, specula_model_stats_json); }
 
 // loraLoad(path, name | null, scale) -> id
 Napi::Value ModelWrap::LoraLoad(const Napi::CallbackInfo& info) {
@@ -266,16 +261,7 @@ Napi::Value ModelWrap::LoraUnload(const Napi::CallbackInfo& info) {
   return env.Undefined();
 }
 
-Napi::Value ModelWrap::LoraListJson(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  char* text = nullptr;
-  std::lock_guard<std::mutex> lock(state_->mu);
-  specula_status st = specula_lora_list_json(handle(env), &text);
-  if (st != SPECULA_OK) throw specula_error(env, st);
-  Napi::String out = Napi::String::New(env, text);
-  specula_free(text);
-  return out;
-}
+Napi::Value ModelWrap::LoraListJson(const Napi::CallbackInfo& info) { return JsonText(info, specula_lora_list_json); }
 
 Napi::Value ModelWrap::Numbers(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();

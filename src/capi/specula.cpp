@@ -605,11 +605,7 @@ specula_status specula_lora_load(specula_model* m, const char* path, const char*
     srv::ServedModel& s = *m->box->served;
     std::string n = name != nullptr ? name : "";
     const bool named = !n.empty();
-    if (n.empty()) {
-      std::filesystem::path p(path);
-      while (!p.empty() && !p.has_filename()) p = p.parent_path();
-      n = p.extension() == ".gguf" ? p.stem().string() : p.filename().string();
-    }
+    if (n.empty()) n = srv::lora_name_of_path(path);
     auto adapter = s.model().load_lora(path);
     if (!adapter) return fail(SPECULA_ERR_INVALID_ARGUMENT, adapter.status().user_message());
     auto id = s.lora().add(n, path, std::move(adapter).value(), scale, named);

@@ -44,8 +44,7 @@ struct ChatArgs {
   bool verbose = false, ignore_eos = false;
   SamplingFlags sampling;
   CacheArgs cache;
-  std::vector<std::string> lora;  // LoRA adapters (--lora), each at lora_scale
-  float lora_scale = 1.0f;
+  LoraArgs lora;
 };
 
 // Ctrl-C: before the session starts (loading the model) it ends the program, as usual;
@@ -319,15 +318,9 @@ int run_chat(const RuntimeConfig& config, const ChatArgs& a) {
   eo.prompt_cache = std::shared_ptr<PromptCache>(std::move(pc).value());
   auto engine = Engine::create(model, eo);
   if (!engine) return fail(engine.message());
-  std::shared_ptr<LoraSet> lora;
-  if (!std::isfinite(a.lora_scale)) return fail("[cli] --lora-scale must be a finite number");
-  for (const std::string& path : a.lora) {
-    auto adapter = model.load_lora(path);
-    if (!adapter) return fail(adapter.message());
-    if (!lora) lora = std::make_shared<LoraSet>();
-    lora->adapters.push_back({std::move(adapter).value(), a.lora_scale});
-  }
-  ChatSession session(a, *l, std::move(tpl).value(), std::move(engine).value(), n_ctx, std::move(lora));
+  auto lora = a.lora.load(model);
+  if (!lora) return fail(lora.message());
+  ChatSession session(a, *l, std::move(tpl).value(), std::move(engine).value(), n_ctx, std::move(lora).value());
   return session.run();
 }
 
@@ -348,12 +341,7 @@ Verb add_chat(CLI::App& app, const RuntimeConfig& config) {
       ->check(CLI::Range(int64_t{64}, int64_t{1} << 24));
   cmd->add_flag("--verbose", a->verbose, "Print each answer's token counts and speeds");
   cmd->add_flag("--ignore-eos", a->ignore_eos, "Keep answering past end-of-generation tokens (until -n or Ctrl-C)");
-  cmd->add_option("--lora", a->lora,
-                  "A LoRA adapter (llama.cpp's GGUF LoRA file or a PEFT folder) applied to every answer; repeat for "
-                  "several (their deltas add)");
-  cmd->add_option("--lora-scale", a->lora_scale, "Scale of every --lora adapter (default 1)")
-      ->check(CLI::Range(-10000.0, 10000.0))
-      ->needs(cmd->get_option("--lora"));
+  a->lora.add_options(cmd);
   add_cache_options(cmd, a->cache, false);
   return Verb{cmd, [a, &config] { return run_chat(config, *a); }};
 }

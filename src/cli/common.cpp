@@ -10,6 +10,7 @@
 #include <random>
 
 #include "cli/hub.h"
+#include "model/lora.h"
 #include "sampling/sampler.h"
 #include "state/kv_codec.h"
 #include "tokenizer/hf_tokenizer.h"
@@ -193,6 +194,30 @@ Result<SamplingParams> SamplingFlags::resolve(const SamplingDefaults& model_defa
   for (const auto& [f, o] : options_) seed_given |= f->kind == SamplingKind::kSeed && o->count() > 0;
   if (!seed_given) p.seed = std::random_device{}();
   return p;
+}
+
+void LoraArgs::add_options(CLI::App* cmd) {
+  cmd->add_option("--lora", paths,
+                  "A LoRA adapter (llama.cpp's GGUF LoRA file or a PEFT folder) applied without merging; repeat for "
+                  "several (their deltas add)");
+  cmd->add_option("--lora-scale", scale, "Scale of every --lora adapter (default 1; llama.cpp's --lora-scaled)")
+      ->check(CLI::Range(-10000.0, 10000.0))
+      ->needs(cmd->get_option("--lora"));
+}
+
+Result<std::shared_ptr<const LoraSet>> LoraArgs::load(const Model& model) const {
+  if (!std::isfinite(scale)) return Status::invalid_argument("[cli] --lora-scale must be a finite number");
+  if (paths.empty()) return std::shared_ptr<const LoraSet>();
+  auto set = std::make_shared<LoraSet>();
+  for (const std::string& path : paths) {
+    auto adapter = model.load_lora(path);
+    if (!adapter) return adapter.status();
+    std::fprintf(stderr, "[specula] LoRA %s: %lld projections, rank %lld, alpha %g, scale %g\n", path.c_str(),
+                 static_cast<long long>((*adapter)->n_pairs()), static_cast<long long>((*adapter)->max_rank()),
+                 static_cast<double>((*adapter)->alpha()), static_cast<double>(scale));
+    set->adapters.push_back({std::move(adapter).value(), scale});
+  }
+  return std::shared_ptr<const LoraSet>(std::move(set));
 }
 
 }  // namespace specula::cli

@@ -67,6 +67,17 @@ std::string describe_packed(const ModelInfo& info);
 // Adds --quantize (q8_0 | q4_k).
 void add_quantize_option(CLI::App* cmd, std::string& quantize);
 
+// --lora FILE (repeatable) and --lora-scale S, shared by generate and chat.
+struct LoraArgs {
+  std::vector<std::string> paths;  // GGUF LoRA files or PEFT folders (model/lora.h)
+  float scale = 1.0f;              // every adapter's scale
+  void add_options(CLI::App* cmd);
+  // The adapters loaded for `model`, each at `scale` (one line each on stderr), or null when
+  // none was given. Errors: a scale that is not finite, an adapter that does not load
+  // (Model::load_lora's, naming the tensor).
+  Result<std::shared_ptr<const LoraSet>> load(const Model& model) const;
+};
+
 // KV cache layout flags shared by generate, chat, serve, bench, kld and info (llama.cpp's
 // names; -ctk / -ctv are renamed to these before parsing).
 struct CacheArgs {

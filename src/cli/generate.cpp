@@ -34,8 +34,7 @@ struct GenerateArgs {
   std::string spec_accept = "exact";
   CacheArgs cache;
   std::string prompt_cache;  // llama.cpp's --prompt-cache FILE
-  std::vector<std::string> lora;  // LoRA adapter files (--lora), each at lora_scale
-  float lora_scale = 1.0f;
+  LoraArgs lora;
 };
 
 // Prints one request's tokens as text (engine thread) and waits for its end.
@@ -115,8 +114,8 @@ void report(const GenerateArgs& a, const Loaded& l, const Engine& engine, const 
 
 int run_generate(const RuntimeConfig& config, const GenerateArgs& a) {
   if (auto check = a.sampling.resolve({}, nullptr); !check) return fail(check.message());  // before loading
-  if (!std::isfinite(a.lora_scale)) return fail("[cli] --lora-scale must be a finite number");
-  if (!a.lora.empty() && !a.prompt_cache.empty())
+  if (!std::isfinite(a.lora.scale)) return fail("[cli] --lora-scale must be a finite number");
+  if (!a.lora.paths.empty() && !a.prompt_cache.empty())
     return fail("[cli] --prompt-cache holds the base model's states: it cannot be used with --lora");
   auto l = load(config, a.model, a.threads, a.quantize);
   if (!l) return fail(l.message());
@@ -157,18 +156,9 @@ int run_generate(const RuntimeConfig& config, const GenerateArgs& a) {
   auto sampling = a.sampling.resolve(model_sampling_defaults(model.file()), l->tok.get());
   if (!sampling) return fail(sampling.message());
   req.sampling = std::move(sampling).value();
-  if (!a.lora.empty()) {
-    auto set = std::make_shared<LoraSet>();
-    for (const std::string& path : a.lora) {
-      auto adapter = model.load_lora(path);
-      if (!adapter) return fail(adapter.message());
-      std::fprintf(stderr, "[specula] LoRA %s: %lld projections, rank %lld, alpha %g, scale %g\n", path.c_str(),
-                   static_cast<long long>((*adapter)->n_pairs()), static_cast<long long>((*adapter)->max_rank()),
-                   static_cast<double>((*adapter)->alpha()), static_cast<double>(a.lora_scale));
-      set->adapters.push_back({std::move(adapter).value(), a.lora_scale});
-    }
-    req.lora = std::move(set);
-  }
+  auto lora = a.lora.load(model);
+  if (!lora) return fail(lora.message());
+  req.lora = std::move(lora).value();
   auto sink = std::make_shared<PrintSink>(*l->tok);
   std::fputs(a.prompt.c_str(), stdout);
   std::fflush(stdout);
@@ -211,12 +201,7 @@ Verb add_generate(CLI::App& app, const RuntimeConfig& config) {
   cmd->add_option("--spec-depth", a->spec_depth, "Most drafted tokens per verify step; each request adapts below it (default 4)")
       ->check(CLI::Range(1, 32));
   add_cache_options(cmd, a->cache, false);
-  cmd->add_option("--lora", a->lora,
-                  "A LoRA adapter (llama.cpp's GGUF LoRA file or a PEFT folder) applied without merging; repeat for "
-                  "several (their deltas add)");
-  cmd->add_option("--lora-scale", a->lora_scale, "Scale of every --lora adapter (default 1; llama.cpp's --lora-scaled)")
-      ->check(CLI::Range(-10000.0, 10000.0))
-      ->needs(cmd->get_option("--lora"));
+  a->lora.add_options(cmd);
   cmd->add_option("--prompt-cache", a->prompt_cache,
                   "File to load the prompt's computed state from (when it fits) and save it to (llama.cpp's --prompt-cache)");
   cmd->add_option("--spec-accept", a->spec_accept,

@@ -85,9 +85,7 @@ std::vector<server::LoraSpec> lora_specs(const ServeArgs& a) {
   const auto global = [&](const std::string& path, float scale) {
     server::LoraSpec s;
     s.path = path;
-    std::filesystem::path p(path);
-    while (!p.empty() && !p.has_filename()) p = p.parent_path();  // a folder given with a trailing '/'
-    s.name = p.extension() == ".gguf" ? p.stem().string() : p.filename().string();
+    s.name = server::lora_name_of_path(path);
     s.scale = a.lora_init_without_apply ? 0.0f : scale;
     out.push_back(std::move(s));
   };

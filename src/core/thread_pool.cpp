@@ -81,6 +81,19 @@ void ThreadPool::run(const std::function<void(int, int)>& fn) {
   if (err) std::rethrow_exception(err);
 }
 
+void SpinBarrier::wait(int nth) {
+  const int gen = gen_.load(std::memory_order_acquire);
+  if (count_.fetch_add(1, std::memory_order_acq_rel) + 1 == nth) {
+    count_.store(0, std::memory_order_relaxed);
+    gen_.fetch_add(1, std::memory_order_release);
+    return;
+  }
+  for (int spin = 1; gen_.load(std::memory_order_acquire) == gen; ++spin) {
+    SPECULA_PAUSE();
+    if (spin % 128 == 0) sched_yield();
+  }
+}
+
 void ThreadPool::worker(int ith) {
   uint64_t seen = 0;
   for (;;) {

@@ -50,6 +50,20 @@ class ThreadPool {
   std::exception_ptr worker_error_;  // first exception from a worker in the current job
 };
 
+// A barrier for the threads of one ThreadPool::run job: wait(nth) returns once all nth
+// threads of the job have called it (reusable: the k-th calls of every thread meet). Safe
+// because run() calls the job on every thread at once; a thread that skips a wait that the
+// others make deadlocks them. Waiters spin, yielding every 128 spins as the pool's own
+// waits do (with more threads than free cores the one waited for may need this core).
+class SpinBarrier {
+ public:
+  void wait(int nth);
+
+ private:
+  alignas(64) std::atomic<int> count_{0};
+  alignas(64) std::atomic<int> gen_{0};
+};
+
 // Number of threads to use by default: the cores this process may run on.
 int default_thread_count();
 

@@ -33,14 +33,6 @@ Config::Config(Config&&) noexcept = default;
 Config& Config::operator=(Config&&) noexcept = default;
 Config::~Config() = default;
 
-namespace {
-
-std::string shown(const json& v) {
-  std::string s = v.dump();
-  if (s.size() > 80) s = s.substr(0, 77) + "...";
-  return s;
-}
-
 Result<std::string> read_text(const std::string& path, size_t limit) {
   std::error_code ec;
   const auto size = fs::file_size(path, ec);
@@ -54,6 +46,14 @@ Result<std::string> read_text(const std::string& path, size_t limit) {
   in.read(text.data(), static_cast<std::streamsize>(size));
   if (static_cast<size_t>(in.gcount()) != size) return Status::error("[hf] " + path + ": short read");
   return text;
+}
+
+namespace {
+
+std::string shown(const json& v) {
+  std::string s = v.dump();
+  if (s.size() > 80) s = s.substr(0, 77) + "...";
+  return s;
 }
 
 Result<json> parse_json_file(const std::string& path, size_t limit) {

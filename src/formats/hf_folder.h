@@ -228,6 +228,10 @@ void expect_layers(Config& cfg, const std::string& key, const std::vector<int64_
 // tensor without a rule, of an unsupported dtype, or inconsistent experts.
 Result<gguf::GgufFile> open_folder(const std::string& dir);
 
+// A small text file (a config or template) whole. Errors ("[hf] PATH: ..."): it cannot be
+// read, or it is larger than `limit` bytes.
+Result<std::string> read_text(const std::string& path, size_t limit);
+
 // Whether `path` is a folder holding config.json.
 bool is_model_folder(const std::string& path);
 

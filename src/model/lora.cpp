@@ -11,7 +11,6 @@
 #include <fstream>
 #include <map>
 #include <regex>
-#include <sched.h>
 #include <utility>
 
 #include <nlohmann/json.hpp>
@@ -153,6 +152,12 @@ namespace {
 using json = nlohmann::json;
 namespace fs = std::filesystem;
 
+// An error of the config reader (formats/hf_folder.h, "[hf] PATH: ...") as this loader's.
+Status as_lora(const Status& st) {
+  const std::string& m = st.message();
+  return Status::error("[lora] " + m.substr(m.rfind("[hf] ", 0) == 0 ? 5 : 0));
+}
+
 // PEFT module (the Hugging Face name of the adapted nn.Linear within a layer) -> the GGUF
 // weight it becomes (the converter's names), and whether its rows follow Q or K heads.
 struct PeftModule {
@@ -183,17 +188,6 @@ struct PeftOwner {
     return buffers.back().get();
   }
 };
-
-Result<std::string> read_small_file(const fs::path& p, size_t limit) {
-  std::error_code ec;
-  const auto size = fs::file_size(p, ec);
-  if (ec) return Status::error(p.string() + ": " + ec.message());
-  if (size > limit) return Status::error(p.string() + ": " + std::to_string(size) + " bytes, more than " + std::to_string(limit));
-  std::ifstream in(p, std::ios::binary);
-  std::string text(size, '\0');
-  if (!in || !in.read(text.data(), static_cast<std::streamsize>(size))) return Status::error(p.string() + ": cannot read");
-  return text;
-}
 
 // PEFT's pattern lookup (rank_pattern / alpha_pattern): the first key K, in the file's order,
 // such that the module's name matches the regular expression (^|.*\.)K$. Keys are capped (256
@@ -248,10 +242,10 @@ Result<std::shared_ptr<const LoraAdapter>> LoraAdapter::load_peft(const std::str
                                     ? "adapter_model.bin (a PyTorch pickle) is not read; save the adapter as "
                                       "adapter_model.safetensors (PEFT's save_pretrained does by default)"
                                     : "no adapter_model.safetensors"));
-  auto text = read_small_file(config_path, size_t{1} << 22);
-  if (!text) return Status::error(who + text.message());
+  auto text = hf::read_text(config_path.string(), size_t{1} << 22);
+  if (!text) return as_lora(text.status());
   auto parsed = hf::Config::parse(*text, config_path.string());
-  if (!parsed) return Status::error("[lora] " + parsed.message().substr(parsed.message().rfind("[hf] ", 0) == 0 ? 5 : 0));
+  if (!parsed) return as_lora(parsed.status());
   hf::Config& cfg = *parsed;
   const std::string peft_type = cfg.s("peft_type", std::string("LORA"));
   const int64_t r = cfg.i("r", 1, 1 << 16, 8);
@@ -260,10 +254,7 @@ Result<std::shared_ptr<const LoraAdapter>> LoraAdapter::load_peft(const std::str
   const bool dora = cfg.b("use_dora", false);
   const bool fan_in_fan_out = cfg.b("fan_in_fan_out", false);
   const std::string bias = cfg.s("bias", std::string("none"));
-  if (!cfg.status().is_ok()) {
-    const std::string m = cfg.status().message();
-    return Status::error("[lora] " + m.substr(m.rfind("[hf] ", 0) == 0 ? 5 : 0));
-  }
+  if (!cfg.status().is_ok()) return as_lora(cfg.status());
   const std::string cfg_who = who + "adapter_config.json: ";
   if (peft_type != "LORA") return Status::error(cfg_who + "peft_type '" + peft_type + "' is not supported (LORA only)");
   if (dora) return Status::error(cfg_who + "'use_dora': true (DoRA) is not supported");
@@ -425,32 +416,6 @@ Result<std::shared_ptr<const LoraAdapter>> LoraAdapter::load(const std::string& 
 
 namespace {
 
-// All `nth` threads of a ThreadPool job wait here until each has arrived (the pool runs a
-// job on every thread at once, so a spin barrier inside one is safe).
-// Waiters yield every 128 spins (as the pool's workers): with more threads than free cores a
-// waiter must not burn the time slice of the thread it waits for.
-class SpinBarrier {
- public:
-  void wait(int nth) {
-    const int gen = gen_.load(std::memory_order_acquire);
-    if (count_.fetch_add(1, std::memory_order_acq_rel) + 1 == nth) {
-      count_.store(0, std::memory_order_relaxed);
-      gen_.fetch_add(1, std::memory_order_release);
-      return;
-    }
-    for (uint32_t spin = 1; gen_.load(std::memory_order_acquire) == gen; ++spin) {
-#if defined(__x86_64__) || defined(__i386__)
-      __builtin_ia32_pause();
-#endif
-      if (spin % 128 == 0) sched_yield();
-    }
-  }
-
- private:
-  alignas(64) std::atomic<int> count_{0};
-  alignas(64) std::atomic<int> gen_{0};
-};
-
 template <typename T>
 T* grow(std::vector<T>& v, size_t n) {
   if (v.size() < n) v.resize(n);
@@ -462,6 +427,7 @@ struct Group {
   const LoraPair* p = nullptr;
   size_t t0 = 0, t1 = 0;
   const float* xs = nullptr;  // their inputs: x itself (one contiguous run) or gathered
+  bool run = true;            // the tokens are one contiguous run
   size_t mid = 0;             // offset of their A x rows in sc.mid
 };
 
@@ -475,7 +441,8 @@ void apply_lora(ThreadPool& pool, const kernels::KernelTable& kt, const LoraSet*
   size_t slots = 0;
   for (int32_t b = 0; b < n_rows; ++b)
     if (rows[b] != nullptr) slots = std::max(slots, rows[b]->adapters.size());
-  std::vector<Group> groups;
+  thread_local std::vector<Group> groups;  // (per thread: no allocation per projection)
+  groups.clear();
   sc.tokens.clear();
   sc.scales.clear();
   size_t mid_rows = 0;
@@ -512,9 +479,8 @@ void apply_lora(ThreadPool& pool, const kernels::KernelTable& kt, const LoraSet*
   // Inputs: a group whose tokens are one run reads x in place; the others are gathered.
   size_t gathered = 0, at = 0;
   for (Group& g : groups) {
-    bool run = true;
-    for (size_t i = g.t0 + 1; i < g.t1 && run; ++i) run = sc.tokens[i] == sc.tokens[i - 1] + 1;
-    if (!run) gathered += g.t1 - g.t0;
+    for (size_t i = g.t0 + 1; i < g.t1 && g.run; ++i) g.run = sc.tokens[i] == sc.tokens[i - 1] + 1;
+    if (!g.run) gathered += g.t1 - g.t0;
     g.mid = at * static_cast<size_t>(max_rank);
     at += g.t1 - g.t0;
   }
@@ -524,9 +490,7 @@ void apply_lora(ThreadPool& pool, const kernels::KernelTable& kt, const LoraSet*
   for (Group& g : groups) {
     const size_t T = g.t1 - g.t0;
     max_t = std::max(max_t, T);
-    bool run = true;
-    for (size_t i = g.t0 + 1; i < g.t1 && run; ++i) run = sc.tokens[i] == sc.tokens[i - 1] + 1;
-    if (run) {
+    if (g.run) {
       g.xs = x + sc.tokens[g.t0] * n_in;
       continue;
     }
@@ -552,9 +516,11 @@ void apply_lora(ThreadPool& pool, const kernels::KernelTable& kt, const LoraSet*
   // so a thread may start the next group while another still reads the last one's; the
   // shared activation buffers are only rewritten after a barrier that follows their reads.
   SpinBarrier barrier;
+  // (A reference: inside the job, `groups` would name each worker thread's own, empty vector.)
+  const std::vector<Group>& all = groups;
   pool.run([&](int ith, int nth) {
     auto [j0, j1] = ThreadPool::split(n_out, ith, nth, 16);
-    for (const Group& g : groups) {
+    for (const Group& g : all) {
       const LoraPair& p = *g.p;
       const int64_t T = static_cast<int64_t>(g.t1 - g.t0), R = p.rank;
       const kernels::TypeKernels& ka = kt.of(p.a.dtype);

@@ -254,9 +254,7 @@ std::optional<ApiError> check_request(const ServedModel& served, const Completio
   // served by name (vLLM's --lora NAME=PATH), a name that is neither the model's nor an
   // adapter's is a mistake to report, not the base model to run.
   if (!c.model.empty() && served.lora().has_named()) {
-    const auto& aliases = served.options().model_aliases;
-    if (c.model != served.id() && std::find(aliases.begin(), aliases.end(), c.model) == aliases.end() &&
-        !served.lora().by_name(c.model))
+    if (!served.is_own_name(c.model) && !served.lora().by_name(c.model))
       return api_error(unknown_model,
                        "The model '" + c.model + "' does not exist: this server serves '" + served.id() +
                            "' and its LoRA adapters " + served.lora().describe(),
@@ -298,10 +296,7 @@ std::variant<PreparedRequest, ApiError> prepare_request(ServedModel& served, con
   }
   er.prompt = std::move(ids);
   out.n_prompt = static_cast<int64_t>(er.prompt.size());
-  const auto& aliases = served.options().model_aliases;
-  const bool names_base =
-      c.model == served.id() || std::find(aliases.begin(), aliases.end(), c.model) != aliases.end();
-  auto lora = served.lora().resolve(c.model, names_base, c.lora);
+  auto lora = served.lora().resolve(c.model, served.is_own_name(c.model), c.lora);
   if (!lora) {
     if (lora.status().code() == StatusCode::kNotFound) {
       ApiError e = from_status(lora.status(), "model");

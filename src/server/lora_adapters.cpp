@@ -2,9 +2,16 @@
 #include "server/lora_adapters.h"
 
 #include <cmath>
+#include <filesystem>
 #include <map>
 
 namespace specula::server {
+
+std::string lora_name_of_path(const std::string& path) {
+  std::filesystem::path p(path);
+  while (!p.empty() && !p.has_filename()) p = p.parent_path();
+  return p.extension() == ".gguf" ? p.stem().string() : p.filename().string();
+}
 
 Result<int64_t> LoraAdapters::add(std::string name, std::string path, std::shared_ptr<const LoraAdapter> adapter,
                                   float scale, bool named) {

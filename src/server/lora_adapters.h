@@ -38,6 +38,10 @@ struct LoraEntry {
   bool named = false;  // given a name by the user (--lora NAME=PATH, /v1/load_lora_adapter)
 };
 
+// The name an unnamed adapter gets: the file's stem (a.gguf -> "a") or the folder's name
+// (a trailing '/' ignored).
+std::string lora_name_of_path(const std::string& path);
+
 class LoraAdapters {
  public:
   // Errors (kInvalidArgument): a name the user gave (named) that is taken, empty, longer

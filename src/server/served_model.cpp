@@ -48,7 +48,7 @@ Result<std::unique_ptr<ServedModel>> ServedModel::create(std::unique_ptr<Model> 
     if (v == 3) s->default_pooling_ = "last";
   }
   for (const LoraSpec& spec : options.lora) {
-    const auto& aliases = options.model_aliases;
+    const auto& aliases = options.model_aliases;  // (options_ is set below: is_own_name cannot answer yet)
     if (spec.named && (spec.name == options.model_id || std::find(aliases.begin(), aliases.end(), spec.name) != aliases.end()))
       return Status::invalid_argument("[server] --lora " + spec.name + "=" + spec.path + ": '" + spec.name +
                                       "' is the model's own name");
@@ -61,6 +61,11 @@ Result<std::unique_ptr<ServedModel>> ServedModel::create(std::unique_ptr<Model> 
   s->options_ = std::move(options);
   s->start_time_unix_ = static_cast<int64_t>(std::time(nullptr));
   return s;
+}
+
+bool ServedModel::is_own_name(const std::string& name) const {
+  const auto& aliases = options_.model_aliases;
+  return name == options_.model_id || std::find(aliases.begin(), aliases.end(), name) != aliases.end();
 }
 
 ServedModel::~ServedModel() {

@@ -44,6 +44,8 @@ class ServedModel {
 
   const ServerOptions& options() const { return options_; }
   const std::string& id() const { return options_.model_id; }
+  // Whether `name` is this model's id or one of its aliases (--alias).
+  bool is_own_name(const std::string& name) const;
   Model& model() const { return *model_; }
   const tokenizer::Tokenizer& tokenizer() const { return *tok_; }
   const chat::ChatTemplate* chat_template() const { return chat_template_ ? &*chat_template_ : nullptr; }

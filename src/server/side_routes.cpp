@@ -106,8 +106,7 @@ void handle_lora_load(ServedModel& served, const http::Request& req, http::Excha
   }
   if (!j.contains("lora_path") || !j["lora_path"].is_string() || j["lora_path"].get<std::string>().empty())
     return send_error(ex, bad_request("lora_path", "'lora_path' must be a non-empty string"));
-  const auto& aliases = served.options().model_aliases;
-  if (name == served.id() || std::find(aliases.begin(), aliases.end(), name) != aliases.end())
+  if (served.is_own_name(name))
     return send_error(ex, bad_request("lora_name", "'" + name + "' is the base model's name"));
   // vLLM's load_inplace: a name already loaded is replaced (requests running keep the old one).
   const bool inplace = j.contains("load_inplace") && j["load_inplace"] == true;

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <vector>
 #include <stdexcept>
 
 namespace specula {
@@ -56,5 +57,26 @@ TEST(ThreadPool, ExceptionsAreRethrownAfterAllThreadsFinish) {
   std::atomic<int> n{0};
   pool.run([&](int, int) { n.fetch_add(1); });
   EXPECT_EQ(n.load(), 2);
+}
+
+// SpinBarrier: every phase's writes are seen by every thread after the barrier, phase after
+// phase, with more threads than this machine's cores (the waiters must yield).
+TEST(SpinBarrier, PhasesSeeEveryThreadsWrites) {
+  for (int threads : {2, 5}) {
+    ThreadPool pool(threads);
+    std::vector<int> slot(static_cast<size_t>(threads), -1);
+    std::atomic<int> wrong{0};
+    SpinBarrier barrier;
+    pool.run([&](int ith, int nth) {
+      for (int phase = 0; phase < 200; ++phase) {
+        slot[static_cast<size_t>(ith)] = phase;
+        barrier.wait(nth);
+        for (int j = 0; j < nth; ++j)
+          if (slot[static_cast<size_t>(j)] != phase) wrong.fetch_add(1);
+        barrier.wait(nth);
+      }
+    });
+    EXPECT_EQ(wrong.load(), 0) << threads << " threads";
+  }
 }
 }  // namespace specula
