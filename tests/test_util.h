@@ -8,6 +8,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <system_error>
+#include <vector>
+
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -43,6 +47,29 @@ inline std::unique_ptr<tokenizer::Tokenizer> default_tokenizer() {
 inline std::string models_dir() {
   const char* env = std::getenv("SPECULA_MODELS");
   return env != nullptr && *env != '\0' ? env : std::string(std::getenv("HOME") ? std::getenv("HOME") : ".") + "/.cache/specula/models";
+}
+
+// A temporary folder of this process's own ($TMPDIR/NAME.PID), removed when the process exits.
+// ctest runs each test in its own process, two at a time: processes that wrote the same fixture
+// folder at once replaced it under each other's reads.
+inline std::string process_temp_dir(const std::string& name) {
+  struct Remover {
+    std::vector<std::string> dirs;
+    ~Remover() {
+      for (const auto& d : dirs) {
+        std::error_code ec;
+        std::filesystem::remove_all(d, ec);
+      }
+    }
+  };
+  static Remover remover;
+  std::string dir = std::filesystem::temp_directory_path().string();
+  dir += "/";
+  dir += name;
+  dir += ".";
+  dir += std::to_string(::getpid());
+  remover.dirs.push_back(dir);
+  return dir;
 }
 
 // A state group for `model` with n_rows empty rows of at most n_ctx positions.

@@ -33,7 +33,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const std::string kDir = fs::temp_directory_path().string() + "/specula_hf_models";
+const std::string kDir = testing::process_temp_dir("specula_hf_models");
 
 // The models of tools/make_hf_folders.py's HF_MODELS; name -> HF architecture.
 const std::vector<std::pair<std::string, std::string>> kModels = {

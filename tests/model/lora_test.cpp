@@ -35,7 +35,7 @@ namespace specula {
 namespace {
 
 namespace fs = std::filesystem;
-const std::string kDir = fs::temp_directory_path().string() + "/specula_lora_models";
+const std::string kDir = testing::process_temp_dir("specula_lora_models");
 
 const nlohmann::json& reference() {
   static const nlohmann::json j = [] {

@@ -24,7 +24,7 @@
 namespace specula {
 namespace {
 
-const std::string kDir = std::filesystem::temp_directory_path().string() + "/specula_tiny_models";
+const std::string kDir = testing::process_temp_dir("specula_tiny_models");
 
 // Writes the tiny models once per process (python3 with numpy and gguf; scripts/test
 // installs them) and checks them against the fixture's sha256.
@@ -34,10 +34,10 @@ const std::string& models_error() {
   std::call_once(once, [] {
     const std::string src = std::filesystem::path(SPECULA_FIXTURES_DIR).parent_path().parent_path().string();
     const std::string cmd = "python3 '" + src + "/tools/make_qwen35_fixtures.py' --models-only --check --out '" + kDir +
-                            "' > '" + kDir + ".log' 2>&1";
+                            "' > '" + kDir + "/make.log' 2>&1";
     std::filesystem::create_directories(kDir);
     if (std::system(cmd.c_str()) != 0) {
-      std::ifstream in(kDir + ".log");
+      std::ifstream in(kDir + "/make.log");
       std::stringstream ss;
       ss << in.rdbuf();
       err = "tools/make_qwen35_fixtures.py failed: " + ss.str();
