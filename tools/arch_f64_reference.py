@@ -223,9 +223,13 @@ def forward_gemma4(m: Model, ids):
     return logits
 
 
-def forward(m: Model, ids):
+def forward(m: Model, ids, taps=None):
+    """Logits [T, n_vocab]; with a list `taps`, also appends the residual stream entering each
+    layer and, last, the final state before the output norm ([T, E] each: llama.cpp's layer
+    inputs, Hugging Face's hidden_states)."""
     arch, t = m.arch, m.t
     if arch == "gemma4":
+        assert taps is None, "no taps for gemma4"
         return forward_gemma4(m, ids)
     ids = np.asarray(ids)
     T = len(ids)
@@ -255,6 +259,8 @@ def forward(m: Model, ids):
         x *= np.sqrt(float(E))
     causal = pos[None, :] <= pos[:, None]  # [query, key]
     for il in range(L):
+        if taps is not None:
+            taps.append(x.copy())
         p = f"blk.{il}."
         H = m.per_layer("attention.head_count", il)
         Hkv = m.per_layer("attention.head_count_kv", il, H)
@@ -346,6 +352,8 @@ def forward(m: Model, ids):
             f = rms(f, t[p + "post_ffw_norm.weight"], eps)
         x = x + f
 
+    if taps is not None:
+        taps.append(x.copy())
     x = rms(x, t["output_norm.weight"], eps)
     out = t["output.weight"] if (m.has("output.weight") and arch != "gemma2") else t["token_embd.weight"]
     logits = x @ out.T

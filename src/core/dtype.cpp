@@ -14,6 +14,7 @@ constexpr DTypeInfo kTypes[] = {
     {DType::Q4_K, "Q4_K", 256, 144}, {DType::Q5_K, "Q5_K", 256, 176},
     {DType::Q6_K, "Q6_K", 256, 210}, {DType::Q8_K, "Q8_K", 256, 292},
     {DType::IQ4_NL, "IQ4_NL", 32, 18}, {DType::IQ4_XS, "IQ4_XS", 256, 136},
+    {DType::I32, "I32", 1, 4},       {DType::I64, "I64", 1, 8},
     {DType::BF16, "BF16", 1, 2},     {DType::Q8_A, "Q8_A", 32, 40},
 };
 }  // namespace

@@ -30,6 +30,10 @@ enum class DType : uint32_t {
   Q8_K = 15,  // activations only (not loaded from files)
   IQ4_NL = 20,
   IQ4_XS = 23,
+  // Integer tensors (GGML's I32 / I64): data such as an index map (an EAGLE-3 head's d2t),
+  // never a matmul weight or an activation.
+  I32 = 26,
+  I64 = 27,
   BF16 = 30,
   // specula's own (not a GGML type; refused in GGUF files): affine 8-bit blocks of 32,
   // x = d * q + m with q int8 and f32 d, m (core/quant_blocks.h BlockQ8_A) — what MLX

@@ -52,7 +52,7 @@ class ModelDraft final : public DraftSource {
   std::string name() const override { return "draft-model"; }
   int64_t bytes_for(int64_t n_tokens) const override { return state_.bytes_for(n_tokens); }
 
-  Status prefill(std::span<const DraftRow> rows) override {
+  Status prefill(std::span<const DraftRow> rows, const VerifyContext*) override {
     std::vector<int32_t> next;
     Status st = sync(rows, /*feed_pending=*/false, next, nullptr);
     if (!st.is_ok())

@@ -17,8 +17,8 @@
 //     greedily, all rows batched in each forward. Drafting runs inside a speculative
 //     transaction on its own rows, resolved at commit() to the prefix the target kept —
 //     so draft models with sliding-window or recurrent layers roll back exactly too.
-// The interface leaves room for sources that read the target's hidden states (heads such
-// as Medusa/EAGLE): they would take the verify forward's hidden taps in commit().
+//   * Eagle3Draft (decoding/eagle3.h) — a head that reads the target's hidden taps, which
+//     prefill() and commit() hand it (VerifyContext).
 // Draft sources never decide acceptance; the round (engine) does.
 #pragma once
 
@@ -42,11 +42,20 @@ struct DraftRow {
   const SamplingParams* sampling = nullptr;
 };
 
-// What the target's verify forward leaves for a source that reads it (hidden taps).
+// What a target forward leaves for a source that reads it: the final hidden states and the
+// hidden taps the source asked for (DraftSource::hidden_taps), with, for each row handed to
+// prefill() or commit() (same order), where its tokens sit in the forward.
 struct VerifyContext {
-  const float* hidden = nullptr;   // [M, n_embd] final hidden states of the forward
-  const int64_t* offset = nullptr; // [B + 1] first packed position of each batch row
+  const float* hidden = nullptr;  // [M, n_embd] final hidden states of the forward (after the final norm)
+  const float* taps = nullptr;    // [M, n_taps, n_embd] Batch::taps of hidden_taps()'s layers, or null
+  int32_t n_taps = 0;
   int64_t n_embd = 0;
+  // Per row: first[i] is the packed index (0..M) of the row's first token in the forward,
+  // pos[i] that token's position in the row's context (prefill: the chunk's first; commit:
+  // the pending token's), kept[i] how many of the row's tokens from there the target kept
+  // (prefill: the chunk; commit: the pending token and the accepted drafts; 0 for a row
+  // the round did not feed).
+  std::span<const int64_t> first, pos, kept;
 };
 
 class DraftSource {
@@ -74,14 +83,18 @@ class DraftSource {
   // draft() only has the first sampled token to catch up; the default does nothing.
   // Errors: the source's model failed (its state for those rows is then dropped and
   // rebuilt by the next draft()).
-  virtual Status prefill(std::span<const DraftRow> rows) {
+  // `context`: the prefill forward's hidden states and taps (may be null).
+  virtual Status prefill(std::span<const DraftRow> rows, const VerifyContext* context = nullptr) {
     (void)rows;
+    (void)context;
     return Status::ok();
   }
   // After a round: each row's context now (accepted drafts and the correction appended).
-  // `context` is the target's verify forward (room for sources that read its hidden
-  // states, e.g. EAGLE/Medusa heads; null today).
+  // `context`: the target's verify forward (hidden states and taps, per row; may be null).
   virtual void commit(std::span<const DraftRow> rows, const VerifyContext* context = nullptr) = 0;
+  // The target layers whose outputs the source reads (Batch::tap_layers), asked once when
+  // the source is bound to a target; empty (the default): none.
+  virtual std::vector<int32_t> hidden_taps() const { return {}; }
   // The request left: forget its state.
   virtual void release(uint64_t id) = 0;
   // Bytes of state the source keeps for one request of n_tokens (admission reserves it).

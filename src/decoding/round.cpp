@@ -35,7 +35,9 @@ void AdaptiveDepth::update(int32_t proposed, int32_t accepted, int32_t max_depth
 }
 
 Round::Round(Model& model, StateRows& state, DraftSource* draft, std::vector<int32_t> eog)
-    : model_(&model), state_(&state), draft_(draft), eog_(std::move(eog)) {}
+    : model_(&model), state_(&state), draft_(draft), eog_(std::move(eog)) {
+  if (draft_ != nullptr) tap_layers_ = draft_->hidden_taps();
+}
 
 Status Round::prepare(std::span<const RoundRow> rows) {
   SPECULA_CHECK(!open_);  // commit() the previous round first
@@ -146,6 +148,11 @@ Status Round::prepare(std::span<const RoundRow> rows) {
   lora_.clear();
   for (const RoundRow& r : rows_) lora_.push_back(r.lora);
   batch.lora = lora_.data();
+  if (!tap_layers_.empty()) {
+    batch.tap_layers = tap_layers_.data();
+    batch.n_taps = static_cast<int32_t>(tap_layers_.size());
+    batch.taps = &taps_;
+  }
   Status st = fault::fire(fault::Point::kBegin) ? Status::error("[fault] injected: the state transaction's begin")
                                                 : model_->forward(batch, *state_, hidden_);
   if (st.is_ok() && fault::fire(fault::Point::kForward)) st = Status::error("[fault] injected: the forward");
@@ -205,9 +212,19 @@ Status Round::prepare(std::span<const RoundRow> rows) {
   // The draft source follows the prompt chunk by chunk. A failure only costs speed.
   if (draft_ != nullptr) {
     std::vector<DraftRow> prompt_rows;
-    for (const RoundRow& r : rows_)
-      if (r.chunk > 0 && r.speculative) prompt_rows.push_back(DraftRow{r.id, r.context, 0});
-    if (!prompt_rows.empty()) (void)draft_->prefill(prompt_rows);
+    std::vector<int64_t> first, pos, kept;
+    for (size_t i = 0; i < rows_.size(); ++i) {
+      const RoundRow& r = rows_[i];
+      if (r.chunk <= 0 || !r.speculative) continue;
+      prompt_rows.push_back(DraftRow{r.id, r.context, 0});
+      first.push_back(offset_[i]);
+      pos.push_back(static_cast<int64_t>(r.context.size()) - r.chunk);
+      kept.push_back(r.chunk);
+    }
+    if (!prompt_rows.empty()) {
+      const VerifyContext vc = verify_context(first, pos, kept);
+      (void)draft_->prefill(prompt_rows, &vc);
+    }
   }
 
   // 4. Walks with each row's own sampler.
@@ -250,6 +267,21 @@ Status Round::prepare(std::span<const RoundRow> rows) {
     }
   }
   return Status::ok();
+}
+
+VerifyContext Round::verify_context(std::span<const int64_t> first, std::span<const int64_t> pos,
+                                    std::span<const int64_t> kept) const {
+  VerifyContext vc;
+  vc.hidden = hidden_.data();
+  vc.n_embd = model_->info().n_embd;
+  if (!tap_layers_.empty()) {
+    vc.taps = taps_.data();
+    vc.n_taps = static_cast<int32_t>(tap_layers_.size());
+  }
+  vc.first = first;
+  vc.pos = pos;
+  vc.kept = kept;
+  return vc;
 }
 
 void Round::compute_masks(const std::vector<int64_t>& out_count) {
@@ -301,16 +333,19 @@ Status Round::commit(std::span<const int64_t> keep, std::span<const std::span<co
   }
   if (draft_ != nullptr) {
     std::vector<DraftRow> commits;
+    std::vector<int64_t> first, pos, kept;
     for (size_t i = 0; i < rows_.size(); ++i) {
       const RoundRow& r = rows_[i];
       if (r.chunk > 0 || contexts[i].empty()) continue;
-      if (r.speculative || !results_[i].drafts.empty()) commits.push_back(DraftRow{r.id, contexts[i], 0});
+      if (r.speculative || !results_[i].drafts.empty()) {
+        commits.push_back(DraftRow{r.id, contexts[i], 0});
+        first.push_back(offset_[i]);
+        pos.push_back(static_cast<int64_t>(r.context.size()) - 1);  // the pending token's
+        kept.push_back(st.is_ok() ? std::clamp<int64_t>(keep[i], 0, offset_[i + 1] - offset_[i]) : 0);
+      }
     }
     if (!commits.empty()) {
-      VerifyContext vc;
-      vc.hidden = hidden_.data();
-      vc.offset = offset_.data();
-      vc.n_embd = model_->info().n_embd;
+      const VerifyContext vc = verify_context(first, pos, kept);
       if (fault::fire(fault::Point::kDraftCommit)) {
         for (const DraftRow& c : commits) draft_->release(c.id);  // (its state is rebuilt: only speed lost)
       } else {

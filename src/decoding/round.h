@@ -135,7 +135,12 @@ class Round {
   std::vector<std::string> mask_errors_;
   // Masks for every constrained row's window (the worker thread's job during the forward).
   void compute_masks(const std::vector<int64_t>& out_count);
+  // The forward's VerifyContext for the rows described by first/pos/kept.
+  VerifyContext verify_context(std::span<const int64_t> first, std::span<const int64_t> pos,
+                               std::span<const int64_t> kept) const;
   Tensor hidden_;
+  std::vector<int32_t> tap_layers_;  // DraftSource::hidden_taps() (empty: no taps)
+  Tensor taps_;                      // [M, n_taps, n_embd]
   bool open_ = false;
 };
 

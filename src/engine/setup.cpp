@@ -13,11 +13,23 @@ namespace specula {
 
 Result<std::shared_ptr<DraftSource>> make_draft_source(const std::string& spec, const std::string& draft_model_path,
                                                        Model& target, int64_t n_ctx) {
-  if (!spec.empty() && spec != "ngram" && spec != "draft" && spec != "none")
-    return Status::invalid_argument("[setup] --spec must be ngram, draft or none, got '" + spec + "'");
+  if (!spec.empty() && spec != "ngram" && spec != "draft" && spec != "eagle3" && spec != "none")
+    return Status::invalid_argument("[setup] --spec must be ngram, draft, eagle3 or none, got '" + spec + "'");
   if (spec == "none" || (spec.empty() && draft_model_path.empty())) return std::shared_ptr<DraftSource>();
   if (spec == "ngram") return std::shared_ptr<DraftSource>(make_ngram_draft());
-  if (draft_model_path.empty()) return Status::invalid_argument("[setup] --spec draft needs --draft-model FILE");
+  if (draft_model_path.empty())
+    return Status::invalid_argument("[setup] --spec " + (spec.empty() ? std::string("draft") : spec) +
+                                    " needs --draft-model FILE");
+  // An EAGLE-3 head given as --draft-model is one, whichever --spec named it.
+  const bool eagle3 = is_eagle3_file(draft_model_path);
+  if (spec == "eagle3" || eagle3) {
+    if (!eagle3)
+      return Status::invalid_argument("[setup] --spec eagle3: " + draft_model_path +
+                                      " is not an EAGLE-3 head (a GGUF with general.architecture 'eagle3')");
+    auto d = make_eagle3_draft(target, draft_model_path, n_ctx);
+    if (!d) return d.status();
+    return std::shared_ptr<DraftSource>(std::move(d).value());
+  }
   ModelOptions mo;
   mo.pool = target.pool();
   auto dm = load_model(draft_model_path, mo);

@@ -597,6 +597,11 @@ Status Transformer::forward(const Batch& batch, StateRows& state, Tensor& hidden
                                  " was not loaded for this model (Model::load_lora)");
   const int64_t E = c_.n_embd;
   const int32_t* pos = layout_.pos.data();
+  SPECULA_RETURN_IF_ERROR(check_taps(batch, n_layers, who.c_str()));
+  if (batch.n_taps > 0) {
+    const std::vector<int64_t> shape{M, batch.n_taps, E};
+    if (batch.taps->shape() != shape) *batch.taps = Tensor(shape);
+  }
 
   ops::get_rows(*kt_, tok_embd_, batch.ids, M, c_.embd_scale, x_.data());
   if (c_.n_embd_per_layer > 0) per_layer_inputs(batch, M);
@@ -615,6 +620,7 @@ Status Transformer::forward(const Batch& batch, StateRows& state, Tensor& hidden
   for (int64_t il = 0; il < n_layers; ++il) {
     const LayerConfig& lc = c_.layers[il];
     const LayerWeights& L = layers_[il];
+    tap(batch, il, M);
     rows(M, [&](int64_t a, int64_t b) {
       ops::rms_norm(x_.data() + a * E, L.attn_norm.data(), b - a, E, c_.eps, xn_.data() + a * E);
     });
@@ -638,10 +644,16 @@ Status Transformer::forward(const Batch& batch, StateRows& state, Tensor& hidden
         for (int64_t i = a * E; i < b * E; ++i) x_[i] *= L.out_scale[0];
       });
   }
+  tap(batch, n_layers, M);
   for (int32_t b = 0; b < batch.B; ++b) state.advance(batch.rows[b], batch.tokens_of(b));
   if (hidden.shape().size() != 2 || hidden.dim(0) != M || hidden.dim(1) != E) hidden = Tensor({M, E});
   ops::rms_norm(x_.data(), output_norm_.data(), M, E, c_.eps, hidden.data());
   return Status::ok();
+}
+
+void Transformer::tap(const Batch& batch, int64_t il, int64_t M) {
+  for (int32_t j = 0; j < batch.n_taps; ++j)
+    if (batch.tap_layers[j] == il) copy_tap(x_.data(), M, c_.n_embd, j, batch.n_taps, batch.taps->data());
 }
 
 void Transformer::attention_block(int64_t il, const Batch& batch, StateRows& state) {

@@ -231,6 +231,7 @@ class Transformer final : public Model {
   std::vector<LayerSpec> layer_specs() const override;
   Status forward(const Batch& batch, StateRows& state, Tensor& hidden) override;
   void project_logits(const float* hidden, int64_t n, float* logits) override;
+  bool gives_hidden_taps() const override { return true; }
   Result<std::shared_ptr<const LoraAdapter>> load_lora(const std::string& path) const override;
   const TransformerConfig& config() const { return c_; }
 
@@ -238,6 +239,9 @@ class Transformer final : public Model {
   void ensure_buffers(int64_t M);
   void rows(int64_t M, const std::function<void(int64_t, int64_t)>& fn);
   void attention_block(int64_t il, const Batch& batch, StateRows& state);
+  // Copies the residual stream x_ (the input of layer il; il == n_layers: the final
+  // pre-norm state) into the batch's taps that ask for il.
+  void tap(const Batch& batch, int64_t il, int64_t M);
   void ffn_dense(int64_t il, const LayerConfig& lc, const LayerWeights& L, int64_t M);
   void ffn_moe(const LayerConfig& lc, const LayerWeights& L, int64_t M);
   void per_layer_inputs(const Batch& batch, int64_t M);

@@ -6,6 +6,7 @@
 #include "model/quantize.h"
 
 #include <algorithm>
+#include <cstring>
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
@@ -126,6 +127,27 @@ Result<std::unique_ptr<Model>> load_model(const std::string& path, const ModelOp
 
 Result<StateRows> new_state(const Model& model, const CacheOptions& options, int64_t max_length) {
   return StateRows::create(model.layer_specs(), options, kernels::active(), max_length);
+}
+
+Status check_taps(const Batch& batch, int64_t n_layers, const char* who) {
+  if (batch.n_taps <= 0) return Status::ok();
+  std::string w = who;
+  if (batch.tap_layers == nullptr || batch.taps == nullptr) return Status::error(w + " hidden taps asked without a layer list or output");
+  for (int32_t j = 0; j < batch.n_taps; ++j)
+    if (batch.tap_layers[j] < 0 || batch.tap_layers[j] > n_layers) {
+      w += " hidden tap layer ";
+      w += std::to_string(batch.tap_layers[j]);
+      w += " is out of range (the model has ";
+      w += std::to_string(n_layers);
+      w += " layers)";
+      return Status::error(w);
+    }
+  return Status::ok();
+}
+
+void copy_tap(const float* x, int64_t M, int64_t E, int32_t j, int32_t n_taps, float* taps) {
+  for (int64_t m = 0; m < M; ++m)
+    std::memcpy(taps + (m * n_taps + j) * E, x + m * E, static_cast<size_t>(E) * sizeof(float));
 }
 
 Status plan_batch(const Batch& batch, const StateRows& state, int64_t n_vocab, const char* who,

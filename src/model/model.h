@@ -68,6 +68,16 @@ struct Batch {
   // optional [B]: the LoRA adapters each row runs with (model/lora.h; a null entry or an
   // empty set: the base model). A model that cannot apply adapters refuses a batch that has any.
   const LoraSet* const* lora = nullptr;
+  // optional hidden taps (for draft heads that read the target's features, decoding/eagle3.h):
+  // for each token m and each j < n_taps, the residual stream entering layer tap_layers[j]
+  // goes to taps[m, j, :] — llama.cpp's "layer input" convention, Hugging Face's
+  // hidden_states[L]: L = 0 is the (scaled) token embedding, L = n_layers the final state
+  // before the output norm. `taps` is resized to [M, n_taps, n_embd] f32. A model that
+  // cannot tap refuses a batch that asks (an error naming the architecture); a layer
+  // outside [0, n_layers] is an error.
+  const int32_t* tap_layers = nullptr;
+  int32_t n_taps = 0;
+  Tensor* taps = nullptr;
 
   int64_t tokens_of(int32_t b) const { return n_tokens != nullptr ? n_tokens[b] : T; }
 };
@@ -99,6 +109,8 @@ class Model {
   virtual Status forward(const Batch& batch, StateRows& state, Tensor& hidden) = 0;
   // logits [n, n_vocab] from hidden rows [n, n_embd].
   virtual void project_logits(const float* hidden, int64_t n, float* logits) = 0;
+  // Whether forward() fills Batch::taps (hidden taps for draft heads); false: it refuses them.
+  virtual bool gives_hidden_taps() const { return false; }
   // Loads a LoRA adapter for this model (model/lora.h: its file format and errors), for
   // Batch::lora. Errors also: the architecture takes no adapters.
   virtual Result<std::shared_ptr<const LoraAdapter>> load_lora(const std::string& path) const;
@@ -170,6 +182,10 @@ Result<StateRows> new_state(const Model& model, const CacheOptions& options, int
 // repeated, a row that would pass max_length, an id outside [0, n_vocab).
 Status plan_batch(const Batch& batch, const StateRows& state, int64_t n_vocab, const char* who,
                   BatchLayout& layout);
+// Checks Batch's hidden taps: none asked, or a non-null output and each layer in [0, n_layers].
+Status check_taps(const Batch& batch, int64_t n_layers, const char* who);
+// Copies x [M, E] into taps[m, j, :] of taps [M, n_taps, E].
+void copy_tap(const float* x, int64_t M, int64_t E, int32_t j, int32_t n_taps, float* taps);
 // Runs fn(a, b) over row ranges [a, b) splitting [0, M) across the pool's threads; fewer
 // than 4 rows run on the calling thread in one call. fn must compute each row the same way
 // whatever its range (the split depends on M and the thread count).

@@ -40,7 +40,8 @@ struct ModelConfig {
   int64_t kv_budget = 0;                     // bytes of state all rows may hold; 0: from ctx
   int64_t step_tokens = 512;                 // tokens per engine step (at least `parallel`)
   int queue = 64;                            // requests waiting for a row beyond `parallel`
-  // Speculative decoding: "ngram", "draft" (needs draft_model), "none", or "" (draft when
+  // Speculative decoding: "ngram", "draft" (needs draft_model), "eagle3" (draft_model is an
+  // EAGLE-3 head), "none", or "" (draft when
   // a draft model is given).
   std::string spec;
   std::string draft_model;                   // path of the draft model (same vocabulary)

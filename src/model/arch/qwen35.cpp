@@ -346,6 +346,7 @@ Status Qwen35::forward(const Batch& batch, StateRows& state, Tensor& hidden) {
     return Status::error("[qwen35] state has " + std::to_string(state.n_layers()) + " layers, the model " +
                          std::to_string(p_.n_layers));
   if (any_lora(batch)) return Status::error("[qwen35] this architecture takes no LoRA adapters");
+  if (batch.n_taps > 0) return Status::error("[qwen35] this architecture gives no hidden taps");
   SPECULA_RETURN_IF_ERROR(plan_batch(batch, state, p_.n_vocab, "[qwen35]", layout_));
   const int64_t M = layout_.M, E = p_.n_embd, F = p_.n_ff, half = p_.n_rot / 2;
   ThreadPool& pool = *ctx_.pool;
