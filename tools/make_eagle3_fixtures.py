@@ -21,7 +21,8 @@ common_speculative_impl_draft_eagle3). Each draft is recorded with its top-2 log
 
 Usage:
   python3 tools/make_eagle3_fixtures.py --models-only --out DIR
-      writes DIR/arch_<target>.gguf, DIR/eagle3_<head>.gguf and the broken heads
+      writes DIR/arch_<target>.gguf, DIR/eagle3_<head>.gguf, each head as a Hugging Face
+      folder DIR/hf_eagle3_<head>/ (config.json + model.safetensors), and the broken heads
       DIR/eagle3_bad_<what>.gguf (BAD) (numpy + gguf only; the tests run this at test time —
       weights are never committed); fails when a head or target differs from the files the
       fixture was made from (sha256);
@@ -267,6 +268,54 @@ def reference(name: str, target_path: str, head_path: str) -> dict:
             "target_sha256": sha256(target_path), "head_sha256": sha256(head_path), "cases": cases}
 
 
+def write_hf_folder(name: str, head_path: str, folder: str):
+    """The head as a Hugging Face EAGLE-3 folder (LlamaForCausalLMEagle3: config.json +
+    model.safetensors), the inverse of llama.cpp's conversion: Q/K rows back in HF's half-split
+    RoPE order, d2t as offsets (target id - draft index), a t2d mask, midlayer.* names."""
+    from gguf import GGUFReader
+    from safetensors.numpy import save_file
+
+    s = HEADS[name]
+    t = arch.SHAPES[s["target"]]
+    E, V, H, Hkv = t["E"], t["V"], s["H"], s["Hkv"]
+    r = GGUFReader(head_path)
+    g = {x.name: np.array(x.data).reshape([int(d) for d in reversed(x.shape.tolist())]) for x in r.tensors}
+
+    def unpermute(w, n_head):  # inverse of LlamaModel.permute (conversion/llama.py)
+        return w.reshape(n_head, w.shape[0] // n_head // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+    names = {"fc.weight": "fc.weight", "enc.output_norm.weight": "input_norm.weight",
+             "blk.0.attn_norm.weight": "midlayer.input_layernorm.weight",
+             "blk.0.attn_norm_2.weight": "midlayer.hidden_norm.weight",
+             "blk.0.attn_v.weight": "midlayer.self_attn.v_proj.weight",
+             "blk.0.attn_output.weight": "midlayer.self_attn.o_proj.weight",
+             "blk.0.ffn_norm.weight": "midlayer.post_attention_layernorm.weight",
+             "blk.0.ffn_gate.weight": "midlayer.mlp.gate_proj.weight",
+             "blk.0.ffn_up.weight": "midlayer.mlp.up_proj.weight",
+             "blk.0.ffn_down.weight": "midlayer.mlp.down_proj.weight",
+             "output_norm.weight": "norm.weight", "output.weight": "lm_head.weight",
+             "token_embd.weight": "embed_tokens.weight"}
+    st = {hfn: np.ascontiguousarray(g[gn]) for gn, hfn in names.items() if gn in g}
+    st["midlayer.self_attn.q_proj.weight"] = np.ascontiguousarray(unpermute(g["blk.0.attn_q.weight"], H))
+    st["midlayer.self_attn.k_proj.weight"] = np.ascontiguousarray(unpermute(g["blk.0.attn_k.weight"], Hkv))
+    if "d2t" in g:
+        d2t = g["d2t"].astype(np.int64)
+        st["d2t"] = d2t - np.arange(d2t.size, dtype=np.int64)
+        t2d = np.zeros(V, dtype=bool)
+        t2d[d2t] = True
+        st["t2d"] = t2d
+    config = {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_size": E,
+              "intermediate_size": s["F"], "num_attention_heads": H, "num_key_value_heads": Hkv,
+              "num_hidden_layers": 1, "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "max_position_embeddings": 4096,
+              "vocab_size": V, "draft_vocab_size": s["Vd"] or V, "target_hidden_size": t["E"],
+              "eagle_aux_hidden_state_layer_ids": s["layers"], "norm_before_residual": s["nbr"],
+              "norm_before_fc": s["nbf"], "tie_word_embeddings": "lm_head.weight" not in st}
+    os.makedirs(folder, exist_ok=True)
+    save_file(st, os.path.join(folder, "model.safetensors"))
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump(config, f, indent=1)
+
+
 def write_models(out: str) -> dict:
     paths = {}
     for name, s in HEADS.items():
@@ -275,6 +324,7 @@ def write_models(out: str) -> dict:
             write_atomic(tp, lambda tmp, n=s["target"]: arch.write_model(n, tmp))
         hp = os.path.join(out, f"eagle3_{name}.gguf")
         write_atomic(hp, lambda tmp, n=name: write_head(n, tmp))
+        write_hf_folder(name, hp, os.path.join(out, f"hf_eagle3_{name}"))
         paths[name] = (tp, hp)
     for bad in BAD:
         write_atomic(os.path.join(out, f"eagle3_bad_{bad}.gguf"), lambda tmp, b=bad: write_head("llama_b_head", tmp, b))

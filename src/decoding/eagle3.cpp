@@ -4,10 +4,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
+#include <optional>
 #include <unordered_map>
 
 #include "formats/gguf.h"
+#include "formats/hf_folder.h"
 #include "model/attention.h"
 #include "ops/ops.h"
 
@@ -34,7 +37,7 @@ struct Head {
 };
 
 Result<std::unique_ptr<Head>> load_head(Model& target, const std::string& path, const kernels::KernelTable& kt) {
-  auto opened = gguf::GgufFile::open(path);
+  auto opened = open_model_file(path);
   if (!opened) return head_error(opened.message());
   auto h = std::make_unique<Head>();
   h->file = std::make_shared<gguf::GgufFile>(std::move(opened).value());
@@ -82,14 +85,17 @@ Result<std::unique_ptr<Head>> load_head(Model& target, const std::string& path, 
   // The target: its hidden size, layers and vocabulary.
   const ModelInfo& ti = target.info();
   h->Vt = ti.n_vocab;
-  SPECULA_HPARAM_INT(h->Et, f, "eagle3.target_hidden_size", 1, int64_t{1} << 20, kWho);
+  // (A folder may leave these two out: then, as the converter, the target's hidden size and
+  // layers 2, N/2, N-3.)
+  SPECULA_HPARAM_INT(h->Et, f, "eagle3.target_hidden_size", 1, int64_t{1} << 20, kWho, ti.n_embd);
   if (h->Et != ti.n_embd)
     return head_error("the head was made for a target of hidden size " + std::to_string(h->Et) +
                       ", this target's is " + std::to_string(ti.n_embd));
   if (!target.gives_hidden_taps())
     return head_error("the target's architecture gives no hidden taps (EAGLE-3 reads its layers' states)");
-  if (f.find("eagle3.target_layers") == nullptr) return head_error("missing metadata key 'eagle3.target_layers'");
-  auto layers = f.get_i32_array("eagle3.target_layers");
+  Result<std::vector<int32_t>> layers = std::vector<int32_t>{
+      2, static_cast<int32_t>(ti.n_layers / 2), static_cast<int32_t>(ti.n_layers - 3)};
+  if (f.find("eagle3.target_layers") != nullptr) layers = f.get_i32_array("eagle3.target_layers");
   if (!layers) return head_error(layers.message());
   if (layers->size() != 3)
     return head_error("eagle3.target_layers has " + std::to_string(layers->size()) + " entries, expected 3");
@@ -552,10 +558,60 @@ class Eagle3Draft final : public DraftSource {
   std::vector<float> x_, g_, cat_, q_, k_, v_, attn_, o_, gate_, up_, cos_, sin_, y_step_, yn_, logits_;
 };
 
+// Hugging Face EAGLE-3 folders (config.json architectures LlamaForCausalLMEagle3 /
+// Eagle3LlamaForCausalLM / Eagle3DraftModel, as the EAGLE-3 authors' and SpecForge's
+// checkpoints; llama.cpp's conversion/llama.py): the llama keys, num_hidden_layers 1,
+// target_hidden_size, eagle_aux_hidden_state_layer_ids -> target_layers, norm_before_residual
+// and norm_before_fc; tensors fc, d2t (offsets: target id = i + d2t[i], stored absolute),
+// t2d (dropped), norm -> output_norm, lm_head -> output, embed_tokens -> token_embd,
+// input_norm -> enc.output_norm, and the layer under midlayer. / layers.0. / model.layers.0.
+// (hidden_norm -> attn_norm_2; Q/K rows permuted to the NORM pairing as for llama). The
+// speculators format (Eagle3Speculator, its layer config nested) is refused by name.
+std::optional<hf::Target> eagle3_tensor(const std::string& name, const std::function<std::optional<hf::Target>(const std::string&)>& llama) {
+  using T = hf::Transform;
+  if (name == "fc.weight") return hf::Target{"fc.weight"};
+  if (name == "d2t") return hf::Target{"d2t", T::kOffsetIds};
+  if (name == "t2d") return hf::Target{""};
+  if (name == "norm.weight") return hf::Target{"output_norm.weight"};
+  if (name == "lm_head.weight") return hf::Target{"output.weight"};
+  if (name == "embed_tokens.weight") return hf::Target{"token_embd.weight"};
+  if (name == "input_norm.weight") return hf::Target{"enc.output_norm.weight"};
+  std::string rest;
+  for (const char* prefix : {"midlayer.", "layers.0.", "model.layers.0."})
+    if (name.rfind(prefix, 0) == 0) rest = name.substr(std::strlen(prefix));
+  if (rest.empty()) return std::nullopt;
+  if (rest == "hidden_norm.weight") return hf::Target{"blk.0.attn_norm_2.weight"};
+  return llama("model.layers.0." + rest);
+}
+
+void eagle3_hf(hf::Config& cfg, hf::Conversion& c) {
+  hf::standard_config(cfg, c);
+  if (cfg.i("num_hidden_layers", 1, 4096) != 1) cfg.fail("'num_hidden_layers' must be 1 for an EAGLE-3 head");
+  if (cfg.has("target_hidden_size")) c.u32("target_hidden_size", cfg.i("target_hidden_size", 1, int64_t{1} << 20));
+  if (auto ids = cfg.ints("eagle_aux_hidden_state_layer_ids")) {
+    if (ids->size() != 3) cfg.fail("'eagle_aux_hidden_state_layer_ids' must list 3 layers");
+    c.i32s("target_layers", *ids);
+  }
+  c.boolean("norm_before_residual", cfg.b("norm_before_residual", false));
+  c.boolean("norm_before_fc", cfg.b("norm_before_fc", false));
+  auto llama = hf::llama_tensor_rule(true, 0);
+  c.map = [llama](const std::string& name) { return eagle3_tensor(name, llama); };
+}
+
+void speculators_hf(hf::Config& cfg, hf::Conversion&) {
+  cfg.fail("the speculators format (Eagle3Speculator, its layer config under 'transformer_layer_config') is not "
+           "supported; convert the head with llama.cpp's convert_hf_to_gguf.py --target-model-dir TARGET");
+}
+
+const bool kHf = hf::register_hf_architecture("LlamaForCausalLMEagle3", {"eagle3", &eagle3_hf, false, true}) &&
+                 hf::register_hf_architecture("Eagle3LlamaForCausalLM", {"eagle3", &eagle3_hf, false, true}) &&
+                 hf::register_hf_architecture("Eagle3DraftModel", {"eagle3", &eagle3_hf, false, true}) &&
+                 hf::register_hf_architecture("Eagle3Speculator", {"eagle3", &speculators_hf, false, true});
+
 }  // namespace
 
 bool is_eagle3_file(const std::string& path) {
-  auto f = gguf::GgufFile::open(path);
+  auto f = open_model_file(path);
   if (!f) return false;
   auto arch = f->get_string("general.architecture");
   return arch && *arch == "eagle3";

@@ -16,6 +16,11 @@
 //   blk.0.attn_output, ffn_{gate,up,down}, output_norm.weight [E],
 //   output.weight [Vd, E] and token_embd.weight [Vt, E] (optional: the target's are used),
 //   d2t (I64 [Vd], optional): draft index -> absolute target token id.
+// Or a Hugging Face EAGLE-3 folder (config.json architectures LlamaForCausalLMEagle3,
+// Eagle3LlamaForCausalLM or Eagle3DraftModel; model.safetensors with fc, d2t as offsets,
+// midlayer.* ...), read as the converter would write it (formats/hf_folder.h); without
+// target_hidden_size / eagle_aux_hidden_state_layer_ids the target's hidden size and layers
+// 2, N/2, N-3 are used, as the converter does.
 // Per token p the target's taps give g_p = fc(concat(taps)) [E]. The head's KV row pairs
 // position p with (token x_{p+1}, g_p): its layer reads
 //   h = attn(concat(RMSNorm(embd(x_{p+1})), RMSNorm(g_p))) + (norm_before_residual ? RMSNorm(g_p) : g_p)
@@ -44,7 +49,7 @@
 
 namespace specula {
 
-// The EAGLE-3 head in the GGUF at `path`, bound to `target` (which must outlive it; the
+// The EAGLE-3 head in the GGUF file or folder at `path`, bound to `target` (which must outlive it; the
 // head shares its thread pool and, when the file has none, its token embedding and output
 // projection). Its rows use `cache` and hold at most max_length positions.
 // Errors (prefixed "[eagle3]"): not an eagle3 file, a missing or misshapen tensor (named),
@@ -54,7 +59,8 @@ namespace specula {
 Result<std::unique_ptr<DraftSource>> make_eagle3_draft(Model& target, const std::string& path, int64_t max_length,
                                                        const CacheOptions& cache = {});
 
-// True when `path` is a GGUF file whose general.architecture is "eagle3".
+// True when `path` is an EAGLE-3 head: a GGUF file whose general.architecture is "eagle3",
+// or a folder whose config.json names an EAGLE-3 architecture.
 bool is_eagle3_file(const std::string& path);
 
 }  // namespace specula

@@ -954,6 +954,35 @@ Result<gguf::GgufFile> open_folder(const std::string& path) {
       out.push_back(std::move(g));
       continue;
     }
+    if (target->transform == Transform::kOffsetIds) {
+      const bool i64 = t->type == safetensors::ElementType::I64;
+      if ((!i64 && t->type != safetensors::ElementType::I32) || t->shape.size() != 1)
+        return Status::error(where + ": expected a 1-D I64 or I32 tensor of id offsets, got " +
+                             std::string(safetensors::element_type_name(t->type)) + " of " +
+                             std::to_string(t->shape.size()) + " dimensions");
+      const int64_t n = t->shape[0];
+      auto* d = reinterpret_cast<int64_t*>(new_buffer(*owned, static_cast<size_t>(n) * 8));
+      for (int64_t k = 0; k < n; ++k) {
+        int64_t v = 0;
+        if (i64) {
+          std::memcpy(&v, t->data + k * 8, 8);
+        } else {
+          int32_t v32 = 0;
+          std::memcpy(&v32, t->data + k * 4, 4);
+          v = v32;
+        }
+        d[k] = k + v;
+      }
+      gguf::TensorInfo g;
+      g.name = target->name;
+      g.shape = {n};
+      g.type = DType::I64;
+      g.n_bytes = static_cast<size_t>(n) * 8;
+      g.data = reinterpret_cast<uint8_t*>(d);
+      source_names[g.name] = t->name;
+      out.push_back(std::move(g));
+      continue;
+    }
     if (!t->dtype)
       return Status::error(where + ": dtype " + std::string(safetensors::element_type_name(t->type)) +
                            " is not supported (F32, F16, BF16)");
@@ -1006,6 +1035,7 @@ Result<gguf::GgufFile> open_folder(const std::string& path) {
         g.data = d;
         break;
       }
+      case Transform::kOffsetIds:  // (handled above)
       case Transform::kAddOne:
       case Transform::kNegExp: {
         const int64_t n = t->n_elements();

@@ -117,6 +117,8 @@ enum class Transform : uint8_t {
   kNegExp,    // -exp(w) as F32, computed in double and rounded once (Qwen3-Next / Qwen3.5 A_log ->
               // ssm_a; the converter's -torch.exp in f32 may differ from that by an ulp)
   kSqueeze,   // the data as stored, dimensions of size 1 dropped (Qwen3.5 conv1d [C, 1, K] -> [C, K])
+  kOffsetIds, // a 1-D I64/I32 tensor of id offsets -> I64 absolute ids, out[i] = i + v[i] (an
+              // EAGLE-3 head's d2t; the converter writes it so); the only integer tensors read
 };
 // Heads reordered along the first dimension (or, `columns`, the last of a 2-D tensor): the
 // span [offset, offset + groups * per_group * unit), which must end where the dimension does,

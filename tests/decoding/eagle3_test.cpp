@@ -1,11 +1,13 @@
 // EAGLE-3 draft heads (decoding/eagle3.h) and the hidden taps they read (model.h Batch::taps),
 // on tiny random models: tools/make_eagle3_fixtures.py writes, at test time, two targets of
 // tools/make_arch_fixtures.py and a random head for each in llama.cpp's eagle3 GGUF layout
-// (checked byte for byte against the files the fixture was made from), plus broken heads;
+// (checked byte for byte against the files the fixture was made from), each head also as a
+// Hugging Face EAGLE-3 folder, plus broken heads;
 // tests/fixtures/eagle3_reference.json holds a float64 numpy reference of the heads' drafts
 // at every context length.
 // Checked: the drafts equal the reference through simulated rounds (prefill, draft, commit with
-// 0..3 accepted drafts, two requests batched); taps of a ragged batch equal each row's alone;
+// 0..3 accepted drafts, two requests batched), for the GGUF head and the same head as a
+// Hugging Face folder; taps of a ragged batch equal each row's alone;
 // speculation with the head equals plain decoding (B = 1 and 4, greedy and seeded sampling,
 // f16 / q4_0 / turbo caches, the prompt cache); bad heads are refused with errors naming the
 // problem.
@@ -106,12 +108,13 @@ Tensor sequence_taps(Model& m, const std::vector<int32_t>& seq, const std::vecto
 // Rounds as the engine runs them, for the reference's cases of one head batched together:
 // prefill of the prompt, then draft / commit with a varying number of accepted drafts; every
 // draft whose reference margin is clear must equal the reference.
-TEST_F(Eagle3Test, DraftsEqualTheFloat64ReferenceThroughRounds) {
-  for (const auto& [name, h] : reference()["heads"].items()) {
+void check_rounds(const std::string& name, const nlohmann::json& h, const std::string& path) {
+  {
     auto target = load(target_path(h["target"].get<std::string>()));
     ASSERT_NE(target, nullptr);
-    auto source = head(*target, name);
-    ASSERT_NE(source, nullptr);
+    auto made = make_eagle3_draft(*target, path, 512);
+    ASSERT_TRUE(made.is_ok()) << made.message();
+    std::unique_ptr<DraftSource> source = std::move(made).value();
     const std::vector<int32_t> layers = h["layers"].get<std::vector<int32_t>>();
     EXPECT_EQ(source->hidden_taps(), layers);
     const int32_t depth = h["depth"].get<int32_t>();
@@ -204,8 +207,16 @@ TEST_F(Eagle3Test, DraftsEqualTheFloat64ReferenceThroughRounds) {
     }
     EXPECT_GT(checked, 40) << name;
     EXPECT_LT(skipped, 4) << name;
-    std::printf("[eagle3] %s: %d drafts equal the f64 reference, %d near ties skipped\n", name.c_str(), checked,
-                skipped);
+    std::printf("[eagle3] %s (%s): %d drafts equal the f64 reference, %d near ties skipped\n", name.c_str(),
+                path.c_str(), checked, skipped);
+  }
+}
+
+// The GGUF head and the same head as a Hugging Face folder.
+TEST_F(Eagle3Test, DraftsEqualTheFloat64ReferenceThroughRounds) {
+  for (const auto& [name, h] : reference()["heads"].items()) {
+    check_rounds(name, h, head_path(name));
+    check_rounds(name, h, kDir + "/hf_eagle3_" + name);
   }
 }
 
@@ -340,6 +351,18 @@ TEST_F(Eagle3Test, BadHeadsAreRefusedByName) {
   has(error(*llama, head_path("bad_layers")), "eagle3.target_layers entry 9 is outside [0, 5]");
   has(error(*llama, head_path("bad_d2t_range")), "= 300 is outside the target vocabulary (300 tokens)");
   has(error(*llama, kDir + "/missing.gguf"), "[eagle3]");
+  // A speculators-format folder is refused by name.
+  {
+    const std::string dir = kDir + "/hf_speculators";
+    fs::create_directories(dir);
+    fs::copy_file(kDir + "/hf_eagle3_llama_b_head/model.safetensors", dir + "/model.safetensors",
+                  fs::copy_options::overwrite_existing);
+    std::ifstream in(kDir + "/hf_eagle3_llama_b_head/config.json");
+    nlohmann::json cfg = nlohmann::json::parse(in);
+    cfg["architectures"] = {"Eagle3Speculator"};
+    std::ofstream(dir + "/config.json") << cfg.dump();
+    has(error(*llama, dir), "the speculators format (Eagle3Speculator");
+  }
   // Through the front doors' setup: --spec eagle3 with a plain model, and a head given as
   // --draft-model is used as one.
   auto s = make_draft_source("eagle3", target_path("llama_b"), *llama, 256);
