@@ -15,8 +15,13 @@ time), the speed-up over the
 same engine's plain decoding, and specula's acceptance (usage.speculative). Outputs of
 specula with and without speculation are compared (they must be equal: greedy).
 
-Usage: bench/spec_bench.py [--target FILE] [--draft FILE] [--clients 1,4] [--n-gen 192]
-                           [--depth 4] [--tasks code,text] [--engines specula,llama]
+Mode eagle3 (--modes ...,eagle3 --head HEAD.gguf): an EAGLE-3 head (specula `--spec eagle3
+--draft-model HEAD`, llama-server `-md HEAD --spec-type draft-eagle3` with a fixed chain of
+--depth drafts: `--spec-draft-n-min 0 --spec-draft-p-min 0`).
+
+Usage: bench/spec_bench.py [--target FILE] [--draft FILE] [--head FILE] [--clients 1,4]
+                           [--n-gen 192] [--depth 4] [--tasks code,text]
+                           [--modes plain,ngram,draft,eagle3] [--engines specula,llama]
                            [--spec-max-batch N]
 """
 from __future__ import annotations
@@ -116,6 +121,8 @@ def start(engine: str, mode: str, args, C: int):
             cmd += ["--spec", "ngram", "--spec-depth", str(args.depth)]
         elif mode == "draft":
             cmd += ["--draft-model", args.draft, "--spec-depth", str(args.depth)]
+        elif mode == "eagle3":
+            cmd += ["--spec", "eagle3", "--draft-model", args.head, "--spec-depth", str(args.depth)]
         if args.spec_max_batch is not None:
             cmd += ["--spec-max-batch", str(args.spec_max_batch)]
     else:
@@ -126,6 +133,9 @@ def start(engine: str, mode: str, args, C: int):
         elif mode == "draft":
             cmd += ["-md", args.draft, "--spec-type", "draft-simple", "--spec-draft-n-max", str(args.depth),
                     "-td", str(args.threads), "-tbd", str(args.threads)]
+        elif mode == "eagle3":  # a fixed chain of --depth drafts, as specula's
+            cmd += ["-md", args.head, "--spec-type", "draft-eagle3", "--spec-draft-n-max", str(args.depth),
+                    "--spec-draft-n-min", "0", "--spec-draft-p-min", "0", "-td", str(args.threads), "-tbd", str(args.threads)]
     log = open(f"/tmp/spec_bench_{engine}_{mode}.log", "w")
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
     wait_ready(port, proc, timeout=300)
@@ -177,6 +187,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--target", default=str(models / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"))
     ap.add_argument("--draft", default=str(models / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"))
+    ap.add_argument("--head", default=None, help="an EAGLE-3 head for the target (mode eagle3; tools/train_eagle3.py)")
     ap.add_argument("--clients", default="1,4")
     ap.add_argument("--n-gen", type=int, default=192)
     ap.add_argument("--depth", type=int, default=4)
@@ -210,17 +221,22 @@ def main() -> int:
                 finally:
                     proc.terminate()
                     proc.wait(timeout=60)
-    print("| engine | task | clients | plain tok/s | ngram tok/s (x) | draft-model tok/s (x) | draft acceptance |")
-    print("|---|---|---:|---:|---:|---:|---:|")
+    print("| engine | task | clients | plain tok/s | ngram tok/s (x) | draft-model tok/s (x) | eagle3 tok/s (x) | "
+          "draft / eagle3 acceptance |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
     for (engine, mode, task, C), r in sorted(results.items()):
         if mode != "plain":
             continue
         row = [engine, task, str(C), f"{r['tps']:.2f}"]
-        for m in ("ngram", "draft"):
+        for m in ("ngram", "draft", "eagle3"):
             s = results.get((engine, m, task, C))
             row.append(f"{s['tps']:.2f} ({s['tps'] / r['tps']:.2f}x)" if s else "-")
-        d = results.get((engine, "draft", task, C))
-        row.append(f"{d['accepted']}/{d['drafted']} ({100 * d['accepted'] / d['drafted']:.0f}%)" if d and d["drafted"] else "-")
+        acc = []
+        for m in ("draft", "eagle3"):
+            d = results.get((engine, m, task, C))
+            acc.append(f"{d['accepted']}/{d['drafted']} ({100 * d['accepted'] / d['drafted']:.0f}%)"
+                       if d and d["drafted"] else "-")
+        row.append(" / ".join(acc))
         print("| " + " | ".join(row) + " |")
     # Lossless check: specula's outputs with speculation equal plain decoding.
     bad = 0

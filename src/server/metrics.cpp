@@ -262,6 +262,16 @@ std::string metrics_text(const ServedModel* served, const http::Stats& http_stat
   write_requests(w, s);
   write_http(w, http_stats, responses_by_status);
   write_engine(w, s);
+  if (const auto& draft = served->engine().options().draft) {
+    // The same counts, labelled with the draft source that made them (one per served model).
+    const std::string label = "source=\"" + label_value(draft->name()) + "\"";
+    w.counter("specula_spec_source_draft_tokens_total", "Drafted tokens, by draft source (ngram, draft-model, eagle3).",
+              {{label, d(s.drafted)}});
+    w.counter("specula_spec_source_accepted_tokens_total", "Accepted drafted tokens, by draft source.",
+              {{label, d(s.accepted)}});
+    w.gauge("specula_spec_source_acceptance_rate", "Accepted / drafted tokens since start, by draft source.",
+            {{label, s.drafted > 0 ? d(s.accepted) / d(s.drafted) : 0.0}});
+  }
   if (const auto& cache = served->options().engine.prompt_cache) write_prompt_cache(w, cache->stats());
   write_lora(w, *served);
   write_process(w);

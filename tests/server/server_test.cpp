@@ -276,6 +276,9 @@ TEST_F(ServerTest, SpeculativeUsageMetricsAndOptOut) {
   EXPECT_GE(value("specula_spec_accepted_tokens_total"), 3 * u["accepted_tokens"].get<double>());
   EXPECT_GT(value("specula_spec_rounds_total"), 0.0);
   EXPECT_GT(value("specula_spec_acceptance_rate"), 0.0);
+  EXPECT_EQ(value("specula_spec_source_draft_tokens_total{source=\"ngram\"}"), value("specula_spec_draft_tokens_total"));
+  EXPECT_EQ(value("specula_spec_source_accepted_tokens_total{source=\"ngram\"}"),
+            value("specula_spec_accepted_tokens_total"));
 }
 
 }  // namespace
