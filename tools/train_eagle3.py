@@ -26,7 +26,9 @@ usage: tools/train_eagle3.py --target MODEL.gguf --out HEAD.gguf [--minutes 45] 
          [--answer-tokens 384] [--draft-vocab 16384] [--ttt 3] [--specula build/release/specula]
 Needs the training venv (tools/install_training.sh: torch, numpy, gguf); run it with that python.
 Progress goes to stderr; the data (token ids) is kept in --work (default /tmp/specula_eagle3_train)
-and reused when present.
+and reused when present. --holdout (default 10%) of the answers never train: every 100 steps their
+step-0 accuracy is measured and the best head seen is the one written (the first run overfit: 0.9
+training accuracy, 23-32% accepted; docs/BENCHMARKS.md).
 """
 import argparse
 import glob
@@ -390,6 +392,9 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--specula", default=os.path.join(ROOT, "build", "release", "specula"))
     ap.add_argument("--work", default="/tmp/specula_eagle3_train")
+    ap.add_argument("--holdout", type=float, default=0.1, help="share of the answers kept out of training, for "
+                    "the validation accuracy that picks the head written (the best seen)")
+    ap.add_argument("--max-sequences", type=int, default=0, help="use at most this many answers (0: all; smoke runs)")
     args = ap.parse_args()
     import torch
 
@@ -398,6 +403,8 @@ def main() -> int:
     os.makedirs(args.work, exist_ok=True)
     t_start = time.time()
     data = generate(args)
+    if args.max_sequences > 0:
+        data = data[:args.max_sequences]
     log(f"{len(data)} sequences, {sum(len(s) for s, _ in data)} tokens ({time.time() - t_start:.0f} s)")
 
     tgt = Target(args.target, torch)
@@ -428,8 +435,36 @@ def main() -> int:
     ang = torch.arange(Tmax, dtype=torch.float64)[:, None] * inv[None, :]
     cos, sin = ang.cos().float(), ang.sin().float()
     deadline = time.time() + 60 * args.minutes
-    order = list(range(len(data)))
     rng = random.Random(args.seed)
+    everything = list(range(len(data)))
+    rng.shuffle(everything)
+    n_val = int(round(args.holdout * len(data))) if len(data) > 1 else 0
+    val, order = everything[:n_val], everything[n_val:]
+
+    def step_losses(i):
+        seq, plen = data[i]
+        outs = head_forward(torch, tgt, head, seq, feats[i].float(), args.ttt, cos, sin)
+        loss, accs = 0.0, []
+        for j, logits in enumerate(outs):
+            # row p of step j predicts x_{p+j+2}; only answer positions count.
+            labels = torch.tensor(t2d[np.asarray(seq[j + 2:], dtype=np.int64)])
+            rows = logits[:labels.shape[0]]
+            mask = (labels >= 0) & (torch.arange(labels.shape[0]) + j + 2 >= plen)
+            if mask.sum() == 0:
+                continue
+            loss = loss + (0.8 ** j) * torch.nn.functional.cross_entropy(rows[mask], labels[mask])
+            accs.append((rows[mask].argmax(-1) == labels[mask]).float().mean().item())
+        return loss, accs
+
+    def validate():
+        if not val:
+            return None
+        with torch.no_grad():
+            a = [step_losses(i)[1] for i in val]
+        a = [x for x in a if x]
+        return float(np.mean([x[0] for x in a])) if a else None
+
+    best, best_state = -1.0, None
     step, ema = 0, None
     total_steps_guess = None
     t_train = time.time()
@@ -438,19 +473,7 @@ def main() -> int:
         for i in order:
             if time.time() >= deadline:
                 break
-            seq, plen = data[i]
-            outs = head_forward(torch, tgt, head, seq, feats[i].float(), args.ttt, cos, sin)
-            loss, accs = 0.0, []
-            for j, logits in enumerate(outs):
-                # row p of step j predicts x_{p+j+2}; only answer positions count.
-                labels = torch.tensor(t2d[np.asarray(seq[j + 2:], dtype=np.int64)])
-                rows = logits[:labels.shape[0]]
-                mask = (labels >= 0) & (torch.arange(labels.shape[0]) + j + 2 >= plen)
-                if mask.sum() == 0:
-                    continue
-                ce = torch.nn.functional.cross_entropy(rows[mask], labels[mask])
-                loss = loss + (0.8 ** j) * ce
-                accs.append((rows[mask].argmax(-1) == labels[mask]).float().mean().item())
+            loss, accs = step_losses(i)
             if not torch.is_tensor(loss):
                 continue
             # cosine decay over the time budget
@@ -467,6 +490,18 @@ def main() -> int:
             if step % 10 == 0:
                 log(f"step {step}: loss {loss.item():.3f}, step-0 accuracy {a0:.3f} (ema {ema:.3f}), "
                     f"per step {[round(x, 3) for x in accs]}, {(deadline - time.time()) / 60:.1f} min left")
+            if step % 100 == 0:
+                v = validate()
+                if v is not None:
+                    log(f"step {step}: held-out step-0 accuracy {v:.3f} (best {max(best, v):.3f})")
+                    if v > best:
+                        best, best_state = v, {k: x.detach().clone() for k, x in head.state_dict().items()}
+    v = validate()
+    if v is not None:
+        log(f"held-out step-0 accuracy at the end {v:.3f} (best before {max(best, 0.0):.3f})")
+    if v is not None and v < best and best_state is not None:
+        head.load_state_dict(best_state)
+        log(f"writing the best held-out head (step-0 accuracy {best:.3f}; the last had {v:.3f})")
     write_gguf(tgt, head, vocab_ids, args.out, torch)
     log(f"wrote {args.out} after {step} steps ({(time.time() - t_start) / 60:.1f} min in all)")
     return 0
