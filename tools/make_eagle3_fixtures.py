@@ -72,6 +72,8 @@ BAD = {
     "vocab": "a vocabulary of 299 tokens (the target has 300)",
     "layers": "target_layers [1, 3, 9] (the target has 5 layers)",
     "d2t_range": "a d2t id of 300 (outside the target vocabulary)",
+    "narrow": "n_embd 64 for the 96-wide target, its own token_embd, and no output (the target's would read 96)",
+    "extra": "an attn_q.bias, which llama.cpp's eagle3 graph has no place for",
 }
 
 
@@ -81,7 +83,7 @@ def write_head(name: str, path: str, bad: str = ""):
     s = HEADS[name]
     t = arch.SHAPES[s["target"]]
     rng = np.random.default_rng(s["seed"])
-    E, Et, V = t["E"], t["E"], t["V"]
+    E, Et, V = (64 if bad == "narrow" else t["E"]), t["E"], t["V"]
     H, Hkv, F = s["H"], s["Hkv"], s["F"]
     hd = E // H
     w = gguf.GGUFWriter(path, "eagle3")
@@ -131,9 +133,11 @@ def write_head(name: str, path: str, bad: str = ""):
     w.add_tensor("blk.0.ffn_up.weight", mat(F, E))
     w.add_tensor("blk.0.ffn_down.weight", mat(E, F))
     w.add_tensor("output_norm.weight", norm(E))
-    if s["own_embd"]:
+    if bad == "extra":
+        w.add_tensor("blk.0.attn_q.bias", np.zeros(H * hd, dtype=np.float32))
+    if s["own_embd"] or bad == "narrow":
         w.add_tensor("token_embd.weight", (rng.standard_normal((V, E)) * 0.5).astype(s["dt"]))
-    if s["Vd"] is not None:
+    if s["Vd"] is not None and bad != "narrow":
         w.add_tensor("output.weight", mat(s["Vd"], E, 2.0))
         d2t = np.sort(rng.choice(V, s["Vd"], replace=False)).astype(np.int64)
         if bad == "d2t_range":

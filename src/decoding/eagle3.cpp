@@ -60,7 +60,9 @@ Result<std::unique_ptr<Head>> load_head(Model& target, const std::string& path, 
                       std::to_string(h->Hkv));
   SPECULA_HPARAM_INT(h->hd, f, "eagle3.attention.key_length", 2, 4096, kWho, h->E / h->H);
   SPECULA_HPARAM_INT(h->n_rot, f, "eagle3.rope.dimension_count", 2, h->hd, kWho, h->hd);
-  if (h->hd % 2 != 0 || h->n_rot % 2 != 0) return head_error("head_dim and rope.dimension_count must be even");
+  if (h->hd < 2 || h->n_rot < 2 || h->n_rot > h->hd || h->hd % 2 != 0 || h->n_rot % 2 != 0)
+    return head_error("head_dim " + std::to_string(h->hd) + " and rope.dimension_count " + std::to_string(h->n_rot) +
+                      " must be even, at least 2, the second at most the first");
   double v = 0;
   {
     auto eps = hparam_float(f, "eagle3.attention.layer_norm_rms_epsilon", 0.0, 1.0, kWho);
@@ -160,6 +162,10 @@ Result<std::unique_ptr<Head>> load_head(Model& target, const std::string& path, 
     h->output = *w;
     h->Vd = vd;
   } else {
+    if (E != h->Et)
+      return head_error("the head has no output.weight and its hidden size " + std::to_string(E) +
+                        " is not the target's " + std::to_string(h->Et) + " (the target's projection reads " +
+                        std::to_string(h->Et) + "-wide rows)");
     h->Vd = h->Vt;
   }
   if (d2t != nullptr) {
@@ -182,6 +188,17 @@ Result<std::unique_ptr<Head>> load_head(Model& target, const std::string& path, 
     return head_error("the head's output has " + std::to_string(h->Vd) + " rows but the file has no d2t map to the target's " +
                       std::to_string(h->Vt) + " tokens");
   }
+  // Every tensor must be one the graph reads: a head with extras (biases, more norms) is
+  // another architecture, refused rather than run without them.
+  static const char* const kKnown[] = {"fc.weight", "enc.output_norm.weight", "blk.0.attn_norm.weight",
+                                       "blk.0.attn_norm_2.weight", "blk.0.attn_q.weight", "blk.0.attn_k.weight",
+                                       "blk.0.attn_v.weight", "blk.0.attn_output.weight", "blk.0.ffn_norm.weight",
+                                       "blk.0.ffn_gate.weight", "blk.0.ffn_up.weight", "blk.0.ffn_down.weight",
+                                       "output_norm.weight", "output.weight", "token_embd.weight", "d2t",
+                                       "rope_freqs.weight", "blk.0.rope_freqs.weight"};
+  for (const gguf::TensorInfo& t : f.tensors())
+    if (std::none_of(std::begin(kKnown), std::end(kKnown), [&](const char* k) { return t.name == k; }))
+      return head_error("tensor '" + t.name + "' is not part of an EAGLE-3 head (llama.cpp's eagle3 graph)");
   return h;
 }
 
@@ -196,22 +213,8 @@ class Eagle3Draft final : public DraftSource {
   int64_t bytes_for(int64_t n_tokens) const override { return state_.bytes_for(n_tokens); }
 
   Status prefill(std::span<const DraftRow> rows, const VerifyContext* context) override {
-    std::vector<size_t> which;
-    std::vector<int64_t> upto;
     Status st = take_features(rows, context);
-    // Feed the prompt's pairs now (bounded memory), all but the last available one: draft()
-    // feeds that with an output.
-    for (size_t b = 0; st.is_ok() && b < rows.size(); ++b) {
-      auto it = rows_.find(rows[b].id);
-      if (it == rows_.end()) continue;
-      const RowInfo& info = it->second;
-      const int64_t avail = std::min<int64_t>(feat_end(info), static_cast<int64_t>(rows[b].context.size()) - 1);
-      if (avail - 1 > fed(info) && avail <= state_.max_length()) {
-        which.push_back(b);
-        upto.push_back(avail - 1);
-      }
-    }
-    if (st.is_ok() && !which.empty()) st = feed(rows, which, upto, nullptr);
+    if (st.is_ok()) st = feed_backlog(rows, 0);
     if (!st.is_ok())
       for (const DraftRow& r : rows) release(r.id);
     return st;
@@ -230,7 +233,9 @@ class Eagle3Draft final : public DraftSource {
       close_tx(r.id);  // (each of these may reset the row: look it up after them)
       settle(r.id, r.context);
       rewind(r.id, L - 2);  // the boundary pair (x_{L-1}, g_{L-2}) samples: it is fed now
-      RowInfo& info = rows_.at(r.id);
+      RowInfo* found = find(r.id);
+      if (found == nullptr) continue;  // (a reset that could not make the row again: no drafts)
+      RowInfo& info = *found;
       pad_features(info, L - 1);
       const int32_t sr = row_of(r.id);
       state_.begin(std::span<const int32_t>(&sr, 1));
@@ -287,7 +292,9 @@ class Eagle3Draft final : public DraftSource {
       close_tx(r.id);
       settle(r.id, r.context);
     }
-    if (!take_features(rows, context).is_ok())
+    // Rows that commit without drafting (throttled, near their end) would pile up features:
+    // past a chunk they are paired now.
+    if (!take_features(rows, context).is_ok() || !feed_backlog(rows, kChunk).is_ok())
       for (const DraftRow& r : rows) release(r.id);
   }
 
@@ -308,15 +315,26 @@ class Eagle3Draft final : public DraftSource {
   // holds g of positions fed .. fed + n - 1 (not paired yet).
   struct RowInfo {
     std::vector<int32_t> tokens;
-    std::vector<float> feats;  // [n, E]
+    int64_t zeros = 0;         // features of positions fed .. fed + zeros - 1 are zero (never computed)
+    std::vector<float> feats;  // [n, E] the features after those
     int64_t tx_base = -1;      // fed at begin(); -1: no transaction open
   };
   static int64_t fed(const RowInfo& info) { return static_cast<int64_t>(info.tokens.size()); }
   int64_t feat_end(const RowInfo& info) const {
-    return fed(info) + static_cast<int64_t>(info.feats.size()) / h_->E;
+    return fed(info) + info.zeros + static_cast<int64_t>(info.feats.size()) / h_->E;
   }
+  // Zero features up to position `end` (a count, not memory, when nothing follows them).
   void pad_features(RowInfo& info, int64_t end) {
-    if (feat_end(info) < end) info.feats.resize(static_cast<size_t>((end - fed(info)) * h_->E), 0.0f);
+    const int64_t gap = end - feat_end(info);
+    if (gap <= 0) return;
+    if (info.feats.empty())
+      info.zeros += gap;
+    else
+      info.feats.resize(info.feats.size() + static_cast<size_t>(gap * h_->E), 0.0f);
+  }
+  RowInfo* find(uint64_t id) {
+    auto it = rows_.find(id);
+    return it == rows_.end() ? nullptr : &it->second;
   }
 
   int32_t row_of(uint64_t id) const {
@@ -341,8 +359,9 @@ class Eagle3Draft final : public DraftSource {
   }
   // Resolve an open drafting transaction: the real pairs fed in it stay, the chain goes.
   void close_tx(uint64_t id) {
-    RowInfo& info = rows_.at(id);
-    if (info.tx_base < 0) return;
+    RowInfo* found = find(id);
+    if (found == nullptr || found->tx_base < 0) return;
+    RowInfo& info = *found;
     const int32_t r = row_of(id);
     const int64_t k = fed(info) - info.tx_base;
     info.tx_base = -1;
@@ -350,7 +369,9 @@ class Eagle3Draft final : public DraftSource {
   }
   // Keep the pairs whose tokens still match the context (x_{p+1} == context[p + 1]).
   void settle(uint64_t id, std::span<const int32_t> context) {
-    const RowInfo& info = rows_.at(id);
+    const RowInfo* found = find(id);
+    if (found == nullptr) return;
+    const RowInfo& info = *found;
     int64_t keep = 0;
     const int64_t lim = std::min<int64_t>(fed(info), static_cast<int64_t>(context.size()) - 1);
     while (keep < lim && info.tokens[keep] == context[keep + 1]) ++keep;
@@ -358,7 +379,9 @@ class Eagle3Draft final : public DraftSource {
   }
   // Cut the row back to its first n pairs (features from position n on are dropped).
   void rewind(uint64_t id, int64_t n) {
-    RowInfo& info = rows_.at(id);
+    RowInfo* found = find(id);
+    if (found == nullptr) return;
+    RowInfo& info = *found;
     n = std::max<int64_t>(n, 0);
     if (n >= fed(info)) return;
     if (!state_.truncate(row_of(id), n).is_ok()) {
@@ -367,10 +390,28 @@ class Eagle3Draft final : public DraftSource {
     }
     info.tokens.resize(static_cast<size_t>(n));
     info.feats.clear();
+    info.zeros = 0;
   }
   void reset(uint64_t id) {
     release(id);
     (void)ensure_row(id);
+  }
+
+  // Feeds the pairs of each row whose unpaired features number more than `above`, all but
+  // the last available pair (draft() feeds that one with an output).
+  Status feed_backlog(std::span<const DraftRow> rows, int64_t above) {
+    std::vector<size_t> which;
+    std::vector<int64_t> upto;
+    for (size_t b = 0; b < rows.size(); ++b) {
+      const RowInfo* info = find(rows[b].id);
+      if (info == nullptr || info->tx_base >= 0) continue;
+      const int64_t avail = std::min<int64_t>(feat_end(*info), static_cast<int64_t>(rows[b].context.size()) - 1);
+      if (avail - 1 > fed(*info) + above && avail <= state_.max_length()) {
+        which.push_back(b);
+        upto.push_back(avail - 1);
+      }
+    }
+    return which.empty() ? Status::ok() : feed(rows, which, upto, nullptr);
   }
 
   // Stores the forward's features (g = fc(taps)) of each row's kept positions, one fc
@@ -401,12 +442,20 @@ class Eagle3Draft final : public DraftSource {
       at += k;
       auto row = ensure_row(rows[b].id);
       if (!row) return row.status();
-      RowInfo& info = rows_.at(rows[b].id);
       const int64_t p = vc->pos[b];
-      if (p < fed(info)) rewind(rows[b].id, p);  // positions computed again: their pairs go
-      RowInfo& now = rows_.at(rows[b].id);
-      if (p > feat_end(now)) pad_features(now, p);  // the target skipped them (prompt cache)
-      now.feats.resize(static_cast<size_t>((p - fed(now)) * E));
+      rewind(rows[b].id, p);  // positions computed again: their pairs go
+      RowInfo* found = find(rows[b].id);
+      if (found == nullptr) continue;
+      RowInfo& now = *found;
+      const int64_t base = fed(now) + now.zeros;  // the position of feats' first row
+      if (p < base) {
+        now.zeros = p - fed(now);
+        now.feats.clear();
+      } else if (p > feat_end(now)) {
+        pad_features(now, p);  // the target skipped them (a prompt-cache hit, a step without taps)
+      } else {
+        now.feats.resize(static_cast<size_t>((p - base) * E));
+      }
       now.feats.insert(now.feats.end(), g, g + k * E);
     }
     return Status::ok();
@@ -434,7 +483,9 @@ class Eagle3Draft final : public DraftSource {
         brows.push_back(row_of(r.id));
         counts.push_back(n);
         ids.insert(ids.end(), r.context.begin() + p0 + 1, r.context.begin() + p0 + 1 + n);
-        g.insert(g.end(), info.feats.begin(), info.feats.begin() + n * E);
+        const int64_t z = std::min(n, info.zeros);
+        g.resize(g.size() + static_cast<size_t>(z * E), 0.0f);
+        g.insert(g.end(), info.feats.begin(), info.feats.begin() + (n - z) * E);
       }
       if (in.empty()) return Status::ok();
       SPECULA_RETURN_IF_ERROR(forward(ids, g.data(), brows, counts, y_step_));
@@ -445,7 +496,9 @@ class Eagle3Draft final : public DraftSource {
         RowInfo& info = rows_.at(r.id);
         const int64_t p0 = fed(info), n = counts[k];
         info.tokens.insert(info.tokens.end(), r.context.begin() + p0 + 1, r.context.begin() + p0 + 1 + n);
-        info.feats.erase(info.feats.begin(), info.feats.begin() + n * E);
+        const int64_t z = std::min(n, info.zeros);
+        info.zeros -= z;
+        info.feats.erase(info.feats.begin(), info.feats.begin() + (n - z) * E);
         at += n;
         if (y_last != nullptr && fed(info) == upto[a])
           std::memcpy(y_last + a * E, y_step_.data() + (at - 1) * E, static_cast<size_t>(E) * sizeof(float));
@@ -590,6 +643,8 @@ void eagle3_hf(hf::Config& cfg, hf::Conversion& c) {
   if (cfg.has("target_hidden_size")) c.u32("target_hidden_size", cfg.i("target_hidden_size", 1, int64_t{1} << 20));
   if (auto ids = cfg.ints("eagle_aux_hidden_state_layer_ids")) {
     if (ids->size() != 3) cfg.fail("'eagle_aux_hidden_state_layer_ids' must list 3 layers");
+    for (int64_t id : *ids)
+      if (id < 0 || id > 4096) cfg.fail("'eagle_aux_hidden_state_layer_ids' entry " + std::to_string(id) + " is outside [0, 4096]");
     c.i32s("target_layers", *ids);
   }
   c.boolean("norm_before_residual", cfg.b("norm_before_residual", false));

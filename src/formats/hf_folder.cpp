@@ -971,7 +971,9 @@ Result<gguf::GgufFile> open_folder(const std::string& path) {
           std::memcpy(&v32, t->data + k * 4, 4);
           v = v32;
         }
-        d[k] = k + v;
+        if (__builtin_add_overflow(k, v, &d[k]) || d[k] < 0)
+          return Status::error(where + ": offset " + std::to_string(v) + " at index " + std::to_string(k) +
+                               " gives an id outside [0, 2^63)");
       }
       gguf::TensorInfo g;
       g.name = target->name;

@@ -350,6 +350,8 @@ TEST_F(Eagle3Test, BadHeadsAreRefusedByName) {
   has(error(*llama, head_path("bad_vocab")), "the head's vocabulary has 299 tokens, the target's 300");
   has(error(*llama, head_path("bad_layers")), "eagle3.target_layers entry 9 is outside [0, 5]");
   has(error(*llama, head_path("bad_d2t_range")), "= 300 is outside the target vocabulary (300 tokens)");
+  has(error(*llama, head_path("bad_narrow")), "has no output.weight and its hidden size 64 is not the target's 96");
+  has(error(*llama, head_path("bad_extra")), "tensor 'blk.0.attn_q.bias' is not part of an EAGLE-3 head");
   has(error(*llama, kDir + "/missing.gguf"), "[eagle3]");
   // A speculators-format folder is refused by name.
   {
