@@ -1,11 +1,11 @@
 // decoding/draft.cpp — see draft.h.
 #include "decoding/draft.h"
 
+#include "decoding/draft_rows.h"
 #include "tokenizer/hf_tokenizer.h"
 
 #include <algorithm>
 #include <cstring>
-#include <unordered_map>
 
 namespace specula {
 namespace {
@@ -123,18 +123,7 @@ class ModelDraft final : public DraftSource {
     for (const DraftRow& r : rows) settle(r.id, r.context);
   }
 
-  void release(uint64_t id) override {
-    auto it = rows_.find(id);
-    if (it == rows_.end()) return;
-    const int32_t idx = row_of(id);
-    rows_.erase(it);
-    // Drop state row idx; the rows after it move down by one.
-    std::vector<int32_t> keep;
-    for (int32_t i = 0; i < state_.n_rows(); ++i)
-      if (i != idx) keep.push_back(i);
-    state_.filter(keep);
-    ids_.erase(ids_.begin() + idx);
-  }
+  void release(uint64_t id) override { rows_.release(id, state_); }
 
  private:
   struct RowInfo {
@@ -144,23 +133,9 @@ class ModelDraft final : public DraftSource {
     uint64_t seed = 0;                 // the request seed the sampler was made for
   };
 
-  int32_t row_of(uint64_t id) const {
-    for (size_t i = 0; i < ids_.size(); ++i)
-      if (ids_[i] == id) return static_cast<int32_t>(i);
-    return -1;
-  }
-
+  int32_t row_of(uint64_t id) const { return rows_.row_of(id); }
   // A state row for the id (created empty on first sight). Errors: out of memory.
-  Result<int32_t> ensure_row(uint64_t id) {
-    const int32_t r = row_of(id);
-    if (r >= 0) return r;
-    auto row = state_.new_row();
-    if (!row) return row.status();
-    SPECULA_RETURN_IF_ERROR(state_.reserve(1));
-    ids_.push_back(id);
-    rows_[id];
-    return state_.insert(std::move(row).value());
-  }
+  Result<int32_t> ensure_row(uint64_t id) { return rows_.ensure(id, state_); }
 
   // Empty the id's row (its state could not follow the context).
   void reset(uint64_t id) {
@@ -171,9 +146,9 @@ class ModelDraft final : public DraftSource {
   // Resolve an open transaction to the prefix of `context` the row holds; then the row
   // holds exactly cached == a prefix of context.
   void settle(uint64_t id, std::span<const int32_t> context) {
-    auto it = rows_.find(id);
-    if (it == rows_.end()) return;
-    RowInfo& info = it->second;
+    RowInfo* found = rows_.find(id);
+    if (found == nullptr) return;
+    RowInfo& info = *found;
     const int32_t r = row_of(id);
     size_t keep = 0;
     const size_t lim = std::min(info.cached.size(), context.size());
@@ -326,8 +301,7 @@ class ModelDraft final : public DraftSource {
   }
   std::unique_ptr<Model> model_;
   StateRows state_;
-  std::vector<uint64_t> ids_;                  // [state rows] the request id of each row
-  std::unordered_map<uint64_t, RowInfo> rows_;  // per request id
+  RequestRows<RowInfo> rows_;  // each request's state row and RowInfo
   Tensor hidden_;
   std::vector<float> sel_, logits_;
 };

@@ -7,8 +7,8 @@
 #include <functional>
 #include <limits>
 #include <optional>
-#include <unordered_map>
 
+#include "decoding/draft_rows.h"
 #include "formats/gguf.h"
 #include "formats/hf_folder.h"
 #include "model/attention.h"
@@ -298,17 +298,7 @@ class Eagle3Draft final : public DraftSource {
       for (const DraftRow& r : rows) release(r.id);
   }
 
-  void release(uint64_t id) override {
-    auto it = rows_.find(id);
-    if (it == rows_.end()) return;
-    const int32_t idx = row_of(id);
-    rows_.erase(it);
-    std::vector<int32_t> keep;
-    for (int32_t i = 0; i < state_.n_rows(); ++i)
-      if (i != idx) keep.push_back(i);
-    state_.filter(keep);
-    ids_.erase(ids_.begin() + idx);
-  }
+  void release(uint64_t id) override { rows_.release(id, state_); }
 
  private:
   // A request's row: pair p (p < fed) in the state holds (tokens[p] = x_{p+1}, g_p); feats
@@ -332,26 +322,10 @@ class Eagle3Draft final : public DraftSource {
     else
       info.feats.resize(info.feats.size() + static_cast<size_t>(gap * h_->E), 0.0f);
   }
-  RowInfo* find(uint64_t id) {
-    auto it = rows_.find(id);
-    return it == rows_.end() ? nullptr : &it->second;
-  }
+  RowInfo* find(uint64_t id) { return rows_.find(id); }
 
-  int32_t row_of(uint64_t id) const {
-    for (size_t i = 0; i < ids_.size(); ++i)
-      if (ids_[i] == id) return static_cast<int32_t>(i);
-    return -1;
-  }
-  Result<int32_t> ensure_row(uint64_t id) {
-    const int32_t r = row_of(id);
-    if (r >= 0) return r;
-    auto row = state_.new_row();
-    if (!row) return row.status();
-    SPECULA_RETURN_IF_ERROR(state_.reserve(1));
-    ids_.push_back(id);
-    rows_[id];
-    return state_.insert(std::move(row).value());
-  }
+  int32_t row_of(uint64_t id) const { return rows_.row_of(id); }
+  Result<int32_t> ensure_row(uint64_t id) { return rows_.ensure(id, state_); }
   // Drop every row of the batch (their state is rebuilt from later features: only speed is lost).
   Status fail(std::span<const DraftRow> rows, Status st) {
     for (const DraftRow& r : rows) release(r.id);
@@ -603,8 +577,7 @@ class Eagle3Draft final : public DraftSource {
   StateRows state_;
   const kernels::KernelTable* kt_;
   std::shared_ptr<ThreadPool> pool_;
-  std::vector<uint64_t> ids_;                   // [state rows] the request id of each row
-  std::unordered_map<uint64_t, RowInfo> rows_;  // per request id
+  RequestRows<RowInfo> rows_;  // each request's state row and RowInfo
   BatchLayout layout_;
   ops::Workspace ws_;
   AttentionScratch attn_scratch_;
