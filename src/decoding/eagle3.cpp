@@ -2,6 +2,7 @@
 #include "decoding/eagle3.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -631,6 +632,9 @@ void speculators_hf(hf::Config& cfg, hf::Conversion&) {
            "supported; convert the head with llama.cpp's convert_hf_to_gguf.py --target-model-dir TARGET");
 }
 
+// The config.json architectures registered below (is_eagle3_file recognizes a folder by them).
+const std::string kHfNames[] = {"LlamaForCausalLMEagle3", "Eagle3LlamaForCausalLM", "Eagle3DraftModel",
+                                "Eagle3Speculator"};
 const bool kHf = hf::register_hf_architecture("LlamaForCausalLMEagle3", {"eagle3", &eagle3_hf, false, true}) &&
                  hf::register_hf_architecture("Eagle3LlamaForCausalLM", {"eagle3", &eagle3_hf, false, true}) &&
                  hf::register_hf_architecture("Eagle3DraftModel", {"eagle3", &eagle3_hf, false, true}) &&
@@ -639,7 +643,19 @@ const bool kHf = hf::register_hf_architecture("LlamaForCausalLMEagle3", {"eagle3
 }  // namespace
 
 bool is_eagle3_file(const std::string& path) {
-  auto f = open_model_file(path);
+  std::string dir = path;  // a folder, or one of its .safetensors files
+  if (dir.size() > 12 && dir.compare(dir.size() - 12, 12, ".safetensors") == 0)
+    dir = std::filesystem::path(dir).parent_path().string();
+  if (hf::is_model_folder(dir)) {  // config.json alone (opening the folder converts its tensors)
+    auto text = hf::read_text(dir + "/config.json", 1 << 20);
+    if (!text) return false;
+    auto cfg = hf::Config::parse(*text, dir + "/config.json");
+    if (!cfg) return false;
+    auto archs = cfg->strings("architectures");
+    return archs && !archs->empty() &&
+           std::find(std::begin(kHfNames), std::end(kHfNames), archs->front()) != std::end(kHfNames);
+  }
+  auto f = gguf::GgufFile::open(path);
   if (!f) return false;
   auto arch = f->get_string("general.architecture");
   return arch && *arch == "eagle3";

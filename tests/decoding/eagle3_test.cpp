@@ -373,6 +373,11 @@ TEST_F(Eagle3Test, BadHeadsAreRefusedByName) {
   auto auto_head = make_draft_source("", head_path("llama_b_head"), *llama, 256);
   ASSERT_TRUE(auto_head.is_ok()) << auto_head.message();
   EXPECT_EQ((*auto_head)->name(), "eagle3");
+  for (const std::string& folder : {kDir + "/hf_eagle3_llama_b_head", kDir + "/hf_eagle3_llama_b_head/model.safetensors"}) {
+    auto from_folder = make_draft_source("", folder, *llama, 256);
+    ASSERT_TRUE(from_folder.is_ok()) << folder << ": " << from_folder.message();
+    EXPECT_EQ((*from_folder)->name(), "eagle3") << folder;
+  }
 }
 
 }  // namespace
