@@ -53,10 +53,13 @@ PROMPT_LENGTHS = [7, 19, 33, 48]
 N_GEN = 24
 
 
-def write_model(name: str, path: str) -> None:
+def write_model(name: str, path: str, shape: dict | None = None) -> None:
+    """Writes SHAPES[name] (or `shape`, same keys) to path. A shape with "mtp" (a dict: own_embed,
+    own_head, head_norm, copy_gain) also gets a multi-token-prediction block after the trunk, as
+    llama.cpp's converter writes Qwen3.5's (blk.L.nextn.*; tools/make_mtp_fixtures.py)."""
     import gguf
 
-    s = SHAPES[name]
+    s = shape or SHAPES[name]
     rng = np.random.default_rng(s["seed"])
     E, L, F, V = s["n_embd"], s["n_layers"], s["n_ff"], s["n_vocab"]
     H, Hkv, hd = s["n_head"], s["n_head_kv"], s["head_dim"]
@@ -68,7 +71,8 @@ def write_model(name: str, path: str) -> None:
     w = gguf.GGUFWriter(path, "qwen35")
     w.add_string("general.name", f"qwen35 {name} (random weights)")
     a = "qwen35."
-    for key, val in [("context_length", 4096), ("embedding_length", E), ("block_count", L),
+    mtp = s.get("mtp")
+    for key, val in [("context_length", 4096), ("embedding_length", E), ("block_count", L + (1 if mtp else 0)),
                      ("feed_forward_length", F), ("attention.head_count", H), ("attention.head_count_kv", Hkv),
                      ("attention.key_length", hd), ("attention.value_length", hd), ("rope.dimension_count", s["n_rot"]),
                      ("ssm.conv_kernel", K), ("ssm.inner_size", value_dim), ("ssm.state_size", ds),
@@ -77,7 +81,9 @@ def write_model(name: str, path: str) -> None:
     if s["interval"] is not None:
         w.add_uint32(a + "full_attention_interval", s["interval"])
     else:
-        w.add_array(a + "attention.recurrent_layers", [bool(x) for x in recurrent])
+        w.add_array(a + "attention.recurrent_layers", [bool(x) for x in recurrent] + ([False] if mtp else []))
+    if mtp:
+        w.add_uint32(a + "nextn_predict_layers", 1)
     w.add_float32(a + "attention.layer_norm_rms_epsilon", 1e-6)
     w.add_float32(a + "rope.freq_base", 10000.0)
     w.add_array(a + "rope.dimension_sections", [int(x) for x in s["sections"]])
@@ -98,7 +104,7 @@ def write_model(name: str, path: str) -> None:
 
     # A tied output reads the embedding back: keep it small against what the layers add, or
     # greedy decoding just repeats its input token.
-    embd_scale = 0.3 if s["tied"] else 1.0
+    embd_scale = s.get("embd_scale", 0.3 if s["tied"] else 1.0)
     w.add_tensor("token_embd.weight", (rng.standard_normal((V, E)) * embd_scale).astype(np.float32))
     w.add_tensor("output_norm.weight", norm(E))
     if not s["tied"]:
@@ -128,10 +134,46 @@ def write_model(name: str, path: str) -> None:
         w.add_tensor(b + "ffn_gate.weight", mat(F, E))
         w.add_tensor(b + "ffn_up.weight", mat(F, E))
         w.add_tensor(b + "ffn_down.weight", mat(E, F))
+    if mtp:
+        write_mtp_block(w, rng, s, mat, norm)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
+
+
+def write_mtp_block(w, rng, s, mat, norm) -> None:
+    """The MTP block blk.L (llama.cpp's qwen35 graph_mtp reads these): eh_proj [E, 2E] over
+    concat(enorm(embd(x)), hnorm(h)), a gated attention decoder block, optional own
+    embed_tokens / shared_head_head / shared_head_norm. copy_gain > 0 adds copy_gain * I to
+    eh_proj's embedding half, so that the block leans to predicting its input token again
+    (drafts a target that repeats tokens accepts: rounds with accepted drafts)."""
+    o = s["mtp"]
+    E, F, V = s["n_embd"], s["n_ff"], s["n_vocab"]
+    H, Hkv, hd = s["n_head"], s["n_head_kv"], s["head_dim"]
+    b = f"blk.{s['n_layers']}."
+    eh = mat(E, 2 * E).astype(np.float32)
+    eh[:, :E] += o.get("copy_gain", 0.0) * np.eye(E, dtype=np.float32)
+    w.add_tensor(b + "nextn.eh_proj.weight", eh.astype(s["mat_dtype"]))
+    w.add_tensor(b + "nextn.enorm.weight", norm(E))
+    w.add_tensor(b + "nextn.hnorm.weight", norm(E))
+    w.add_tensor(b + "attn_norm.weight", norm(E))
+    w.add_tensor(b + "post_attention_norm.weight", norm(E))
+    w.add_tensor(b + "attn_q.weight", mat(2 * H * hd, E))
+    w.add_tensor(b + "attn_k.weight", mat(Hkv * hd, E))
+    w.add_tensor(b + "attn_v.weight", mat(Hkv * hd, E))
+    w.add_tensor(b + "attn_output.weight", mat(E, H * hd, o.get("layer_gain", 1.0)))
+    w.add_tensor(b + "attn_q_norm.weight", norm(hd))
+    w.add_tensor(b + "attn_k_norm.weight", norm(hd))
+    w.add_tensor(b + "ffn_gate.weight", mat(F, E))
+    w.add_tensor(b + "ffn_up.weight", mat(F, E))
+    w.add_tensor(b + "ffn_down.weight", mat(E, F, o.get("layer_gain", 1.0)))
+    if o.get("own_embed"):
+        w.add_tensor(b + "nextn.embed_tokens.weight", rng.standard_normal((V, E)).astype(np.float32))
+    if o.get("own_head"):
+        w.add_tensor(b + "nextn.shared_head_head.weight", mat(V, E, 2.0))
+    if o.get("head_norm"):
+        w.add_tensor(b + "nextn.shared_head_norm.weight", norm(E))
 
 
 def prompts(name: str) -> list[list[int]]:

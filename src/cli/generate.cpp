@@ -197,7 +197,7 @@ Verb add_generate(CLI::App& app, const RuntimeConfig& config) {
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
   cmd->add_flag("--parse-special", a->parse_special, "Parse special tokens (e.g. <start_of_turn>) in the prompt");
   cmd->add_option("--draft-model", a->draft_model, "Speculative decoding with this draft model (same vocabulary)");
-  cmd->add_option("--spec", a->spec, "Draft source: ngram (prompt lookup), draft (needs --draft-model), eagle3 (--draft-model is an EAGLE-3 head), none");
+  cmd->add_option("--spec", a->spec, "Draft source: ngram (prompt lookup), draft (needs --draft-model), eagle3 (--draft-model is an EAGLE-3 head), mtp (the model's own multi-token-prediction layer), none");
   cmd->add_option("--spec-depth", a->spec_depth, "Most drafted tokens per verify step; each request adapts below it (default 4)")
       ->check(CLI::Range(1, 32));
   add_cache_options(cmd, a->cache, false);

@@ -464,7 +464,7 @@ void add_serve_flags(CLI::App* cmd, ServeArgs& a) {
   add_quantize_option(cmd, a.quantize);
   cmd->add_option("-t,--threads", a.threads, "Threads (default: all cores)")->check(CLI::Range(0, 1024));
   cmd->add_option("--draft-model", a.draft_model, "Speculative decoding with this draft model (same vocabulary)");
-  cmd->add_option("--spec", a.spec, "Draft source for every request: ngram, draft (needs --draft-model), eagle3 (--draft-model is an EAGLE-3 head), none");
+  cmd->add_option("--spec", a.spec, "Draft source for every request: ngram, draft (needs --draft-model), eagle3 (--draft-model is an EAGLE-3 head), mtp (the model's own multi-token-prediction layer), none");
   cmd->add_option("--spec-depth", a.spec_depth, "Most drafted tokens per verify step; each request adapts below it (default 4)")
       ->check(CLI::Range(1, 32));
   cmd->add_option("--spec-accept", a.spec_accept,

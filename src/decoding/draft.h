@@ -17,8 +17,10 @@
 //     greedily, all rows batched in each forward. Drafting runs inside a speculative
 //     transaction on its own rows, resolved at commit() to the prefix the target kept —
 //     so draft models with sliding-window or recurrent layers roll back exactly too.
-//   * Eagle3Draft (decoding/eagle3.h) — a head that reads the target's hidden taps, which
-//     prefill() and commit() hand it (VerifyContext).
+//   * Heads that read the target's hidden states, which prefill() and commit() hand them
+//     (VerifyContext; decoding/feature_draft.h): an EAGLE-3 head (decoding/eagle3.h, its
+//     hidden taps) and the model's own multi-token-prediction layer (decoding/mtp.h, its
+//     final hidden states).
 // Draft sources never decide acceptance; the round (engine) does.
 #pragma once
 

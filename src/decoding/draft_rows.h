@@ -1,5 +1,5 @@
 // decoding/draft_rows.h — which state row belongs to which request, for the draft sources
-// that keep state rows of their own (ModelDraft in draft.cpp, Eagle3Draft in eagle3.cpp):
+// that keep state rows of their own (ModelDraft in draft.cpp, FeatureDraft in feature_draft.cpp):
 // row i of the source's StateRows is request ids[i]'s, and each request has an Info of the
 // source's. Thread-compatible (the engine thread calls a source).
 #pragma once

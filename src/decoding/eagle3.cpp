@@ -9,7 +9,7 @@
 #include <limits>
 #include <optional>
 
-#include "decoding/draft_rows.h"
+#include "decoding/feature_draft.h"
 #include "formats/gguf.h"
 #include "formats/hf_folder.h"
 #include "model/attention.h"
@@ -203,292 +203,39 @@ Result<std::unique_ptr<Head>> load_head(Model& target, const std::string& path, 
   return h;
 }
 
-class Eagle3Draft final : public DraftSource {
+// The head as a FeatureHead: g = fc(taps) (RMSNorm first with norm_before_fc); the layer
+// of eagle3.h; y is the pre-norm output, picked through output_norm, the output projection
+// (or the target's) and d2t.
+class Eagle3Head final : public FeatureHead {
  public:
-  Eagle3Draft(Model& target, std::unique_ptr<Head> head, StateRows state)
-      : target_(&target), h_(std::move(head)), state_(std::move(state)), kt_(&kernels::active()), pool_(target.pool()) {
+  Eagle3Head(Model& target, std::unique_ptr<Head> head)
+      : target_(&target), h_(std::move(head)), kt_(&kernels::active()), pool_(target.pool()) {
     if (pool_ == nullptr) pool_ = std::make_shared<ThreadPool>(1);
   }
   std::string name() const override { return "eagle3"; }
+  const char* who() const override { return kWho; }
+  int64_t width() const override { return h_->E; }
+  int64_t vocab() const override { return h_->tok_embd.rows; }
+  LayerSpec layer_spec() const override {
+    LayerSpec spec;
+    spec.attention = attention_spec(h_->Hkv, h_->hd, 0);
+    return spec;
+  }
   std::vector<int32_t> hidden_taps() const override { return h_->target_layers; }
-  int64_t bytes_for(int64_t n_tokens) const override { return state_.bytes_for(n_tokens); }
-
-  Status prefill(std::span<const DraftRow> rows, const VerifyContext* context) override {
-    Status st = take_features(rows, context);
-    if (st.is_ok()) st = feed_backlog(rows, 0);
-    if (!st.is_ok())
-      for (const DraftRow& r : rows) release(r.id);
-    return st;
+  const float* source(const VerifyContext& vc) const override {
+    return vc.taps != nullptr && vc.n_taps == 3 && vc.n_embd == h_->Et ? vc.taps : nullptr;
+  }
+  int64_t source_width() const override { return 3 * h_->Et; }
+  void features(float* x, int64_t n, float* g) override {
+    if (h_->norm_before_fc) ops::rms_norm(x, h_->enc_norm.data(), n, 3 * h_->Et, h_->eps, x);
+    ops::matmul(*pool_, *kt_, h_->fc, x, n, g, ws_);
   }
 
-  Status draft(std::span<const DraftRow> rows, std::vector<std::vector<int32_t>>& proposals) override {
-    proposals.assign(rows.size(), {});
-    std::vector<size_t> which;
-    std::vector<int64_t> upto;
-    for (size_t b = 0; b < rows.size(); ++b) {
-      const DraftRow& r = rows[b];
-      const auto L = static_cast<int64_t>(r.context.size());
-      if (L < 2 || r.max_depth <= 0 || L - 1 + r.max_depth > state_.max_length()) continue;
-      auto row = ensure_row(r.id);
-      if (!row) return fail(rows, row.status());
-      close_tx(r.id);  // (each of these may reset the row: look it up after them)
-      settle(r.id, r.context);
-      rewind(r.id, L - 2);  // the boundary pair (x_{L-1}, g_{L-2}) samples: it is fed now
-      RowInfo* found = find(r.id);
-      if (found == nullptr) continue;  // (a reset that could not make the row again: no drafts)
-      RowInfo& info = *found;
-      pad_features(info, L - 1);
-      const int32_t sr = row_of(r.id);
-      state_.begin(std::span<const int32_t>(&sr, 1));
-      info.tx_base = fed(info);
-      which.push_back(b);
-      upto.push_back(L - 1);
-    }
-    if (which.empty()) return Status::ok();
-    const int64_t E = h_->E;
-    std::vector<float> y(which.size() * static_cast<size_t>(E));
-    Status st = feed(rows, which, upto, y.data());
-    if (!st.is_ok()) return fail(rows, st);
-    std::vector<int32_t> next(which.size());
-    pick(y.data(), static_cast<int64_t>(which.size()), next.data());
-    for (size_t a = 0; a < which.size(); ++a) proposals[which[a]].push_back(next[a]);
-    // The chain: (d_j, y_{j-1}) at the next position, all rows together, up to each row's depth.
-    std::vector<int32_t> ids, brows;
-    std::vector<int64_t> counts;
-    std::vector<float> g;
-    for (int32_t step = 1;; ++step) {
-      std::vector<size_t> going;  // index into which
-      for (size_t a = 0; a < which.size(); ++a)
-        if (step < rows[which[a]].max_depth) going.push_back(a);
-      if (going.empty()) break;
-      ids.clear();
-      brows.clear();
-      counts.assign(going.size(), 1);
-      g.resize(going.size() * static_cast<size_t>(E));
-      for (size_t k = 0; k < going.size(); ++k) {
-        const size_t a = going[k];
-        ids.push_back(proposals[which[a]].back());
-        brows.push_back(row_of(rows[which[a]].id));
-        std::memcpy(g.data() + k * E, y.data() + a * E, static_cast<size_t>(E) * sizeof(float));
-      }
-      st = forward(ids, g.data(), brows, counts, y_step_);
-      if (!st.is_ok()) return fail(rows, st);
-      next.resize(going.size());
-      pick(y_step_.data(), static_cast<int64_t>(going.size()), next.data());
-      for (size_t k = 0; k < going.size(); ++k) {
-        const size_t a = going[k];
-        proposals[which[a]].push_back(next[k]);
-        std::memcpy(y.data() + a * E, y_step_.data() + k * E, static_cast<size_t>(E) * sizeof(float));
-      }
-    }
-    return Status::ok();
-  }
-
-  void commit(std::span<const DraftRow> rows, const VerifyContext* context) override {
-    for (const DraftRow& r : rows) {
-      if (!ensure_row(r.id)) {
-        release(r.id);
-        continue;
-      }
-      close_tx(r.id);
-      settle(r.id, r.context);
-    }
-    // Rows that commit without drafting (throttled, near their end) would pile up features:
-    // past a chunk they are paired now.
-    if (!take_features(rows, context).is_ok() || !feed_backlog(rows, kChunk).is_ok())
-      for (const DraftRow& r : rows) release(r.id);
-  }
-
-  void release(uint64_t id) override { rows_.release(id, state_); }
-
- private:
-  // A request's row: pair p (p < fed) in the state holds (tokens[p] = x_{p+1}, g_p); feats
-  // holds g of positions fed .. fed + n - 1 (not paired yet).
-  struct RowInfo {
-    std::vector<int32_t> tokens;
-    int64_t zeros = 0;         // features of positions fed .. fed + zeros - 1 are zero (never computed)
-    std::vector<float> feats;  // [n, E] the features after those
-    int64_t tx_base = -1;      // fed at begin(); -1: no transaction open
-  };
-  static int64_t fed(const RowInfo& info) { return static_cast<int64_t>(info.tokens.size()); }
-  int64_t feat_end(const RowInfo& info) const {
-    return fed(info) + info.zeros + static_cast<int64_t>(info.feats.size()) / h_->E;
-  }
-  // Zero features up to position `end` (a count, not memory, when nothing follows them).
-  void pad_features(RowInfo& info, int64_t end) {
-    const int64_t gap = end - feat_end(info);
-    if (gap <= 0) return;
-    if (info.feats.empty())
-      info.zeros += gap;
-    else
-      info.feats.resize(info.feats.size() + static_cast<size_t>(gap * h_->E), 0.0f);
-  }
-  RowInfo* find(uint64_t id) { return rows_.find(id); }
-
-  int32_t row_of(uint64_t id) const { return rows_.row_of(id); }
-  Result<int32_t> ensure_row(uint64_t id) { return rows_.ensure(id, state_); }
-  // Drop every row of the batch (their state is rebuilt from later features: only speed is lost).
-  Status fail(std::span<const DraftRow> rows, Status st) {
-    for (const DraftRow& r : rows) release(r.id);
-    return st;
-  }
-  // Resolve an open drafting transaction: the real pairs fed in it stay, the chain goes.
-  void close_tx(uint64_t id) {
-    RowInfo* found = find(id);
-    if (found == nullptr || found->tx_base < 0) return;
-    RowInfo& info = *found;
-    const int32_t r = row_of(id);
-    const int64_t k = fed(info) - info.tx_base;
-    info.tx_base = -1;
-    if (!state_.resolve(std::span<const int32_t>(&r, 1), std::span<const int64_t>(&k, 1)).is_ok()) reset(id);
-  }
-  // Keep the pairs whose tokens still match the context (x_{p+1} == context[p + 1]).
-  void settle(uint64_t id, std::span<const int32_t> context) {
-    const RowInfo* found = find(id);
-    if (found == nullptr) return;
-    const RowInfo& info = *found;
-    int64_t keep = 0;
-    const int64_t lim = std::min<int64_t>(fed(info), static_cast<int64_t>(context.size()) - 1);
-    while (keep < lim && info.tokens[keep] == context[keep + 1]) ++keep;
-    if (keep < fed(info)) rewind(id, keep);
-  }
-  // Cut the row back to its first n pairs (features from position n on are dropped).
-  void rewind(uint64_t id, int64_t n) {
-    RowInfo* found = find(id);
-    if (found == nullptr) return;
-    RowInfo& info = *found;
-    n = std::max<int64_t>(n, 0);
-    if (n >= fed(info)) return;
-    if (!state_.truncate(row_of(id), n).is_ok()) {
-      reset(id);
-      return;
-    }
-    info.tokens.resize(static_cast<size_t>(n));
-    info.feats.clear();
-    info.zeros = 0;
-  }
-  void reset(uint64_t id) {
-    release(id);
-    (void)ensure_row(id);
-  }
-
-  // Feeds the pairs of each row whose unpaired features number more than `above`, all but
-  // the last available pair (draft() feeds that one with an output).
-  Status feed_backlog(std::span<const DraftRow> rows, int64_t above) {
-    std::vector<size_t> which;
-    std::vector<int64_t> upto;
-    for (size_t b = 0; b < rows.size(); ++b) {
-      const RowInfo* info = find(rows[b].id);
-      if (info == nullptr || info->tx_base >= 0) continue;
-      const int64_t avail = std::min<int64_t>(feat_end(*info), static_cast<int64_t>(rows[b].context.size()) - 1);
-      if (avail - 1 > fed(*info) + above && avail <= state_.max_length()) {
-        which.push_back(b);
-        upto.push_back(avail - 1);
-      }
-    }
-    return which.empty() ? Status::ok() : feed(rows, which, upto, nullptr);
-  }
-
-  // Stores the forward's features (g = fc(taps)) of each row's kept positions, one fc
-  // matmul for all rows.
-  Status take_features(std::span<const DraftRow> rows, const VerifyContext* vc) {
-    if (vc == nullptr || vc->taps == nullptr || vc->n_taps != 3 || vc->n_embd != h_->Et ||
-        vc->first.size() != rows.size() || vc->pos.size() != rows.size() || vc->kept.size() != rows.size())
-      return Status::ok();
-    const int64_t W = 3 * h_->Et, E = h_->E;
-    int64_t n = 0;
-    for (size_t b = 0; b < rows.size(); ++b) n += std::max<int64_t>(vc->kept[b], 0);
-    if (n == 0) return Status::ok();
-    x_.resize(static_cast<size_t>(n * W));
-    int64_t at = 0;
-    for (size_t b = 0; b < rows.size(); ++b) {
-      if (vc->kept[b] <= 0) continue;
-      std::memcpy(x_.data() + at * W, vc->taps + vc->first[b] * W, static_cast<size_t>(vc->kept[b] * W) * sizeof(float));
-      at += vc->kept[b];
-    }
-    if (h_->norm_before_fc) ops::rms_norm(x_.data(), h_->enc_norm.data(), n, W, h_->eps, x_.data());
-    g_.resize(static_cast<size_t>(n * E));
-    ops::matmul(*pool_, *kt_, h_->fc, x_.data(), n, g_.data(), ws_);
-    at = 0;
-    for (size_t b = 0; b < rows.size(); ++b) {
-      const int64_t k = vc->kept[b];
-      if (k <= 0) continue;
-      const float* g = g_.data() + at * E;
-      at += k;
-      auto row = ensure_row(rows[b].id);
-      if (!row) return row.status();
-      const int64_t p = vc->pos[b];
-      rewind(rows[b].id, p);  // positions computed again: their pairs go
-      RowInfo* found = find(rows[b].id);
-      if (found == nullptr) continue;
-      RowInfo& now = *found;
-      const int64_t base = fed(now) + now.zeros;  // the position of feats' first row
-      if (p < base) {
-        now.zeros = p - fed(now);
-        now.feats.clear();
-      } else if (p > feat_end(now)) {
-        pad_features(now, p);  // the target skipped them (a prompt-cache hit, a step without taps)
-      } else {
-        now.feats.resize(static_cast<size_t>((p - base) * E));
-      }
-      now.feats.insert(now.feats.end(), g, g + k * E);
-    }
-    return Status::ok();
-  }
-
-  // Feeds rows[which[a]]'s pairs p in [fed, upto[a]) (chunks, all rows batched); y_last
-  // (optional, [which.size(), E]) gets each row's last pair's pre-norm output.
-  Status feed(std::span<const DraftRow> rows, std::span<const size_t> which, std::span<const int64_t> upto, float* y_last) {
-    const int64_t E = h_->E;
-    std::vector<int32_t> ids, brows;
-    std::vector<int64_t> counts;
-    std::vector<float> g;
-    for (;;) {
-      ids.clear();
-      brows.clear();
-      counts.clear();
-      g.clear();
-      std::vector<size_t> in;  // index into which
-      for (size_t a = 0; a < which.size(); ++a) {
-        const DraftRow& r = rows[which[a]];
-        const RowInfo& info = rows_.at(r.id);
-        const int64_t p0 = fed(info), n = std::min<int64_t>(upto[a] - p0, kChunk);
-        if (n <= 0) continue;
-        in.push_back(a);
-        brows.push_back(row_of(r.id));
-        counts.push_back(n);
-        ids.insert(ids.end(), r.context.begin() + p0 + 1, r.context.begin() + p0 + 1 + n);
-        const int64_t z = std::min(n, info.zeros);
-        g.resize(g.size() + static_cast<size_t>(z * E), 0.0f);
-        g.insert(g.end(), info.feats.begin(), info.feats.begin() + (n - z) * E);
-      }
-      if (in.empty()) return Status::ok();
-      SPECULA_RETURN_IF_ERROR(forward(ids, g.data(), brows, counts, y_step_));
-      int64_t at = 0;
-      for (size_t k = 0; k < in.size(); ++k) {
-        const size_t a = in[k];
-        const DraftRow& r = rows[which[a]];
-        RowInfo& info = rows_.at(r.id);
-        const int64_t p0 = fed(info), n = counts[k];
-        info.tokens.insert(info.tokens.end(), r.context.begin() + p0 + 1, r.context.begin() + p0 + 1 + n);
-        const int64_t z = std::min(n, info.zeros);
-        info.zeros -= z;
-        info.feats.erase(info.feats.begin(), info.feats.begin() + (n - z) * E);
-        at += n;
-        if (y_last != nullptr && fed(info) == upto[a])
-          std::memcpy(y_last + a * E, y_step_.data() + (at - 1) * E, static_cast<size_t>(E) * sizeof(float));
-      }
-    }
-  }
-
-  // One forward of the head's layer: rows brows[b] append counts[b] pairs (ids, g [M, E]);
-  // y [M, E] gets the pre-norm outputs.
-  Status forward(const std::vector<int32_t>& ids, const float* g, const std::vector<int32_t>& brows,
-                 const std::vector<int64_t>& counts, std::vector<float>& y) {
+  // concat(RMSNorm(embd(x)), RMSNorm(g)) -> attention -> + residual -> + FFN: y [M, E] pre-norm.
+  void layer(const Batch& batch, const BatchLayout& layout, StateRows& state, const int32_t* ids, const float* g,
+             float* y) override {
     const Head& h = *h_;
-    Batch batch{static_cast<int32_t>(brows.size()), 0, ids.data(), brows.data(), counts.data()};
-    SPECULA_RETURN_IF_ERROR(plan_batch(batch, state_, h.tok_embd.rows, kWho, layout_));
-    const int64_t M = layout_.M, E = h.E, QD = h.H * h.hd, KD = h.Hkv * h.hd, F = h.F, half = h.n_rot / 2;
+    const int64_t M = layout.M, E = h.E, QD = h.H * h.hd, KD = h.Hkv * h.hd, F = h.F, half = h.n_rot / 2;
     const auto grow = [M](std::vector<float>& v, int64_t w) { v.resize(static_cast<size_t>(M * w)); };
     grow(cat_, 2 * E);
     grow(q_, QD);
@@ -500,18 +247,17 @@ class Eagle3Draft final : public DraftSource {
     grow(up_, F);
     grow(cos_, half);
     grow(sin_, half);
-    grow(y, E);
     ThreadPool& pool = *pool_;
     // concat(RMSNorm(embd(x)), RMSNorm(g)) [M, 2E]; the embedding goes to y as scratch.
-    ops::get_rows(*kt_, h.tok_embd, ids.data(), M, 1.0f, y.data());
+    ops::get_rows(*kt_, h.tok_embd, ids, M, 1.0f, y);
     for (int64_t m = 0; m < M; ++m) {
-      ops::rms_norm(y.data() + m * E, h.attn_norm.data(), 1, E, h.eps, cat_.data() + m * 2 * E);
+      ops::rms_norm(y + m * E, h.attn_norm.data(), 1, E, h.eps, cat_.data() + m * 2 * E);
       ops::rms_norm(g + m * E, h.hidden_norm.data(), 1, E, h.eps, cat_.data() + m * 2 * E + E);
     }
     ops::matmul(pool, *kt_, h.wq, cat_.data(), M, q_.data(), ws_);
     ops::matmul(pool, *kt_, h.wk, cat_.data(), M, k_.data(), ws_);
     ops::matmul(pool, *kt_, h.wv, cat_.data(), M, v_.data(), ws_);
-    ops::rope_table(layout_.pos.data(), M, h.n_rot, h.base, h.freq_scale, cos_.data(), sin_.data(),
+    ops::rope_table(layout.pos.data(), M, h.n_rot, h.base, h.freq_scale, cos_.data(), sin_.data(),
                     h.rope_freqs.empty() ? nullptr : h.rope_freqs.data());
     ops::rope_norm(q_.data(), M, h.H, h.hd, h.n_rot, cos_.data(), sin_.data());
     ops::rope_norm(k_.data(), M, h.Hkv, h.hd, h.n_rot, cos_.data(), sin_.data());
@@ -524,29 +270,27 @@ class Eagle3Draft final : public DraftSource {
     aa.M = M;
     aa.B = batch.B;
     aa.rows = batch.rows;
-    aa.offset = layout_.offset.data();
-    aa.token_row = layout_.token_row.data();
+    aa.offset = layout.offset.data();
+    aa.token_row = layout.token_row.data();
     aa.kt = kt_;
-    attention(pool, aa, state_, q_.data(), k_.data(), v_.data(), attn_.data(), attn_scratch_);
-    for (int32_t b = 0; b < batch.B; ++b) state_.advance(batch.rows[b], batch.tokens_of(b));
+    attention(pool, aa, state, q_.data(), k_.data(), v_.data(), attn_.data(), attn_scratch_);
     ops::matmul(pool, *kt_, h.wo, attn_.data(), M, o_.data(), ws_);
     // h = attn + residual (g, or its norm); y = h + FFN(RMSNorm(h)).
     for (int64_t m = 0; m < M; ++m) {
       const float* res = h.norm_before_residual ? cat_.data() + m * 2 * E + E : g + m * E;
       for (int64_t i = 0; i < E; ++i) o_[m * E + i] += res[i];
-      ops::rms_norm(o_.data() + m * E, h.ffn_norm.data(), 1, E, h.eps, y.data() + m * E);
+      ops::rms_norm(o_.data() + m * E, h.ffn_norm.data(), 1, E, h.eps, y + m * E);
     }
-    ops::matmul(pool, *kt_, h.gate, y.data(), M, gate_.data(), ws_);
-    ops::matmul(pool, *kt_, h.up, y.data(), M, up_.data(), ws_);
+    ops::matmul(pool, *kt_, h.gate, y, M, gate_.data(), ws_);
+    ops::matmul(pool, *kt_, h.up, y, M, up_.data(), ws_);
     for (int64_t m = 0; m < M; ++m) ops::silu_mul(F, gate_.data() + m * F, up_.data() + m * F, gate_.data() + m * F);
-    ops::matmul(pool, *kt_, h.down, gate_.data(), M, y.data(), ws_);
+    ops::matmul(pool, *kt_, h.down, gate_.data(), M, y, ws_);
     for (int64_t i = 0; i < M * E; ++i) y[i] += o_[i];
-    return Status::ok();
   }
 
   // The head's argmax for each of n pre-norm rows y [n, E], as target ids (ties: the
   // lower target id).
-  void pick(const float* y, int64_t n, int32_t* out) {
+  void pick(const float* y, int64_t n, int32_t* out) override {
     const Head& h = *h_;
     const int64_t E = h.E;
     yn_.resize(static_cast<size_t>(n * E));
@@ -572,17 +316,13 @@ class Eagle3Draft final : public DraftSource {
     }
   }
 
-  static constexpr int64_t kChunk = 512;
   Model* target_;
   std::unique_ptr<Head> h_;
-  StateRows state_;
   const kernels::KernelTable* kt_;
   std::shared_ptr<ThreadPool> pool_;
-  RequestRows<RowInfo> rows_;  // each request's state row and RowInfo
-  BatchLayout layout_;
   ops::Workspace ws_;
   AttentionScratch attn_scratch_;
-  std::vector<float> x_, g_, cat_, q_, k_, v_, attn_, o_, gate_, up_, cos_, sin_, y_step_, yn_, logits_;
+  std::vector<float> cat_, q_, k_, v_, attn_, o_, gate_, up_, cos_, sin_, yn_, logits_;
 };
 
 // Hugging Face EAGLE-3 folders (config.json architectures LlamaForCausalLMEagle3 /
@@ -666,11 +406,7 @@ Result<std::unique_ptr<DraftSource>> make_eagle3_draft(Model& target, const std:
   const kernels::KernelTable& kt = kernels::active();
   auto head = load_head(target, path, kt);
   if (!head) return head.status();
-  LayerSpec spec;
-  spec.attention = attention_spec((*head)->Hkv, (*head)->hd, 0);
-  auto state = StateRows::create({spec}, cache, kt, max_length);
-  if (!state) return head_error(state.message());
-  return std::unique_ptr<DraftSource>(new Eagle3Draft(target, std::move(head).value(), std::move(state).value()));
+  return make_feature_draft(std::make_unique<Eagle3Head>(target, std::move(head).value()), max_length, cache);
 }
 
 }  // namespace specula

@@ -27,16 +27,9 @@
 //   y = h + FFN(RMSNorm(h))                    (the pre-norm output, E)
 //   logits = output · RMSNorm(y)               (draft vocabulary, mapped through d2t)
 // and y stands in for g at the next draft position (the chain feeds (d_j, y_{j-1})).
-// Rounds, per row with context x_0 .. x_{n-1} (x_{n-1} pending, not yet fed to the target):
-// the head's state holds pairs p < n - 2 from earlier rounds; draft() feeds the missing
-// pairs up to p = n - 2 (the last one, (x_{n-1}, g_{n-2}), samples the first draft) and
-// then the chain, all rows batched, inside a transaction on the head's own state rows;
-// commit() keeps the real pairs, drops the chain and stores the verify forward's features
-// of the kept positions. Prompt chunks (prefill()) feed their pairs as they come. Drafts
-// are the head's argmax (deterministic): the round verifies them by exact match, which is
-// lossless for greedy and sampled requests alike.
-// Positions whose features the target never computed (a prompt-cache hit, a step the row
-// ran without speculation) get zero features: drafts there are worse, outputs unchanged.
+// The rounds (the head's own KV rows of pairs (x_{p+1}, g_p) with rollback, greedy drafts
+// verified by exact match, zero features where the target computed none) are
+// decoding/feature_draft.h's.
 // Thread-compatible: one thread (the engine's) calls a source at a time.
 #pragma once
 

@@ -13,10 +13,17 @@ namespace specula {
 
 Result<std::shared_ptr<DraftSource>> make_draft_source(const std::string& spec, const std::string& draft_model_path,
                                                        Model& target, int64_t n_ctx) {
-  if (!spec.empty() && spec != "ngram" && spec != "draft" && spec != "eagle3" && spec != "none")
-    return Status::invalid_argument("[setup] --spec must be ngram, draft, eagle3 or none, got '" + spec + "'");
+  if (!spec.empty() && spec != "ngram" && spec != "draft" && spec != "eagle3" && spec != "mtp" && spec != "none")
+    return Status::invalid_argument("[setup] --spec must be ngram, draft, eagle3, mtp or none, got '" + spec + "'");
   if (spec == "none" || (spec.empty() && draft_model_path.empty())) return std::shared_ptr<DraftSource>();
   if (spec == "ngram") return std::shared_ptr<DraftSource>(make_ngram_draft());
+  if (spec == "mtp") {
+    if (!draft_model_path.empty())
+      return Status::invalid_argument("[setup] --spec mtp drafts with the model's own MTP layers: drop --draft-model");
+    auto d = make_mtp_draft(target, n_ctx);
+    if (!d) return d.status();
+    return std::shared_ptr<DraftSource>(std::move(d).value());
+  }
   if (draft_model_path.empty())
     return Status::invalid_argument("[setup] --spec " + (spec.empty() ? std::string("draft") : spec) +
                                     " needs --draft-model FILE");

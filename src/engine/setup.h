@@ -12,6 +12,7 @@
 
 #include "decoding/draft.h"
 #include "decoding/eagle3.h"
+#include "decoding/mtp.h"
 #include "model/model.h"
 #include "state/layout.h"
 #include "state/prompt_cache.h"
@@ -22,10 +23,12 @@ namespace specula {
 // The draft source `spec` names: "ngram" (prompt lookup), "draft" (the model at
 // `draft_model_path`, loaded on the target's thread pool, same vocabulary checked),
 // "eagle3" (the EAGLE-3 head at draft_model_path, decoding/eagle3.h; a head given with
-// "draft" or "" is used as one too), "none"; "" means "draft" when a draft model is given,
+// "draft" or "" is used as one too), "mtp" (the target's own multi-token-prediction layer,
+// decoding/mtp.h; no draft model), "none"; "" means "draft" when a draft model is given,
 // else none. Null when there is none.
-// Errors: an unknown spec (kInvalidArgument), a draft model that does not load or whose
-// vocabulary differs, a head that does not fit the target (make_eagle3_draft's errors).
+// Errors: an unknown spec or "mtp" with a draft model (kInvalidArgument), a draft model that
+// does not load or whose vocabulary differs, a head that does not fit the target
+// (make_eagle3_draft's errors), a target without MTP layers (make_mtp_draft's).
 Result<std::shared_ptr<DraftSource>> make_draft_source(const std::string& spec, const std::string& draft_model_path,
                                                        Model& target, int64_t n_ctx);
 

@@ -265,7 +265,7 @@ std::string metrics_text(const ServedModel* served, const http::Stats& http_stat
   if (const auto& draft = served->engine().options().draft) {
     // The same counts, labelled with the draft source that made them (one per served model).
     const std::string label = "source=\"" + label_value(draft->name()) + "\"";
-    w.counter("specula_spec_source_draft_tokens_total", "Drafted tokens, by draft source (ngram, draft-model, eagle3).",
+    w.counter("specula_spec_source_draft_tokens_total", "Drafted tokens, by draft source (ngram, draft-model, eagle3, mtp).",
               {{label, d(s.drafted)}});
     w.counter("specula_spec_source_accepted_tokens_total", "Accepted drafted tokens, by draft source.",
               {{label, d(s.accepted)}});

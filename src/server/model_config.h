@@ -41,8 +41,8 @@ struct ModelConfig {
   int64_t step_tokens = 512;                 // tokens per engine step (at least `parallel`)
   int queue = 64;                            // requests waiting for a row beyond `parallel`
   // Speculative decoding: "ngram", "draft" (needs draft_model), "eagle3" (draft_model is an
-  // EAGLE-3 head), "none", or "" (draft when
-  // a draft model is given).
+  // EAGLE-3 head), "mtp" (the model's own MTP layer), "none", or "" (draft when a draft
+  // model is given).
   std::string spec;
   std::string draft_model;                   // path of the draft model (same vocabulary)
   int spec_depth = 4, spec_max_batch = 2;

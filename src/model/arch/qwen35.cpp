@@ -30,6 +30,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "model/arch/qwen35.h"
 #include "model/attention.h"
 #include "model/gated_delta_net.h"
 #include "formats/hf_folder.h"
@@ -37,6 +38,83 @@
 #include "model/model.h"
 #include "ops/ops.h"
 #include "state/recurrent_layout.h"
+
+namespace specula::qwen35 {
+
+std::vector<float> rope_mask(const int32_t sections[4], int64_t n_rot) {
+  int64_t sect_dims = 0;
+  for (int i = 0; i < 4; ++i) sect_dims += sections[i];
+  std::vector<float> mask(static_cast<size_t>(n_rot / 2), 0.0f);
+  for (int64_t i = 0; i < n_rot / 2 && sect_dims > 0; ++i) {
+    const int64_t s = i % sect_dims;
+    const bool covered = (s % 3 == 1 && s < 3 * sections[1]) || (s % 3 == 2 && s < 3 * sections[2]) ||
+                         (s % 3 == 0 && s < 3 * sections[0]);
+    mask[static_cast<size_t>(i)] = covered ? 1.0f : 0.0f;
+  }
+  return mask;
+}
+
+void rope_tables(const int32_t* pos, int64_t M, int64_t n_rot, float base, float freq_scale,
+                 const std::vector<float>& mask, std::vector<float>& cos_t, std::vector<float>& sin_t) {
+  const int64_t half = n_rot / 2;
+  if (static_cast<int64_t>(cos_t.size()) < M * half) cos_t.resize(static_cast<size_t>(M * half));
+  if (static_cast<int64_t>(sin_t.size()) < M * half) sin_t.resize(static_cast<size_t>(M * half));
+  ops::rope_table(pos, M, n_rot, base, freq_scale, cos_t.data(), sin_t.data());
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t i = 0; i < half; ++i)
+      if (mask[static_cast<size_t>(i)] == 0.0f) {
+        cos_t[m * half + i] = 1.0f;
+        sin_t[m * half + i] = 0.0f;
+      }
+}
+
+void GatedAttention::forward(ThreadPool& pool, const kernels::KernelTable& kt, const AttentionWeights& w,
+                             const AttentionShape& s, int64_t layer, const Batch& batch, const BatchLayout& layout,
+                             StateRows& state, const float* xn, const float* cos_t, const float* sin_t, float* o,
+                             ops::Workspace& ws) {
+  const int64_t M = layout.M, hd = s.head_dim, H = s.n_heads, Hkv = s.n_kv_heads;
+  const int64_t QD = H * hd, KD = Hkv * hd, half = s.n_rot / 2;
+  const auto grow = [M](std::vector<float>& v, int64_t width) -> float* {
+    if (static_cast<int64_t>(v.size()) < M * width) v.resize(static_cast<size_t>(M * width));
+    return v.data();
+  };
+  ops::matmul(pool, kt, w.wq, xn, M, grow(qg_, 2 * QD), ws);
+  ops::matmul(pool, kt, w.wk, xn, M, grow(k_, KD), ws);
+  ops::matmul(pool, kt, w.wv, xn, M, grow(v_, KD), ws);
+  grow(q_, QD);
+  grow(gate_, QD);
+  parallel_rows(pool, M, [&](int64_t a, int64_t b) {
+    for (int64_t m = a; m < b; ++m)
+      for (int64_t h = 0; h < H; ++h) {
+        const float* src = qg_.data() + m * 2 * QD + h * 2 * hd;
+        std::copy(src, src + hd, q_.data() + m * QD + h * hd);
+        std::copy(src + hd, src + 2 * hd, gate_.data() + m * QD + h * hd);
+      }
+    ops::rms_norm(q_.data() + a * QD, w.q_norm.data(), (b - a) * H, hd, s.eps, q_.data() + a * QD);
+    ops::rms_norm(k_.data() + a * KD, w.k_norm.data(), (b - a) * Hkv, hd, s.eps, k_.data() + a * KD);
+    ops::rope_neox_partial(q_.data() + a * QD, b - a, H, hd, s.n_rot, cos_t + a * half, sin_t + a * half);
+    ops::rope_neox_partial(k_.data() + a * KD, b - a, Hkv, hd, s.n_rot, cos_t + a * half, sin_t + a * half);
+  });
+  AttentionArgs aa;
+  aa.layer = layer;
+  aa.n_heads = H;
+  aa.n_kv_heads = Hkv;
+  aa.head_dim = hd;
+  aa.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  aa.M = M;
+  aa.B = batch.B;
+  aa.rows = batch.rows;
+  aa.offset = layout.offset.data();
+  aa.token_row = layout.token_row.data();
+  aa.kt = &kt;
+  attention(pool, aa, state, q_.data(), k_.data(), v_.data(), grow(attn_, QD), scratch_);
+  parallel_rows(pool, M, [&](int64_t a, int64_t b) {
+    for (int64_t i = a * QD; i < b * QD; ++i) attn_[i] *= 1.0f / (1.0f + std::exp(-gate_[i]));
+  });
+  ops::matmul(pool, kt, w.wo, attn_.data(), M, o, ws);
+}
+
+}  // namespace specula::qwen35
 
 namespace specula {
 namespace {
@@ -54,9 +132,7 @@ struct Layer {
   bool recurrent = false;
   std::vector<float> attn_norm, post_norm;  // [n_embd]
   TensorView w_gate, w_up, w_down;          // [n_ff, n_embd], [n_ff, n_embd], [n_embd, n_ff]
-  // attention: wq [2*H*hd, n_embd] (per head [q | gate]), wk/wv [Hkv*hd, n_embd], wo [n_embd, H*hd]
-  TensorView wq, wk, wv, wo;
-  std::vector<float> q_norm, k_norm;  // [hd]
+  qwen35::AttentionWeights att;  // the gated attention layer's (qwen35.h)
   std::shared_ptr<const std::vector<float>> k_scale;  // quantized caches: the k_norm gain
   // linear attention: w_qkv [conv_dim, n_embd], w_z [value_dim, n_embd], w_beta/w_alpha
   // [n_v_heads, n_embd], w_out [n_embd, value_dim]
@@ -109,15 +185,13 @@ class Qwen35 final : public Model {
   std::vector<float> rope_mask_;    // [n_rot/2] 1 = the pair rotates, 0 = position 0
   ops::Workspace ws_;
   BatchLayout layout_;
-  AttentionScratch attn_scratch_;
+  qwen35::GatedAttention attention_;
   RecurrentScratch rec_scratch_;
   std::vector<LayerRow*> rec_rows_;
-  // Step buffers (grow only): x/xn/o [M, n_embd]; attention qg [M, 2*H*hd], q/gate/attn
-  // [M, H*hd], k/v [M, Hkv*hd], cos/sin [M, n_rot/2]; linear qkv [M, conv_dim], z/rout
-  // [M, value_dim], beta/alpha [M, n_v_heads], rin [M, conv_dim + 2*n_v_heads];
-  // ffn gate/up [M, n_ff].
-  std::vector<float> x_, xn_, o_, qg_, q_, gate_, attn_, k_, v_, cos_, sin_, qkv_, z_, rout_, beta_, alpha_, rin_,
-      fg_, fu_;
+  // Step buffers (grow only): x/xn/o [M, n_embd]; rope cos/sin [M, n_rot/2]; linear qkv
+  // [M, conv_dim], z/rout [M, value_dim], beta/alpha [M, n_v_heads], rin [M, conv_dim +
+  // 2*n_v_heads]; ffn gate/up [M, n_ff].
+  std::vector<float> x_, xn_, o_, cos_, sin_, qkv_, z_, rout_, beta_, alpha_, rin_, fg_, fu_;
 };
 
 Result<std::unique_ptr<Model>> Qwen35::create(ModelContext ctx) {
@@ -239,22 +313,14 @@ Result<std::unique_ptr<Model>> Qwen35::create(ModelContext ctx) {
       L.rule = std::make_shared<GatedDeltaNetRule>(p.gdn, std::move(conv).value(), ctx.kernels);
     } else {
       SPECULA_RETURN_IF_ERROR(load_weights(
-          f, kt, {{&L.q_norm, b + "attn_q_norm.weight", hd}, {&L.k_norm, b + "attn_k_norm.weight", hd}},
-          {{&L.wq, b + "attn_q.weight", E, 2 * H * hd}, {&L.wk, b + "attn_k.weight", E, KD},
-           {&L.wv, b + "attn_v.weight", E, KD}, {&L.wo, b + "attn_output.weight", H * hd, E}}));
-      L.k_scale = key_scale_from_norm(L.k_norm, p.n_kv_heads, p.n_rot);
+          f, kt, {{&L.att.q_norm, b + "attn_q_norm.weight", hd}, {&L.att.k_norm, b + "attn_k_norm.weight", hd}},
+          {{&L.att.wq, b + "attn_q.weight", E, 2 * H * hd}, {&L.att.wk, b + "attn_k.weight", E, KD},
+           {&L.att.wv, b + "attn_v.weight", E, KD}, {&L.att.wo, b + "attn_output.weight", H * hd, E}}));
+      L.k_scale = key_scale_from_norm(L.att.k_norm, p.n_kv_heads, p.n_rot);
     }
     m->layers_.push_back(std::move(L));
   }
-  // Interleaved multi-section rope at a text position: pair i rotates with the position
-  // when its sector is covered by a section, else with position 0 (llama.cpp's IMROPE).
-  m->rope_mask_.assign(static_cast<size_t>(p.n_rot / 2), 0.0f);
-  for (int64_t i = 0; i < p.n_rot / 2; ++i) {
-    const int64_t s = i % sect_dims;
-    const bool covered = (s % 3 == 1 && s < 3 * p.sections[1]) || (s % 3 == 2 && s < 3 * p.sections[2]) ||
-                         (s % 3 == 0 && s < 3 * p.sections[0]);
-    m->rope_mask_[i] = covered ? 1.0f : 0.0f;
-  }
+  m->rope_mask_ = qwen35::rope_mask(p.sections, p.n_rot);
   m->info_.architecture = "qwen35";
   if (auto nm = f.get_string("general.name")) m->info_.name = *nm;
   m->info_.n_vocab = p.n_vocab;
@@ -262,50 +328,21 @@ Result<std::unique_ptr<Model>> Qwen35::create(ModelContext ctx) {
   m->info_.n_layers = p.n_layers;
   m->info_.n_ctx_train = p.n_ctx_train;
   m->kt_ = ctx.kernels;
-  pack_model_weights(ctx, m->info_, m->output_, m->layers_, {&Layer::w_gate, &Layer::w_up, &Layer::w_down, &Layer::wq, &Layer::wk, &Layer::wv, &Layer::wo, &Layer::w_qkv, &Layer::w_z, &Layer::w_beta, &Layer::w_alpha, &Layer::w_out});
+  std::vector<TensorView*> mats{&m->output_};  // (pack_model_weights' order)
+  for (Layer& L : m->layers_)
+    for (TensorView* t : {&L.w_gate, &L.w_up, &L.w_down, &L.att.wq, &L.att.wk, &L.att.wv, &L.att.wo, &L.w_qkv, &L.w_z,
+                          &L.w_beta, &L.w_alpha, &L.w_out})
+      if (t->data != nullptr) mats.push_back(t);
+  pack_weights(ctx, mats);
+  note_packed(ctx, m->info_);
   m->ctx_ = std::move(ctx);
   return std::unique_ptr<Model>(std::move(m));
 }
 
 void Qwen35::attention_layer(const Layer& L, int64_t il, const Batch& batch, StateRows& state) {
-  ThreadPool& pool = *ctx_.pool;
-  const kernels::KernelTable& kt = *kt_;
-  const int64_t M = layout_.M, hd = p_.head_dim, H = p_.n_heads, Hkv = p_.n_kv_heads;
-  const int64_t QD = H * hd, KD = Hkv * hd, half = p_.n_rot / 2;
-  ops::matmul(pool, kt, L.wq, xn_.data(), M, grow(qg_, M * 2 * QD).data(), ws_);
-  ops::matmul(pool, kt, L.wk, xn_.data(), M, grow(k_, M * KD).data(), ws_);
-  ops::matmul(pool, kt, L.wv, xn_.data(), M, grow(v_, M * KD).data(), ws_);
-  grow(q_, M * QD);
-  grow(gate_, M * QD);
-  rows(M, [&](int64_t a, int64_t b) {
-    for (int64_t m = a; m < b; ++m)
-      for (int64_t h = 0; h < H; ++h) {
-        const float* src = qg_.data() + m * 2 * QD + h * 2 * hd;
-        std::copy(src, src + hd, q_.data() + m * QD + h * hd);
-        std::copy(src + hd, src + 2 * hd, gate_.data() + m * QD + h * hd);
-      }
-    ops::rms_norm(q_.data() + a * QD, L.q_norm.data(), (b - a) * H, hd, p_.eps, q_.data() + a * QD);
-    ops::rms_norm(k_.data() + a * KD, L.k_norm.data(), (b - a) * Hkv, hd, p_.eps, k_.data() + a * KD);
-    ops::rope_neox_partial(q_.data() + a * QD, b - a, H, hd, p_.n_rot, cos_.data() + a * half, sin_.data() + a * half);
-    ops::rope_neox_partial(k_.data() + a * KD, b - a, Hkv, hd, p_.n_rot, cos_.data() + a * half, sin_.data() + a * half);
-  });
-  AttentionArgs aa;
-  aa.layer = il;
-  aa.n_heads = H;
-  aa.n_kv_heads = Hkv;
-  aa.head_dim = hd;
-  aa.scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  aa.M = M;
-  aa.B = batch.B;
-  aa.rows = batch.rows;
-  aa.offset = layout_.offset.data();
-  aa.token_row = layout_.token_row.data();
-  aa.kt = &kt;
-  attention(pool, aa, state, q_.data(), k_.data(), v_.data(), grow(attn_, M * QD).data(), attn_scratch_);
-  rows(M, [&](int64_t a, int64_t b) {
-    for (int64_t i = a * QD; i < b * QD; ++i) attn_[i] *= 1.0f / (1.0f + std::exp(-gate_[i]));
-  });
-  ops::matmul(pool, kt, L.wo, attn_.data(), M, o_.data(), ws_);
+  const qwen35::AttentionShape shape{p_.n_heads, p_.n_kv_heads, p_.head_dim, p_.n_rot, p_.eps};
+  attention_.forward(*ctx_.pool, *kt_, L.att, shape, il, batch, layout_, state, xn_.data(), cos_.data(), sin_.data(),
+                     o_.data(), ws_);
 }
 
 void Qwen35::linear_layer(const Layer& L, int64_t il, const Batch& batch, StateRows& state) {
@@ -348,21 +385,14 @@ Status Qwen35::forward(const Batch& batch, StateRows& state, Tensor& hidden) {
   if (any_lora(batch)) return Status::error("[qwen35] this architecture takes no LoRA adapters");
   if (batch.n_taps > 0) return Status::error("[qwen35] this architecture gives no hidden taps");
   SPECULA_RETURN_IF_ERROR(plan_batch(batch, state, p_.n_vocab, "[qwen35]", layout_));
-  const int64_t M = layout_.M, E = p_.n_embd, F = p_.n_ff, half = p_.n_rot / 2;
+  const int64_t M = layout_.M, E = p_.n_embd, F = p_.n_ff;
   ThreadPool& pool = *ctx_.pool;
   const kernels::KernelTable& kt = *kt_;
   grow(x_, M * E);
   grow(xn_, M * E);
   grow(o_, M * E);
   ops::get_rows(kt, tok_embd_, batch.ids, M, 1.0f, x_.data());
-  ops::rope_table(layout_.pos.data(), M, p_.n_rot, p_.rope_base, p_.rope_freq_scale, grow(cos_, M * half).data(),
-                  grow(sin_, M * half).data());
-  for (int64_t m = 0; m < M; ++m)
-    for (int64_t i = 0; i < half; ++i)
-      if (rope_mask_[i] == 0.0f) {
-        cos_[m * half + i] = 1.0f;
-        sin_[m * half + i] = 0.0f;
-      }
+  qwen35::rope_tables(layout_.pos.data(), M, p_.n_rot, p_.rope_base, p_.rope_freq_scale, rope_mask_, cos_, sin_);
   for (int64_t il = 0; il < p_.n_layers; ++il) {
     const Layer& L = layers_[il];
     rows(M, [&](int64_t a, int64_t b) {

@@ -1,0 +1,268 @@
+// Multi-token-prediction draft source (decoding/mtp.h) on tiny random Qwen3.5 models with an
+// MTP block: tools/make_mtp_fixtures.py writes them at test time (checked byte for byte
+// against the files the fixture was made from); tests/fixtures/mtp_reference.json holds
+// llama.cpp's greedy draft-mtp run on them (tools/llama_spec_oracle.cpp): every draft it made
+// and how many the target accepted.
+// Checked: at each context length llama.cpp drafted from, specula's MTP source drafts the
+// same tokens (the source driven through prefill / draft / commit as the engine drives it,
+// on llama.cpp's schedule), and so accepts the same counts; the engine with --spec mtp gives
+// llama.cpp's greedy tokens; speculation with MTP equals plain decoding (B = 1 and 4, greedy
+// and seeded sampling, f16 / q4_0 / turbo caches); models without MTP layers and bad
+// combinations are refused by name.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "decoding/mtp.h"
+#include "engine/engine.h"
+#include "engine/setup.h"
+#include "model/model.h"
+#include "../engine/engine_test_util.h"
+#include "../test_util.h"
+
+namespace specula {
+namespace {
+
+namespace fs = std::filesystem;
+const std::string kDir = testing::process_temp_dir("specula_mtp_models");
+
+const nlohmann::json& reference() {
+  static const nlohmann::json j = [] {
+    std::ifstream in(std::string(SPECULA_FIXTURES_DIR) + "/mtp_reference.json");
+    if (!in) return nlohmann::json::object();
+    return nlohmann::json::parse(in);
+  }();
+  return j;
+}
+
+// Writes the models once per process (python3 with numpy and gguf).
+std::string files_error() {
+  static std::once_flag once;
+  static std::string err;
+  std::call_once(once, [] {
+    const std::string src = fs::path(SPECULA_FIXTURES_DIR).parent_path().parent_path().string();
+    fs::create_directories(kDir);
+    const std::string log = kDir + "/make.log";
+    const std::string cmd = "python3 '" + src + "/tools/make_mtp_fixtures.py' --models-only --check --out '" + kDir +
+                            "' > '" + log + "' 2>&1";
+    if (std::system(cmd.c_str()) != 0) {
+      std::ifstream in(log);
+      std::stringstream ss;
+      ss << in.rdbuf();
+      err = "tools/make_mtp_fixtures.py failed: " + ss.str();
+    }
+  });
+  return err;
+}
+
+std::string model_path(const std::string& name) { return kDir + "/qwen35_" + name + ".gguf"; }
+
+std::unique_ptr<Model> load(const std::string& name) {
+  auto m = load_model(model_path(name));
+  EXPECT_TRUE(m.is_ok()) << m.message();
+  return m.is_ok() ? std::move(m).value() : nullptr;
+}
+
+class MtpTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_FALSE(reference().empty()) << "tests/fixtures/mtp_reference.json is missing";
+    ASSERT_EQ(files_error(), "");
+  }
+};
+
+// The target's final hidden states (after output_norm) over one sequence, one forward.
+Tensor sequence_hidden(Model& m, const std::vector<int32_t>& seq) {
+  auto state = testing::make_state(m, 1, 512);
+  EXPECT_TRUE(state.is_ok());
+  const int32_t row = 0;
+  Batch b{1, static_cast<int64_t>(seq.size()), seq.data(), &row};
+  Tensor hidden;
+  const Status st = m.forward(b, *state, hidden);
+  EXPECT_TRUE(st.is_ok()) << st.message();
+  return hidden;
+}
+
+TEST_F(MtpTest, DraftsEqualLlamaCppAtEveryRound) {
+  for (const auto& [name, ref] : reference()["models"].items()) {
+    auto target = load(name);
+    ASSERT_NE(target, nullptr);
+    const int64_t E = target->info().n_embd;
+    int compared = 0, accepted = 0, cases = 0;
+    for (const auto& c : ref["cases"]) {
+      auto made = make_mtp_draft(*target, 512);
+      ASSERT_TRUE(made.is_ok()) << made.message();
+      std::unique_ptr<DraftSource> source = std::move(made).value();
+      EXPECT_EQ(source->name(), "mtp");
+      EXPECT_TRUE(source->hidden_taps().empty());
+      std::vector<int32_t> seq = c["prompt"].get<std::vector<int32_t>>();
+      const auto prompt_len = static_cast<int64_t>(seq.size());
+      for (int32_t t : c["tokens"]) seq.push_back(t);
+      const Tensor hidden = sequence_hidden(*target, seq);
+      // llama.cpp feeds the prompt but its last token, which stays pending.
+      {
+        const std::vector<int64_t> first{0}, pos{0}, kept{prompt_len - 1};
+        VerifyContext vc;
+        vc.hidden = hidden.data();
+        vc.n_embd = E;
+        vc.first = first;
+        vc.pos = pos;
+        vc.kept = kept;
+        const DraftRow row{1, std::span<const int32_t>(seq.data(), prompt_len - 1), 0};
+        ASSERT_TRUE(source->prefill(std::span<const DraftRow>(&row, 1), &vc).is_ok());
+      }
+      const auto& drafts = c["drafts"];
+      for (size_t i = 0; i < drafts.size(); ++i) {
+        const int64_t n = drafts[i]["n"].get<int64_t>();
+        const auto want = drafts[i]["draft"].get<std::vector<int32_t>>();
+        const int32_t depth = static_cast<int32_t>(want.size());
+        std::vector<std::vector<int32_t>> got;
+        const DraftRow row{1, std::span<const int32_t>(seq.data(), n), depth};
+        ASSERT_TRUE(source->draft(std::span<const DraftRow>(&row, 1), got).is_ok());
+        ASSERT_EQ(got.size(), 1u);
+        EXPECT_EQ(got[0], want) << name << " case " << cases << " n " << n;
+        // Greedy acceptance: the drafts that equal the sequence's next tokens.
+        int64_t a = 0;
+        while (a < depth && n + a < static_cast<int64_t>(seq.size()) && got[0][a] == seq[n + a]) ++a;
+        EXPECT_EQ(a, drafts[i]["accepted"].get<int64_t>()) << name << " case " << cases << " n " << n;
+        compared += depth;
+        accepted += static_cast<int>(a);
+        // Commit up to where llama.cpp drafted next (after a partial acceptance it verified
+        // one more token before drafting again).
+        const int64_t next = i + 1 < drafts.size() ? drafts[i + 1]["n"].get<int64_t>() : static_cast<int64_t>(seq.size());
+        const std::vector<int64_t> first{n - 1}, pos{n - 1}, kept{next - n};
+        VerifyContext vc;
+        vc.hidden = hidden.data();
+        vc.n_embd = E;
+        vc.first = first;
+        vc.pos = pos;
+        vc.kept = kept;
+        const DraftRow c2{1, std::span<const int32_t>(seq.data(), next), 0};
+        source->commit(std::span<const DraftRow>(&c2, 1), &vc);
+      }
+      ++cases;
+    }
+    EXPECT_GT(compared, 60) << name;
+    std::printf("[mtp] %s: %d drafts equal llama.cpp's draft-mtp, %d accepted\n", name.c_str(), compared, accepted);
+  }
+}
+
+EngineOptions engine_options(const CacheOptions& cache, int32_t rows, std::shared_ptr<DraftSource> draft, int depth) {
+  EngineOptions o;
+  o.cache = cache;
+  o.n_rows = rows;
+  o.n_ctx = 256;
+  o.step_tokens = 64;
+  o.spec_depth = depth;
+  o.draft = std::move(draft);
+  return o;
+}
+
+std::shared_ptr<DraftSource> mtp(Model& target) {
+  auto d = make_mtp_draft(target, 256);
+  EXPECT_TRUE(d.is_ok()) << d.message();
+  return d.is_ok() ? std::shared_ptr<DraftSource>(std::move(d).value()) : nullptr;
+}
+
+// The engine with --spec mtp, greedy, each prompt alone: llama.cpp's tokens, and as many
+// drafts accepted.
+TEST_F(MtpTest, EngineGivesLlamaCppsTokens) {
+  for (const auto& [name, ref] : reference()["models"].items()) {
+    auto target = load(name);
+    ASSERT_NE(target, nullptr);
+    const int depth = ref["depth"].get<int>();
+    auto e = Engine::create(*target, engine_options({}, 1, mtp(*target), depth));
+    ASSERT_TRUE(e.is_ok()) << e.message();
+    for (const auto& c : ref["cases"]) {
+      EngineRequest r;
+      r.prompt = c["prompt"].get<std::vector<int32_t>>();
+      r.sampling.temperature = 0.0f;
+      const auto want = c["tokens"].get<std::vector<int32_t>>();
+      r.max_tokens = static_cast<int>(want.size());
+      auto got = run_all(**e, {r});
+      std::vector<int32_t> cut = want;
+      if (!cut.empty() && cut.back() == 1 && got[0].size() + 1 == cut.size()) cut.pop_back();  // (eos not emitted)
+      EXPECT_EQ(got[0], cut) << name;
+    }
+    // (mtp_b's drafts are never accepted: the engine soon stops asking for them)
+    EXPECT_GT((*e)->stats().drafted, name == "mtp_a" ? 60u : 0u) << name;
+    if (name == "mtp_a") {
+      EXPECT_GT((*e)->stats().accepted, 20u);
+    }
+  }
+}
+
+TEST_F(MtpTest, SpeculationEqualsPlainDecoding) {
+  struct Layout {
+    const char* name;
+    CacheOptions cache;
+  };
+  std::vector<Layout> layouts{{"f16", {}}, {"q4_0", {}}, {"turbo4_turbo3", {}}};
+  layouts[1].cache.type_k = layouts[1].cache.type_v = "q4_0";
+  layouts[2].cache.type_k = "turbo4";
+  layouts[2].cache.type_v = "turbo3";
+  int runs = 0;
+  for (const auto& [name, ref] : reference()["models"].items()) {
+    auto target = load(name);
+    ASSERT_NE(target, nullptr);
+    for (float temperature : {0.0f, 0.8f}) {
+      auto reqs = repeating_requests(static_cast<int32_t>(target->info().n_vocab), 24);
+      for (size_t i = 0; i < reqs.size(); ++i) {
+        reqs[i].sampling.temperature = temperature;
+        reqs[i].sampling.seed = 700 + i;
+      }
+      for (const Layout& L : layouts) {
+        std::vector<std::vector<int32_t>> plain;
+        {
+          auto e = Engine::create(*target, engine_options(L.cache, 1, nullptr, 4));
+          ASSERT_TRUE(e.is_ok()) << e.message();
+          plain = run_each(**e, reqs);
+        }
+        auto e1 = Engine::create(*target, engine_options(L.cache, 1, mtp(*target), 4));
+        ASSERT_TRUE(e1.is_ok()) << e1.message();
+        EXPECT_EQ(run_each(**e1, reqs), plain) << name << " " << L.name << " B=1 T=" << temperature;
+        auto e4 = Engine::create(*target, engine_options(L.cache, 4, mtp(*target), 4));
+        ASSERT_TRUE(e4.is_ok()) << e4.message();
+        EXPECT_EQ(run_all(**e4, reqs), plain) << name << " " << L.name << " B=4 T=" << temperature;
+        EXPECT_GT((*e4)->stats().drafted, 0u) << name << " " << L.name;
+        ++runs;
+      }
+    }
+  }
+  EXPECT_EQ(runs, 12);
+}
+
+TEST_F(MtpTest, ModelsWithoutMtpLayersAreRefusedByName) {
+  auto nomtp = load("nomtp");
+  ASSERT_NE(nomtp, nullptr);
+  const auto has = [](const std::string& msg, const std::string& part) {
+    EXPECT_NE(msg.find(part), std::string::npos) << "'" << part << "' not in: " << msg;
+  };
+  auto d = make_mtp_draft(*nomtp, 256);
+  ASSERT_FALSE(d.is_ok());
+  has(d.message(), "[mtp] the model has no multi-token-prediction layers (qwen35.nextn_predict_layers is 0");
+  // Through the front doors' setup.
+  auto s = make_draft_source("mtp", "", *nomtp, 256);
+  ASSERT_FALSE(s.is_ok());
+  has(s.message(), "has no multi-token-prediction layers");
+  auto a = load("mtp_a");
+  ASSERT_NE(a, nullptr);
+  auto with_model = make_draft_source("mtp", model_path("mtp_b"), *a, 256);
+  ASSERT_FALSE(with_model.is_ok());
+  has(with_model.message(), "--spec mtp drafts with the model's own MTP layers: drop --draft-model");
+  auto ok = make_draft_source("mtp", "", *a, 256);
+  ASSERT_TRUE(ok.is_ok()) << ok.message();
+  EXPECT_EQ((*ok)->name(), "mtp");
+  // The model alone (no --spec) still runs without its MTP block, as before.
+  auto plain = Engine::create(*a, engine_options({}, 1, nullptr, 4));
+  ASSERT_TRUE(plain.is_ok());
+}
+
+}  // namespace
+}  // namespace specula
