@@ -29,7 +29,12 @@ Usage:
   python3 tools/make_eagle3_fixtures.py
       also writes tests/fixtures/eagle3_reference.json (per head: its target, the files' sha256,
       and per prompt the prompt, the f64 target's greedy continuation, and the drafts at every
-      context length).
+      context length);
+  python3 tools/make_eagle3_fixtures.py --llama-cpp
+      adds to the fixture, for each head whose taps are all layer inputs (llama.cpp's llama graph
+      gives no final state to tap), llama.cpp's own greedy draft-eagle3 run on each prompt
+      (tools/llama_spec_oracle.cpp, built against tools/build_llama_server.sh's llama.cpp): every
+      draft it made, the context length it continued and the accepted count ("llama_cpp").
 """
 import argparse
 import json
@@ -43,7 +48,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import arch_f64_reference as ref  # noqa: E402
 import make_arch_fixtures as arch  # noqa: E402
-from llama_oracle import sha256, write_atomic  # noqa: E402
+from llama_oracle import run_spec_oracle, sha256, spec_oracle_binary, write_atomic  # noqa: E402
 
 FIXTURE = os.path.join(HERE, "..", "tests", "fixtures", "eagle3_reference.json")
 DEPTH = 4
@@ -335,10 +340,35 @@ def write_models(out: str) -> dict:
     return paths
 
 
+def add_llama_cpp(paths: dict) -> int:
+    with open(FIXTURE) as f:
+        doc = json.load(f)
+    binary = spec_oracle_binary()
+    for name, (tp, hp) in paths.items():
+        h = doc["heads"].get(name)
+        if h is None or max(h["layers"]) >= arch.SHAPES[h["target"]]["L"]:
+            continue
+        runs = []
+        for c in h["cases"]:
+            plen = c["prompt_length"]
+            runs.append(run_spec_oracle(binary, c["sequence"][:plen], len(c["sequence"]) - plen, h["depth"],
+                                        ["-m", tp, "--spec-type", "draft-eagle3", "-md", hp]))
+        h["llama_cpp"] = runs
+        print(f"{name}: {sum(len(d['draft']) for r in runs for d in r['drafts'])} llama.cpp drafts")
+    doc["oracle_llama_cpp"] = ("llama.cpp (llama-cpp-python 0.3.36 sdist) common_speculative draft-eagle3 via "
+                               "tools/llama_spec_oracle.cpp, greedy, f16 KV cache, CPU")
+    with open(FIXTURE, "w") as f:
+        json.dump(doc, f, separators=(",", ":"))
+        f.write("\n")
+    print(f"wrote {FIXTURE} ({os.path.getsize(FIXTURE)} bytes)")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models-only", action="store_true", help="write the GGUF files only")
     ap.add_argument("--out", help="folder for the GGUF files (default: a temporary folder)")
+    ap.add_argument("--llama-cpp", action="store_true", help="add llama.cpp's draft-eagle3 runs to the fixture")
     args = ap.parse_args()
     out = args.out or tempfile.mkdtemp(prefix="specula_eagle3_")
     os.makedirs(out, exist_ok=True)
@@ -352,6 +382,8 @@ def main() -> int:
                     print(f"error: {name}: the files differ from the ones the fixture was made from", file=sys.stderr)
                     return 1
         return 0
+    if args.llama_cpp:
+        return add_llama_cpp(paths)
     heads = {}
     for name, (tp, hp) in paths.items():
         heads[name] = reference(name, tp, hp)

@@ -31,14 +31,13 @@ Usage:
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
 import numpy as np
 
 import make_qwen35_fixtures as mq
-from llama_oracle import check_models, sha256, write_atomic
+from llama_oracle import check_models, run_spec_oracle, sha256, spec_oracle_binary, write_atomic
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURE = os.path.join(HERE, "..", "tests", "fixtures", "mtp_reference.json")
@@ -60,39 +59,10 @@ def prompts(name: str) -> list[list[int]]:
     return [[int(x) for x in rng.integers(2, V, n)] for n in PROMPT_LENGTHS]
 
 
-def oracle_binary() -> str:
-    """tools/llama_spec_oracle.cpp built against the llama.cpp build tree (static libraries)."""
-    root = subprocess.run([os.path.join(HERE, "build_llama_server.sh"), "--print-bin-dir"], check=True,
-                          capture_output=True, text=True).stdout.strip()
-    root = os.path.dirname(root)
-    subprocess.run([os.path.join(HERE, "build_llama_server.sh")], check=True)
-    src, build = os.path.join(root, "src"), os.path.join(root, "build")
-    subprocess.run(["cmake", "--build", build, "--target", "llama-common", "llama"], check=True)
-    out = os.path.join(root, "bin", "llama_spec_oracle")
-    libs = []
-    for d, _, files in os.walk(build):
-        libs += [os.path.join(d, f) for f in files if f.endswith(".a")]
-    order = ["libllama-common", "libllama", "libggml", "libggml-cpu", "libggml-base"]
-    libs.sort(key=lambda p: next((i for i, o in enumerate(order) if os.path.basename(p).startswith(o + ".")), 99))
-    cmd = ["g++", "-std=c++17", "-O2", os.path.join(HERE, "llama_spec_oracle.cpp"), "-o", out,
-           "-I" + os.path.join(src, "include"), "-I" + os.path.join(src, "common"),
-           "-I" + os.path.join(src, "ggml", "include"), "-I" + os.path.join(src, "vendor"),
-           "-Wl,--start-group", *libs, "-Wl,--end-group", "-fopenmp", "-lpthread", "-ldl"]
-    subprocess.run(cmd, check=True)
-    return out
-
-
 def oracle(binary: str, name: str, path: str) -> dict:
     cases = []
     for p in prompts(name):
-        cmd = [binary, "--ids", ",".join(map(str, p)), "--n-gen", str(N_GEN), "-m", path, "--spec-type", "draft-mtp",
-               "--spec-draft-n-max", str(DEPTH), "--spec-draft-n-min", "0", "--spec-draft-p-min", "0", "-c", "256", "-b", "256",
-               "-ub", "256", "-t", "2", "--temp", "0", "-ctk", "f16", "-ctv", "f16"]
-        r = subprocess.run(cmd, capture_output=True, text=True)
-        if r.returncode != 0:
-            raise SystemExit(f"{' '.join(cmd)} failed ({r.returncode}):\n{r.stderr[-4000:]}")
-        line = [x for x in r.stdout.splitlines() if x.startswith("{")][-1]
-        cases.append(json.loads(line))
+        cases.append(run_spec_oracle(binary, p, N_GEN, DEPTH, ["-m", path, "--spec-type", "draft-mtp"]))
     return {"sha256": sha256(path), "depth": DEPTH, "cases": cases}
 
 
@@ -110,7 +80,7 @@ def main() -> int:
         write_atomic(paths[name], lambda tmp, n=name, s=shape: mq.write_model(n, tmp, s))
     if args.models_only:
         return check_models({n: p for n, p in paths.items() if n != "nomtp"}, FIXTURE, args.check)
-    binary = oracle_binary()
+    binary = spec_oracle_binary()
     ref = {"format": "mtp_reference v1: per model the GGUF's sha256 (tools/make_mtp_fixtures.py regenerates it) "
                      "and the draft depth; per prompt: prompt ids, llama.cpp's greedy tokens, and every draft "
                      "(n: the context length it continued, pending token included; draft; accepted).",

@@ -7,12 +7,15 @@
 // at every context length.
 // Checked: the drafts equal the reference through simulated rounds (prefill, draft, commit with
 // 0..3 accepted drafts, two requests batched), for the GGUF head and the same head as a
-// Hugging Face folder; taps of a ragged batch equal each row's alone;
+// Hugging Face folder; they equal llama.cpp's own draft-eagle3 drafts at every context length
+// its greedy run drafted from (the fixture's "llama_cpp", tools/llama_spec_oracle.cpp; the
+// head whose taps llama.cpp's llama graph can give); taps of a ragged batch equal each row's alone;
 // speculation with the head equals plain decoding (B = 1 and 4, greedy and seeded sampling,
 // f16 / q4_0 / turbo caches, the prompt cache); bad heads are refused with errors naming the
 // problem.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -30,6 +33,7 @@
 #include "model/model.h"
 #include "state/prompt_cache.h"
 #include "../engine/engine_test_util.h"
+#include "llama_schedule.h"
 #include "../test_util.h"
 
 namespace specula {
@@ -218,6 +222,49 @@ TEST_F(Eagle3Test, DraftsEqualTheFloat64ReferenceThroughRounds) {
     check_rounds(name, h, head_path(name));
     check_rounds(name, h, kDir + "/hf_eagle3_" + name);
   }
+}
+
+// llama.cpp's own draft-eagle3 (its greedy run on each prompt, heads whose taps llama.cpp's
+// graphs give): the same drafts at every context length it drafted from, near ties of the
+// f64 reference skipped.
+TEST_F(Eagle3Test, DraftsEqualLlamaCppsDraftEagle3) {
+  int heads = 0;
+  for (const auto& [name, h] : reference()["heads"].items()) {
+    if (!h.contains("llama_cpp")) continue;
+    ++heads;
+    auto target = load(target_path(h["target"].get<std::string>()));
+    ASSERT_NE(target, nullptr);
+    const std::vector<int32_t> layers = h["layers"].get<std::vector<int32_t>>();
+    testing::ScheduleCount count;
+    for (size_t k = 0; k < h["cases"].size(); ++k) {
+      const auto& c = h["cases"][k];
+      const auto& run = h["llama_cpp"][k];
+      std::vector<int32_t> seq = run["prompt"].get<std::vector<int32_t>>();
+      for (int32_t t : run["tokens"]) seq.push_back(t);
+      // (llama.cpp stops at the end-of-generation token; the reference runs on)
+      const auto f64 = c["sequence"].get<std::vector<int32_t>>();
+      ASSERT_LE(seq.size(), f64.size());
+      EXPECT_TRUE(std::equal(seq.begin(), seq.end(), f64.begin())) << name << ": llama.cpp's greedy tokens";
+      std::map<int64_t, std::vector<double>> margins;
+      for (const auto& p : c["points"]) margins[p["n"].get<int64_t>()] = p["margins"].get<std::vector<double>>();
+      const Tensor taps = sequence_taps(*target, seq, layers);
+      VerifyContext base;
+      base.taps = taps.data();
+      base.n_taps = 3;
+      base.n_embd = target->info().n_embd;
+      auto source = head(*target, name);
+      ASSERT_NE(source, nullptr);
+      testing::check_llama_schedule(*source, run, seq, base, name, count, [&](int64_t n, int32_t j) {
+        auto it = margins.find(n);
+        return it == margins.end() || it->second[static_cast<size_t>(j)] < 1e-2;
+      });
+    }
+    EXPECT_GT(count.compared, 60) << name;
+    EXPECT_LT(count.skipped, 6) << name;
+    std::printf("[eagle3] %s: %d drafts equal llama.cpp's draft-eagle3, %d accepted, %d near ties skipped\n",
+                name.c_str(), count.compared, count.accepted, count.skipped);
+  }
+  EXPECT_EQ(heads, 1);
 }
 
 TEST_F(Eagle3Test, TapsOfARaggedBatchEqualEachRowAlone) {

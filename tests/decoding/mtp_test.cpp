@@ -24,6 +24,7 @@
 #include "engine/setup.h"
 #include "model/model.h"
 #include "../engine/engine_test_util.h"
+#include "llama_schedule.h"
 #include "../test_util.h"
 
 namespace specula {
@@ -93,63 +94,23 @@ TEST_F(MtpTest, DraftsEqualLlamaCppAtEveryRound) {
   for (const auto& [name, ref] : reference()["models"].items()) {
     auto target = load(name);
     ASSERT_NE(target, nullptr);
-    const int64_t E = target->info().n_embd;
-    int compared = 0, accepted = 0, cases = 0;
+    testing::ScheduleCount count;
     for (const auto& c : ref["cases"]) {
       auto made = make_mtp_draft(*target, 512);
       ASSERT_TRUE(made.is_ok()) << made.message();
-      std::unique_ptr<DraftSource> source = std::move(made).value();
-      EXPECT_EQ(source->name(), "mtp");
-      EXPECT_TRUE(source->hidden_taps().empty());
+      EXPECT_EQ((*made)->name(), "mtp");
+      EXPECT_TRUE((*made)->hidden_taps().empty());
       std::vector<int32_t> seq = c["prompt"].get<std::vector<int32_t>>();
-      const auto prompt_len = static_cast<int64_t>(seq.size());
       for (int32_t t : c["tokens"]) seq.push_back(t);
       const Tensor hidden = sequence_hidden(*target, seq);
-      // llama.cpp feeds the prompt but its last token, which stays pending.
-      {
-        const std::vector<int64_t> first{0}, pos{0}, kept{prompt_len - 1};
-        VerifyContext vc;
-        vc.hidden = hidden.data();
-        vc.n_embd = E;
-        vc.first = first;
-        vc.pos = pos;
-        vc.kept = kept;
-        const DraftRow row{1, std::span<const int32_t>(seq.data(), prompt_len - 1), 0};
-        ASSERT_TRUE(source->prefill(std::span<const DraftRow>(&row, 1), &vc).is_ok());
-      }
-      const auto& drafts = c["drafts"];
-      for (size_t i = 0; i < drafts.size(); ++i) {
-        const int64_t n = drafts[i]["n"].get<int64_t>();
-        const auto want = drafts[i]["draft"].get<std::vector<int32_t>>();
-        const int32_t depth = static_cast<int32_t>(want.size());
-        std::vector<std::vector<int32_t>> got;
-        const DraftRow row{1, std::span<const int32_t>(seq.data(), n), depth};
-        ASSERT_TRUE(source->draft(std::span<const DraftRow>(&row, 1), got).is_ok());
-        ASSERT_EQ(got.size(), 1u);
-        EXPECT_EQ(got[0], want) << name << " case " << cases << " n " << n;
-        // Greedy acceptance: the drafts that equal the sequence's next tokens.
-        int64_t a = 0;
-        while (a < depth && n + a < static_cast<int64_t>(seq.size()) && got[0][a] == seq[n + a]) ++a;
-        EXPECT_EQ(a, drafts[i]["accepted"].get<int64_t>()) << name << " case " << cases << " n " << n;
-        compared += depth;
-        accepted += static_cast<int>(a);
-        // Commit up to where llama.cpp drafted next (after a partial acceptance it verified
-        // one more token before drafting again).
-        const int64_t next = i + 1 < drafts.size() ? drafts[i + 1]["n"].get<int64_t>() : static_cast<int64_t>(seq.size());
-        const std::vector<int64_t> first{n - 1}, pos{n - 1}, kept{next - n};
-        VerifyContext vc;
-        vc.hidden = hidden.data();
-        vc.n_embd = E;
-        vc.first = first;
-        vc.pos = pos;
-        vc.kept = kept;
-        const DraftRow c2{1, std::span<const int32_t>(seq.data(), next), 0};
-        source->commit(std::span<const DraftRow>(&c2, 1), &vc);
-      }
-      ++cases;
+      VerifyContext base;
+      base.hidden = hidden.data();
+      base.n_embd = target->info().n_embd;
+      testing::check_llama_schedule(**made, c, seq, base, name, count);
     }
-    EXPECT_GT(compared, 60) << name;
-    std::printf("[mtp] %s: %d drafts equal llama.cpp's draft-mtp, %d accepted\n", name.c_str(), compared, accepted);
+    EXPECT_GT(count.compared, 60) << name;
+    std::printf("[mtp] %s: %d drafts equal llama.cpp's draft-mtp, %d accepted\n", name.c_str(), count.compared,
+                count.accepted);
   }
 }
 
