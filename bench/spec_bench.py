@@ -210,7 +210,12 @@ def main() -> int:
             for mode in args.modes.split(","):
                 proc, port = start(engine, mode, args, C)
                 try:
-                    run(port, "text", 1, 8)  # warm-up
+                    try:
+                        run(port, "text", 1, 8)  # warm-up
+                    except (RuntimeError, OSError) as e:  # the server died (llama-server aborts on some pairs)
+                        print(f"[spec_bench] {engine} {mode} C={C}: FAILED ({e}; server exit code {proc.poll()})",
+                              file=sys.stderr, flush=True)
+                        continue
                     for task in args.tasks.split(","):
                         r = run(port, task, C, args.n_gen)
                         results[(engine, mode, task, C)] = r

@@ -205,8 +205,9 @@ Verb add_generate(CLI::App& app, const RuntimeConfig& config) {
   cmd->add_option("--prompt-cache", a->prompt_cache,
                   "File to load the prompt's computed state from (when it fits) and save it to (llama.cpp's --prompt-cache)");
   cmd->add_option("--spec-accept", a->spec_accept,
-                  "Acceptance at temperature > 0 with --draft-model: exact (same seed, same text as without) or "
-                  "rejection (rejection sampling with the draft distribution: more drafts accepted, same distribution)")
+                  "Acceptance at temperature > 0 with a draft model, an EAGLE-3 head or MTP: exact (same seed, same text as "
+                  "without) or rejection (rejection sampling with the draft distribution: more drafts accepted, same "
+                  "distribution)")
       ->check(CLI::IsMember({"exact", "rejection"}));
   return Verb{cmd, [a, &config] { return run_generate(config, *a); }};
 }

@@ -468,8 +468,9 @@ void add_serve_flags(CLI::App* cmd, ServeArgs& a) {
   cmd->add_option("--spec-depth", a.spec_depth, "Most drafted tokens per verify step; each request adapts below it (default 4)")
       ->check(CLI::Range(1, 32));
   cmd->add_option("--spec-accept", a.spec_accept,
-                  "Acceptance at temperature > 0 with --draft-model: exact (same seed, same text as without) or "
-                  "rejection (rejection sampling with the draft distribution: more drafts accepted, same distribution)")
+                  "Acceptance at temperature > 0 with a draft model, an EAGLE-3 head or MTP: exact (same seed, same text as "
+                  "without) or rejection (rejection sampling with the draft distribution: more drafts accepted, same "
+                  "distribution)")
       ->check(CLI::IsMember({"exact", "rejection"}));
   cmd->add_option("--spec-max-batch", a.spec_max_batch, "Speculate only while at most this many requests decode; 0 = always (default 2)")
       ->check(CLI::Range(0, 1 << 16));

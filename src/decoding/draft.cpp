@@ -2,6 +2,7 @@
 #include "decoding/draft.h"
 
 #include "decoding/draft_rows.h"
+#include "decoding/draft_sampler.h"
 #include "tokenizer/hf_tokenizer.h"
 
 #include <algorithm>
@@ -129,8 +130,7 @@ class ModelDraft final : public DraftSource {
   struct RowInfo {
     std::vector<int32_t> cached;  // tokens in the row's state
     int64_t tx_base = -1;         // cached.size() at begin(), -1 when no transaction is open
-    std::unique_ptr<Sampler> sampler;  // sampled drafts: its own stream
-    uint64_t seed = 0;                 // the request seed the sampler was made for
+    DraftSampler drafter;  // argmax, or sampled drafts on a stream of the request's own
   };
 
   int32_t row_of(uint64_t id) const { return rows_.row_of(id); }
@@ -256,49 +256,14 @@ class ModelDraft final : public DraftSource {
     return Status::ok();
   }
 
-  static bool sampled(const DraftRow& r) { return r.sampling != nullptr && r.sampling->temperature > 0.0f; }
+  static bool sampled(const DraftRow& r) { return DraftSampler::wanted(r); }
 
-  // The next draft token from logits [n_vocab]: argmax, or (sampled rows) a draw from the
-  // row's draft sampler's distribution, which is returned in *dist.
+  // The next draft token from logits [n_vocab] (decoding/draft_sampler.h).
   int32_t pick(const DraftRow& r, const float* logits, TokenDist* dist) {
-    const int32_t V = static_cast<int32_t>(model_->info().n_vocab);
-    if (!sampled(r)) return argmax(logits, V);
-    RowInfo& info = rows_.at(r.id);
-    if (!info.sampler || info.seed != r.sampling->seed) {
-      SamplingParams p = *r.sampling;  // the request's chain without penalties (no history here)
-      p.repeat_penalty = 1.0f;
-      p.presence_penalty = 0.0f;
-      p.frequency_penalty = 0.0f;
-      p.repeat_last_n = 0;
-      p.seed = r.sampling->seed ^ 0xD1B54A32D192ED03ULL;  // its own stream, not the request's
-      info.sampler = std::make_unique<Sampler>(p);
-      info.seed = r.sampling->seed;
-    }
-    Sampler& sampler = *info.sampler;
-    TokenDist d = sampler.probabilities(logits, V);
-    double total = 0.0;
-    for (const auto& e : d) total += e.second;
-    const double target = static_cast<double>(sampler.uniform()) * total;
-    double cum = 0.0;
-    int32_t id = -1;  // rounding at the top of the range: the last token with weight
-    for (const auto& [tok, pr] : d) {
-      if (pr <= 0.0f) continue;
-      cum += pr;
-      id = tok;
-      if (cum > target) break;
-    }
-    if (id < 0) id = argmax(logits, V);
-    if (dist != nullptr) *dist = std::move(d);
-    return id;
+    return rows_.at(r.id).drafter.pick(r, logits, static_cast<int32_t>(model_->info().n_vocab), dist);
   }
 
   static constexpr int64_t kChunk = 512;
-  static int32_t argmax(const float* l, int32_t n) {
-    int32_t best = 0;
-    for (int32_t i = 1; i < n; ++i)
-      if (l[i] > l[best]) best = i;
-    return best;
-  }
   std::unique_ptr<Model> model_;
   StateRows state_;
   RequestRows<RowInfo> rows_;  // each request's state row and RowInfo

@@ -288,32 +288,26 @@ class Eagle3Head final : public FeatureHead {
     for (int64_t i = 0; i < M * E; ++i) y[i] += o_[i];
   }
 
-  // The head's argmax for each of n pre-norm rows y [n, E], as target ids (ties: the
-  // lower target id).
-  void pick(const float* y, int64_t n, int32_t* out) override {
+  // logits over the target vocabulary of n pre-norm rows y [n, E]: RMSNorm, the output
+  // projection (or the target's), draft indices placed at their target ids through d2t.
+  void logits(const float* y, int64_t n, float* out) override {
     const Head& h = *h_;
     const int64_t E = h.E;
     yn_.resize(static_cast<size_t>(n * E));
     ops::rms_norm(y, h.output_norm.data(), n, E, h.eps, yn_.data());
-    const int64_t V = h.output.data != nullptr ? h.Vd : h.Vt;
-    logits_.resize(static_cast<size_t>(n * V));
-    if (h.output.data != nullptr)
-      ops::matmul(*pool_, *kt_, h.output, yn_.data(), n, logits_.data(), ws_);
-    else
-      target_->project_logits(yn_.data(), n, logits_.data());
-    for (int64_t m = 0; m < n; ++m) {
-      const float* l = logits_.data() + m * V;
-      int64_t best = -1;
-      int32_t best_id = 0;
-      for (int64_t i = 0; i < V; ++i) {
-        const int32_t id = h.d2t.empty() ? static_cast<int32_t>(i) : h.d2t[static_cast<size_t>(i)];
-        if (best < 0 || l[i] > l[best] || (l[i] == l[best] && id < best_id)) {
-          best = i;
-          best_id = id;
-        }
-      }
-      out[m] = best_id;
+    if (h.output.data == nullptr) {
+      target_->project_logits(yn_.data(), n, out);
+      return;
     }
+    if (h.d2t.empty()) {
+      ops::matmul(*pool_, *kt_, h.output, yn_.data(), n, out, ws_);
+      return;
+    }
+    draft_logits_.resize(static_cast<size_t>(n * h.Vd));
+    ops::matmul(*pool_, *kt_, h.output, yn_.data(), n, draft_logits_.data(), ws_);
+    std::fill(out, out + n * h.Vt, -std::numeric_limits<float>::infinity());
+    for (int64_t m = 0; m < n; ++m)
+      for (int64_t i = 0; i < h.Vd; ++i) out[m * h.Vt + h.d2t[static_cast<size_t>(i)]] = draft_logits_[m * h.Vd + i];
   }
 
   Model* target_;
@@ -322,7 +316,7 @@ class Eagle3Head final : public FeatureHead {
   std::shared_ptr<ThreadPool> pool_;
   ops::Workspace ws_;
   AttentionScratch attn_scratch_;
-  std::vector<float> cat_, q_, k_, v_, attn_, o_, gate_, up_, cos_, sin_, yn_, logits_;
+  std::vector<float> cat_, q_, k_, v_, attn_, o_, gate_, up_, cos_, sin_, yn_, draft_logits_;
 };
 
 // Hugging Face EAGLE-3 folders (config.json architectures LlamaForCausalLMEagle3 /

@@ -6,6 +6,7 @@
 #include <span>
 
 #include "decoding/draft_rows.h"
+#include "decoding/draft_sampler.h"
 
 namespace specula {
 namespace {
@@ -26,8 +27,14 @@ class FeatureDraft final : public DraftSource {
     return prefill_rows(rows, context);
   }
   Status draft(std::span<const DraftRow> rows, std::vector<std::vector<int32_t>>& proposals) override {
-    if (shift_ != 0) return draft_rows(shifted(rows), proposals);
-    return draft_rows(rows, proposals);
+    std::vector<std::vector<TokenDist>> q;
+    return draft_sampled(rows, proposals, q);
+  }
+  Status draft_sampled(std::span<const DraftRow> rows, std::vector<std::vector<int32_t>>& proposals,
+                       std::vector<std::vector<TokenDist>>& q) override {
+    q.assign(rows.size(), {});
+    if (shift_ != 0) return draft_rows(shifted(rows), proposals, q);
+    return draft_rows(rows, proposals, q);
   }
   void commit(std::span<const DraftRow> rows, const VerifyContext* context) override {
     if (shift_ != 0) return commit_rows(shifted(rows), shifted(context));
@@ -64,7 +71,8 @@ class FeatureDraft final : public DraftSource {
     return st;
   }
 
-  Status draft_rows(std::span<const DraftRow> rows, std::vector<std::vector<int32_t>>& proposals) {
+  Status draft_rows(std::span<const DraftRow> rows, std::vector<std::vector<int32_t>>& proposals,
+                    std::vector<std::vector<TokenDist>>& q) {
     proposals.assign(rows.size(), {});
     std::vector<size_t> which;
     std::vector<int64_t> upto;
@@ -92,13 +100,12 @@ class FeatureDraft final : public DraftSource {
     std::vector<float> y(which.size() * static_cast<size_t>(E));
     Status st = feed(rows, which, upto, y.data());
     if (!st.is_ok()) return fail(rows, st);
-    std::vector<int32_t> next(which.size());
-    pick(y.data(), static_cast<int64_t>(which.size()), next.data());
-    for (size_t a = 0; a < which.size(); ++a) proposals[which[a]].push_back(next[a]);
+    pick(rows, which, y.data(), proposals, q);
     // The chain: (d_j, y_{j-1}) at the next position, all rows together, up to each row's depth.
     std::vector<int32_t> ids, brows;
     std::vector<int64_t> counts;
     std::vector<float> g;
+    std::vector<size_t> going_rows;
     for (int32_t step = 1;; ++step) {
       std::vector<size_t> going;  // index into which
       for (size_t a = 0; a < which.size(); ++a)
@@ -116,13 +123,11 @@ class FeatureDraft final : public DraftSource {
       }
       st = forward(ids, g.data(), brows, counts, y_step_);
       if (!st.is_ok()) return fail(rows, st);
-      next.resize(going.size());
-      pick(y_step_.data(), static_cast<int64_t>(going.size()), next.data());
-      for (size_t k = 0; k < going.size(); ++k) {
-        const size_t a = going[k];
-        proposals[which[a]].push_back(next[k]);
-        std::memcpy(y.data() + a * E, y_step_.data() + k * E, static_cast<size_t>(E) * sizeof(float));
-      }
+      going_rows.clear();
+      for (size_t a : going) going_rows.push_back(which[a]);
+      pick(rows, going_rows, y_step_.data(), proposals, q);
+      for (size_t k = 0; k < going.size(); ++k)
+        std::memcpy(y.data() + going[k] * E, y_step_.data() + k * E, static_cast<size_t>(E) * sizeof(float));
     }
     return Status::ok();
   }
@@ -154,6 +159,7 @@ class FeatureDraft final : public DraftSource {
     int64_t zeros = 0;         // features of positions fed .. fed + zeros - 1 are zero (never computed)
     std::vector<float> feats;  // [n, E] the features after those
     int64_t tx_base = -1;      // fed at begin(); -1: no transaction open
+    DraftSampler drafter;      // argmax, or draws for rejection sampling
   };
   static int64_t fed(const RowInfo& info) { return static_cast<int64_t>(info.tokens.size()); }
   int64_t feat_end(const RowInfo& info) const {
@@ -337,7 +343,23 @@ class FeatureDraft final : public DraftSource {
     for (int32_t b = 0; b < batch.B; ++b) state_.advance(batch.rows[b], batch.tokens_of(b));
     return Status::ok();
   }
-  void pick(const float* y, int64_t n, int32_t* out) { h_->pick(y, n, out); }
+  // The next draft of rows[at[k]] from output k of y [at.size(), E], appended to its
+  // proposals (and its distribution to q, for rows drawn for rejection sampling).
+  void pick(std::span<const DraftRow> rows, std::span<const size_t> at, const float* y,
+            std::vector<std::vector<int32_t>>& proposals, std::vector<std::vector<TokenDist>>& q) {
+    const int64_t V = h_->vocab(), n = static_cast<int64_t>(at.size());
+    logits_.resize(static_cast<size_t>(n * V));
+    h_->logits(y, n, logits_.data());
+    for (int64_t k = 0; k < n; ++k) {
+      const DraftRow& r = rows[at[k]];
+      RowInfo* info = find(r.id);
+      TokenDist dist;
+      const int32_t id = info != nullptr ? info->drafter.pick(r, logits_.data() + k * V, static_cast<int32_t>(V), &dist)
+                                         : DraftSampler::argmax(logits_.data() + k * V, static_cast<int32_t>(V));
+      proposals[at[k]].push_back(id);
+      if (DraftSampler::wanted(r)) q[at[k]].push_back(std::move(dist));
+    }
+  }
 
   static constexpr int64_t kChunk = 512;
   std::unique_ptr<FeatureHead> h_;
@@ -349,7 +371,7 @@ class FeatureDraft final : public DraftSource {
   std::vector<DraftRow> shift_rows_;
   std::vector<int64_t> shift_pos_;
   VerifyContext shift_vc_;
-  std::vector<float> x_, g_, y_step_;
+  std::vector<float> x_, g_, y_step_, logits_;
 };
 
 }  // namespace

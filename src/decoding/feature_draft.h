@@ -15,8 +15,11 @@
 // then the chain, all rows batched, inside a transaction on the head's own state rows;
 // commit() keeps the real pairs, drops the chain and stores the verify forward's features
 // of the kept positions. Prompt chunks (prefill()) feed their pairs as they come. Drafts
-// are the head's argmax (deterministic): the round verifies them by exact match, which is
-// lossless for greedy and sampled requests alike.
+// are the head's argmax, verified by exact match (lossless for greedy and sampled requests
+// alike), or, for rows asking for rejection sampling (draft_sampled, temperature > 0),
+// draws from the head's distribution under the request's sampling chain
+// (decoding/draft_sampler.h), returned with that distribution for the round's rejection
+// sampling (Leviathan et al. 2023; lossless in distribution).
 // Positions whose features the target never computed (a prompt-cache hit, a step the row
 // ran without speculation) get zero features: drafts there are worse, outputs unchanged.
 // Thread-compatible: one thread (the engine's) calls a source at a time.
@@ -58,8 +61,9 @@ class FeatureHead {
   // positions are layout.pos; the caller advances the rows afterwards): y [M, E].
   virtual void layer(const Batch& batch, const BatchLayout& layout, StateRows& state, const int32_t* ids,
                      const float* g, float* y) = 0;
-  // The head's argmax for each of n outputs y [n, E], as target ids (ties: the lower id).
-  virtual void pick(const float* y, int64_t n, int32_t* out) = 0;
+  // The head's logits over the target's vocabulary for n outputs y [n, E]: out [n, vocab()]
+  // (ids a draft vocabulary leaves out: -infinity).
+  virtual void logits(const float* y, int64_t n, float* out) = 0;
 };
 
 // The draft source around `head`: its rows use `cache` and hold at most max_length

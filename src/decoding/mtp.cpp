@@ -67,19 +67,11 @@ class MtpHead final : public FeatureHead {
     ops::rms_norm(x_.data(), head_norm_.data(), M, E, shape_.eps, y);
   }
 
-  void pick(const float* y, int64_t n, int32_t* out) override {
-    logits_.resize(static_cast<size_t>(n * V_));
+  void logits(const float* y, int64_t n, float* out) override {
     if (head_.data != nullptr)
-      ops::matmul(*pool_, *kt_, head_, y, n, logits_.data(), ws_);
+      ops::matmul(*pool_, *kt_, head_, y, n, out, ws_);
     else
-      target_->project_logits(y, n, logits_.data());
-    for (int64_t m = 0; m < n; ++m) {
-      const float* l = logits_.data() + m * V_;
-      int64_t best = 0;
-      for (int64_t i = 1; i < V_; ++i)
-        if (l[i] > l[best]) best = i;
-      out[m] = static_cast<int32_t>(best);
-    }
+      target_->project_logits(y, n, out);
   }
 
  private:
@@ -96,7 +88,7 @@ class MtpHead final : public FeatureHead {
   std::vector<float> enorm_, hnorm_, attn_norm_, post_norm_, head_norm_;
   qwen35::GatedAttention attention_;
   ops::Workspace ws_;
-  std::vector<float> cat_, x_, xn_, o_, fg_, fu_, cos_, sin_, logits_;
+  std::vector<float> cat_, x_, xn_, o_, fg_, fu_, cos_, sin_;
 };
 
 Result<std::unique_ptr<MtpHead>> MtpHead::load(Model& target) {

@@ -199,6 +199,58 @@ TEST_F(MtpTest, SpeculationEqualsPlainDecoding) {
   EXPECT_EQ(runs, 12);
 }
 
+// Rejection sampling with the MTP block's distribution (--spec-accept rejection): drafts are
+// drawn from it and returned with it (draft_sampled), and the output distribution is plain
+// decoding's.
+TEST_F(MtpTest, RejectionSamplingKeepsTheDistribution) {
+  auto target = load("mtp_a");
+  ASSERT_NE(target, nullptr);
+  auto source = mtp(*target);
+  ASSERT_NE(source, nullptr);
+  const auto& c = reference()["models"]["mtp_a"]["cases"][1];
+  std::vector<int32_t> ctx = c["prompt"].get<std::vector<int32_t>>();
+  for (int32_t t : c["tokens"]) ctx.push_back(t);
+  SamplingParams sp;
+  sp.temperature = 1.0f;
+  sp.top_k = 5;
+  sp.seed = 11;
+  const DraftRow rows[2] = {{1, std::span<const int32_t>(ctx.data(), 20), 3, &sp},
+                            {2, std::span<const int32_t>(ctx.data(), 30), 3, nullptr}};
+  std::vector<std::vector<int32_t>> proposals;
+  std::vector<std::vector<TokenDist>> q;
+  ASSERT_TRUE(source->draft_sampled(rows, proposals, q).is_ok());
+  ASSERT_EQ(q.size(), 2u);
+  ASSERT_EQ(proposals[0].size(), 3u);
+  ASSERT_EQ(q[0].size(), 3u);  // the sampled row: one distribution per draft, with the draft in it
+  for (size_t j = 0; j < 3; ++j) {
+    double total = 0, mine = 0;
+    for (const auto& [id, p] : q[0][j]) {
+      total += p;
+      if (id == proposals[0][j]) mine = p;
+    }
+    EXPECT_NEAR(total, 1.0, 1e-3);
+    EXPECT_GT(mine, 0.0);
+    EXPECT_LE(q[0][j].size(), 5u);
+  }
+  EXPECT_TRUE(q[1].empty());  // the greedy row: argmax drafts, exact match
+  EXPECT_EQ(proposals[1].size(), 3u);
+
+  EngineOptions po = engine_options({}, 8, nullptr, 3);
+  po.max_queue = 320;
+  auto plain = Engine::create(*target, po);
+  ASSERT_TRUE(plain.is_ok());
+  EngineOptions o = engine_options({}, 8, mtp(*target), 3);
+  o.spec_rejection = true;
+  o.max_queue = 320;
+  auto spec = Engine::create(*target, o);
+  ASSERT_TRUE(spec.is_ok()) << spec.message();
+  EngineRequest base;
+  base.prompt = c["prompt"].get<std::vector<int32_t>>();
+  base.max_tokens = 3;
+  base.sampling.top_k = 5;
+  expect_same_third_token_distribution_of(base, **plain, **spec, "mtp rejection");
+}
+
 TEST_F(MtpTest, ModelsWithoutMtpLayersAreRefusedByName) {
   auto nomtp = load("nomtp");
   ASSERT_NE(nomtp, nullptr);

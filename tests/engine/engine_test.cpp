@@ -300,50 +300,10 @@ TEST_F(SchedulerTest, SpeculativeStopsInsideAcceptedDraftsExactly) {
 // categories' degrees of freedom (Wilson-Hilferty).
 void SchedulerTest::expect_same_third_token_distribution(Engine& plain_e, Engine& spec_e, const char* what,
                                                          bool repetitive) {
-  const int N = 160;
   EngineRequest base = repetitive ? repetitive_requests(1, 1.0f, 3)[0] : request(16, 4242, 3, 1.0f);
   base.prompt.resize(16);
-  base.top_logprobs = -1;
   base.sampling.top_k = repetitive ? 0 : 5;  // random prompts: 5 categories, not hundreds of rare ones
-  base.sampling.top_p = 1.0f;
-  base.sampling.min_p = 0.0f;
-  auto count = [&](Engine& e, uint64_t seed0) {
-    std::vector<EngineRequest> reqs;
-    for (int i = 0; i < N; ++i) {
-      EngineRequest r = base;
-      r.sampling.seed = seed0 + i;
-      reqs.push_back(r);
-    }
-    std::map<int32_t, int> hist;
-    for (const auto& t : run_all(e, reqs)) hist[t.size() >= 3 ? t[2] : -1]++;
-    return hist;
-  };
-  auto a = count(plain_e, 1), b = count(spec_e, 100001);
-  // Pool categories with expected count < 5 into one.
-  std::map<int32_t, std::pair<int, int>> cells;
-  for (auto& [k, v] : a) cells[k].first += v;
-  for (auto& [k, v] : b) cells[k].second += v;
-  std::vector<std::pair<double, double>> bins;
-  std::pair<double, double> rare{0, 0};
-  for (auto& [k, v] : cells) {
-    if (v.first + v.second < 10) {
-      rare.first += v.first;
-      rare.second += v.second;
-    } else {
-      bins.push_back({static_cast<double>(v.first), static_cast<double>(v.second)});
-    }
-  }
-  if (rare.first + rare.second > 0) bins.push_back(rare);
-  double chi2 = 0;
-  for (auto [x, y] : bins) chi2 += (x - y) * (x - y) / (x + y);  // equal sample sizes
-  const double df = std::max<double>(1, static_cast<double>(bins.size()) - 1);
-  const double z = 3.090;  // 0.999 normal quantile
-  const double crit = df * std::pow(1 - 2 / (9 * df) + z * std::sqrt(2 / (9 * df)), 3);
-  std::printf("[spec chi2 %s] %zu categories, chi2 %.2f, 0.999 critical %.2f, accepted %llu of %llu drafts\n", what,
-              bins.size(), chi2, crit, static_cast<unsigned long long>(spec_e.stats().accepted),
-              static_cast<unsigned long long>(spec_e.stats().drafted));
-  EXPECT_LT(chi2, crit) << what;
-  EXPECT_GT(spec_e.stats().accepted, 0u) << what;
+  expect_same_third_token_distribution_of(base, plain_e, spec_e, what);
 }
 
 TEST_F(SchedulerTest, SpeculativeSamplingDistributionMatchesPlain) {
