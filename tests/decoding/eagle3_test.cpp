@@ -34,6 +34,7 @@
 #include "state/prompt_cache.h"
 #include "../engine/engine_test_util.h"
 #include "llama_schedule.h"
+#include "../fixture_tool.h"
 #include "../test_util.h"
 
 namespace specula {
@@ -43,33 +44,12 @@ namespace fs = std::filesystem;
 const std::string kDir = testing::process_temp_dir("specula_eagle3_models");
 
 const nlohmann::json& reference() {
-  static const nlohmann::json j = [] {
-    std::ifstream in(std::string(SPECULA_FIXTURES_DIR) + "/eagle3_reference.json");
-    if (!in) return nlohmann::json::object();
-    return nlohmann::json::parse(in);
-  }();
+  static const nlohmann::json j = testing::read_fixture("eagle3_reference.json");
   return j;
 }
 
 // Writes the targets and heads once per process (python3 with numpy and gguf).
-std::string files_error() {
-  static std::once_flag once;
-  static std::string err;
-  std::call_once(once, [] {
-    const std::string src = fs::path(SPECULA_FIXTURES_DIR).parent_path().parent_path().string();
-    fs::create_directories(kDir);
-    const std::string log = kDir + "/make.log";
-    const std::string cmd =
-        "python3 '" + src + "/tools/make_eagle3_fixtures.py' --models-only --out '" + kDir + "' > '" + log + "' 2>&1";
-    if (std::system(cmd.c_str()) != 0) {
-      std::ifstream in(log);
-      std::stringstream ss;
-      ss << in.rdbuf();
-      err = "tools/make_eagle3_fixtures.py failed: " + ss.str();
-    }
-  });
-  return err;
-}
+std::string files_error() { return testing::run_fixture_tool("make_eagle3_fixtures.py", "--models-only", kDir); }
 
 std::string target_path(const std::string& name) { return kDir + "/arch_" + name + ".gguf"; }
 std::string head_path(const std::string& name) { return kDir + "/eagle3_" + name + ".gguf"; }

@@ -25,6 +25,7 @@
 #include "model/model.h"
 #include "../engine/engine_test_util.h"
 #include "llama_schedule.h"
+#include "../fixture_tool.h"
 #include "../test_util.h"
 
 namespace specula {
@@ -34,33 +35,12 @@ namespace fs = std::filesystem;
 const std::string kDir = testing::process_temp_dir("specula_mtp_models");
 
 const nlohmann::json& reference() {
-  static const nlohmann::json j = [] {
-    std::ifstream in(std::string(SPECULA_FIXTURES_DIR) + "/mtp_reference.json");
-    if (!in) return nlohmann::json::object();
-    return nlohmann::json::parse(in);
-  }();
+  static const nlohmann::json j = testing::read_fixture("mtp_reference.json");
   return j;
 }
 
 // Writes the models once per process (python3 with numpy and gguf).
-std::string files_error() {
-  static std::once_flag once;
-  static std::string err;
-  std::call_once(once, [] {
-    const std::string src = fs::path(SPECULA_FIXTURES_DIR).parent_path().parent_path().string();
-    fs::create_directories(kDir);
-    const std::string log = kDir + "/make.log";
-    const std::string cmd = "python3 '" + src + "/tools/make_mtp_fixtures.py' --models-only --check --out '" + kDir +
-                            "' > '" + log + "' 2>&1";
-    if (std::system(cmd.c_str()) != 0) {
-      std::ifstream in(log);
-      std::stringstream ss;
-      ss << in.rdbuf();
-      err = "tools/make_mtp_fixtures.py failed: " + ss.str();
-    }
-  });
-  return err;
-}
+std::string files_error() { return testing::run_fixture_tool("make_mtp_fixtures.py", "--models-only --check", kDir); }
 
 std::string model_path(const std::string& name) { return kDir + "/qwen35_" + name + ".gguf"; }
 
