@@ -32,7 +32,8 @@ import make_hf_folders as mhf  # noqa: E402
 
 HF_ARCH = {"qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "llama": "LlamaForCausalLM",
            "gemma3": "Gemma3ForCausalLM", "gemma2": "Gemma2ForCausalLM", "phi3": "Phi3ForCausalLM",
-           "qwen3moe": "Qwen3MoeForCausalLM", "smollm3": "SmolLM3ForCausalLM", "ernie4_5": "Ernie4_5ForCausalLM"}
+           "qwen3moe": "Qwen3MoeForCausalLM", "smollm3": "SmolLM3ForCausalLM", "ernie4_5": "Ernie4_5ForCausalLM",
+           "qwen35": "Qwen3_5ForCausalLM"}
 
 QWEN2_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
                r"\s*[\r\n]+|\s+(?!\S)|\s+")

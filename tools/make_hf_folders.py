@@ -320,11 +320,17 @@ def gemma4_config(c, g, tensors):
 
 
 def qwen35_config(c, g):
-    """Qwen3_5TextConfig keys (transformers 5 configuration_qwen3_5.py) from the qwen35 GGUF metadata."""
-    L = g("block_count")
+    """Qwen3_5TextConfig keys (transformers 5 configuration_qwen3_5.py) from the qwen35 GGUF metadata; a
+    multi-token-prediction block (nextn_predict_layers) is counted by mtp_num_hidden_layers."""
+    n_mtp = g("nextn_predict_layers", 0)
+    L = g("block_count") - n_mtp
     rec = g("attention.recurrent_layers")
     if rec is None:
         rec = [(i + 1) % g("full_attention_interval") != 0 for i in range(L)]
+    rec = list(rec)[:L]
+    c["num_hidden_layers"] = L
+    if n_mtp:
+        c["mtp_num_hidden_layers"] = n_mtp
     hd = g("attention.key_length")
     sections = list(g("rope.dimension_sections"))
     if sections[3] == 0:  # the usual three (time, height, width); the converter pads with 0
@@ -464,8 +470,13 @@ def untile_heads(x, axis, hk, per_k, unit):
 
 
 def qwen35_tensors(kv, tensors):
-    """Qwen3_5ForCausalLM tensors (modeling_qwen3_5.py) from the qwen35 GGUF ones."""
+    """Qwen3_5ForCausalLM tensors (modeling_qwen3_5.py) from the qwen35 GGUF ones; the MTP block
+    (blk.L.*, L the trunk's layers) as the checkpoints hold it: mtp.fc, mtp.pre_fc_norm_embedding /
+    _hidden, mtp.norm and mtp.layers.0.* (the converter's _QwenMtpMixin, inverted)."""
     hk, hv = kv["qwen35.ssm.group_count"], kv["qwen35.ssm.time_step_rank"]
+    trunk = kv["qwen35.block_count"] - kv.get("qwen35.nextn_predict_layers", 0)
+    mtp_names = {"nextn.eh_proj.weight": "mtp.fc.weight", "nextn.enorm.weight": "mtp.pre_fc_norm_embedding.weight",
+                 "nextn.hnorm.weight": "mtp.pre_fc_norm_hidden.weight", "nextn.shared_head_norm.weight": "mtp.norm.weight"}
     dk, dv = kv["qwen35.ssm.state_size"], kv["qwen35.ssm.inner_size"] // hv
     one = np.float32(1)
     out = {}
@@ -480,6 +491,16 @@ def qwen35_tensors(kv, tensors):
             out["lm_head.weight"] = data
             continue
         _, il, rest = gname.split(".", 2)
+        if int(il) >= trunk:
+            if rest in mtp_names:
+                out[mtp_names[rest]] = data - one if rest.endswith("norm.weight") else data
+                continue
+            if rest.startswith("nextn."):
+                raise SystemExit(f"{gname}: no Hugging Face name for it (Qwen3.5's MTP block shares the model's)")
+            if rest.endswith("norm.weight"):
+                data = data - one
+            out[f"mtp.layers.{int(il) - trunk}." + QWEN35_NAMES[rest]] = np.ascontiguousarray(data)
+            continue
         if rest == "ssm_a":
             data = a_log_of(data)
         if rest.endswith("norm.weight") and rest != "ssm_norm.weight":

@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <mutex>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -70,10 +71,31 @@ Tensor sequence_hidden(Model& m, const std::vector<int32_t>& seq) {
   return hidden;
 }
 
+// mtp_a as a Hugging Face folder (tools/gguf_to_hf.py: Qwen3_5ForCausalLM with mtp.* tensors
+// and mtp_num_hidden_layers), once per process; "" or the error.
+std::string folder_error() {
+  static std::once_flag once;
+  static std::string err;
+  std::call_once(once, [] {
+    if (!files_error().empty()) return;
+    const std::string src = fs::path(SPECULA_FIXTURES_DIR).parent_path().parent_path().string();
+    const std::string cmd = "python3 '" + src + "/tools/gguf_to_hf.py' '" + model_path("mtp_a") + "' '" + kDir +
+                            "/hf_mtp_a' --dtype f32 > '" + kDir + "/hf.log' 2>&1";
+    if (std::system(cmd.c_str()) != 0) err = "tools/gguf_to_hf.py failed (" + kDir + "/hf.log)";
+  });
+  return err;
+}
+
 TEST_F(MtpTest, DraftsEqualLlamaCppAtEveryRound) {
-  for (const auto& [name, ref] : reference()["models"].items()) {
-    auto target = load(name);
-    ASSERT_NE(target, nullptr);
+  ASSERT_EQ(folder_error(), "");
+  std::vector<std::pair<std::string, std::string>> runs;  // (reference model, file or folder)
+  for (const auto& [name, ref] : reference()["models"].items()) runs.push_back({name, model_path(name)});
+  runs.push_back({"mtp_a", kDir + "/hf_mtp_a"});
+  for (const auto& [name, path] : runs) {
+    const auto& ref = reference()["models"][name];
+    auto loaded = load_model(path);
+    ASSERT_TRUE(loaded.is_ok()) << path << ": " << loaded.message();
+    std::unique_ptr<Model> target = std::move(loaded).value();
     testing::ScheduleCount count;
     for (const auto& c : ref["cases"]) {
       auto made = make_mtp_draft(*target, 512);
@@ -86,10 +108,10 @@ TEST_F(MtpTest, DraftsEqualLlamaCppAtEveryRound) {
       VerifyContext base;
       base.hidden = hidden.data();
       base.n_embd = target->info().n_embd;
-      testing::check_llama_schedule(**made, c, seq, base, name, count);
+      testing::check_llama_schedule(**made, c, seq, base, path, count);
     }
-    EXPECT_GT(count.compared, 60) << name;
-    std::printf("[mtp] %s: %d drafts equal llama.cpp's draft-mtp, %d accepted\n", name.c_str(), count.compared,
+    EXPECT_GT(count.compared, 60) << path;
+    std::printf("[mtp] %s: %d drafts equal llama.cpp's draft-mtp, %d accepted\n", path.c_str(), count.compared,
                 count.accepted);
   }
 }

@@ -436,7 +436,10 @@ const bool kRegistered = register_architecture("qwen35", &Qwen35::create);
 // partial_rotary_factor (rope_parameters', else the top level's, else 0.25));
 // rope_parameters.mrope_section padded to 4 (default [11, 11, 10, 0]) ->
 // rope.dimension_sections. Tensors: "language_model." dropped, the vision tower
-// (model.visual.) and the multi-token-prediction block (mtp.) dropped; RMSNorm gains + 1
+// (model.visual.) dropped; the multi-token-prediction block (mtp.*) kept as blk.L.* when
+// the config counts it (mtp_num_hidden_layers -> nextn_predict_layers, block_count + it:
+// mtp.fc -> nextn.eh_proj, mtp.pre_fc_norm_embedding / _hidden -> nextn.enorm / hnorm,
+// mtp.norm -> nextn.shared_head_norm, mtp.layers.K.* as a layer L + K), else dropped; RMSNorm gains + 1
 // (Qwen3.5's norms scale by 1 + w) except linear_attn.norm (the gated norm scales by w);
 // A_log -> ssm_a = -exp(A_log); dt_bias -> ssm_dt.bias; conv1d [C, 1, K] squeezed; with
 // fewer key heads than value heads the value heads reordered from grouped by key head to
@@ -481,6 +484,12 @@ void qwen35_hf(hf::Config& cfg, hf::Conversion& c) {
     c.bools("attention.recurrent_layers", recurrent);
   }
   c.u32("full_attention_interval", cfg.i("full_attention_interval", 1, 4096, 4));
+  // The multi-token-prediction block, when the config counts it: blk.L.* after the trunk.
+  const int64_t n_mtp = cfg.i("mtp_num_hidden_layers", 0, 16, 0);
+  if (n_mtp > 0) {
+    c.u32("block_count", n_layers + n_mtp);
+    c.u32("nextn_predict_layers", n_mtp);
+  }
   // Rope: rope_parameters (or the older rope_scaling), with the top-level keys as fallbacks.
   const nlohmann::json* rp = cfg.object("rope_parameters");
   if (rp == nullptr) rp = cfg.object("rope_scaling");
@@ -511,11 +520,26 @@ void qwen35_hf(hf::Config& cfg, hf::Conversion& c) {
 
   const int64_t per_group = hv / hk;
   const bool reorder = hk != hv && hk > 1;  // grouped -> tiled (the identity for one key head)
-  c.map = [reorder, hk, per_group, dk, dv](const std::string& full_name) -> std::optional<hf::Target> {
+  c.map = [reorder, hk, per_group, dk, dv, n_layers, n_mtp](const std::string& full_name) -> std::optional<hf::Target> {
     std::string name = full_name;
     if (auto p = name.find("language_model."); p != std::string::npos) name.erase(p, 15);
-    if (name.rfind("model.mtp.", 0) == 0 || name.rfind("mtp.", 0) == 0 || name.find("visual.") != std::string::npos)
-      return hf::Target{};
+    if (name.find("visual.") != std::string::npos) return hf::Target{};
+    if (name.rfind("model.mtp.", 0) == 0) name.erase(0, 6);
+    if (name.rfind("mtp.", 0) == 0) {  // (llama.cpp's converter: _QwenMtpMixin)
+      if (n_mtp == 0) return hf::Target{};  // not counted by the config: dropped
+      using T = hf::Transform;
+      static const std::map<std::string, std::pair<std::string, T>> kMtp = {
+          {"mtp.fc.weight", {"nextn.eh_proj.weight", T::kNone}},
+          {"mtp.pre_fc_norm_embedding.weight", {"nextn.enorm.weight", T::kAddOne}},
+          {"mtp.pre_fc_norm_hidden.weight", {"nextn.hnorm.weight", T::kAddOne}},
+          {"mtp.norm.weight", {"nextn.shared_head_norm.weight", T::kAddOne}},
+      };
+      if (auto it = kMtp.find(name); it != kMtp.end())
+        return hf::Target{"blk." + std::to_string(n_layers) + "." + it->second.first, it->second.second};
+      const auto layer = hf::split_layer_name("model." + name.substr(4));  // mtp.layers.K.rest
+      if (!layer || layer->first >= n_mtp) return std::nullopt;
+      name = "model.layers." + std::to_string(n_layers + layer->first) + "." + layer->second;
+    }
     static const std::map<std::string, hf::Target> kGlobal = {
         {"model.embed_tokens.weight", {"token_embd.weight"}},
         {"model.norm.weight", {"output_norm.weight", hf::Transform::kAddOne}},
