@@ -17,7 +17,7 @@ class FeatureDraft final : public DraftSource {
       : h_(std::move(head)), state_(std::move(state)), shift_(h_->leading_pair() ? 1 : 0) {}
   std::string name() const override { return h_->name(); }
   std::vector<int32_t> hidden_taps() const override { return h_->hidden_taps(); }
-  int64_t bytes_for(int64_t n_tokens) const override { return state_.bytes_for(n_tokens); }
+  int64_t bytes_for(int64_t n_tokens) const override { return state_.bytes_for(n_tokens + shift_); }
 
   // With a leading pair (FeatureHead::leading_pair) every call sees each row's context with
   // one token put first and positions one later: pair p then holds (x_p, g_{p-1}), and the

@@ -21,7 +21,8 @@
 // and y stands in for h at the next draft position, as llama.cpp's draft-mtp feeds it.
 // A Hugging Face Qwen3.5 folder's mtp.* tensors load as this block (model/arch/qwen35.cpp).
 // The rounds are decoding/feature_draft.h's (pairs (x_{p+1}, h_p) in the block's own KV
-// rows, with rollback; greedy drafts verified by exact match: lossless at any temperature).
+// rows, with rollback, after a leading (x_0, zeros) pair as llama.cpp's MTP context has;
+// greedy drafts verified by exact match, or drafts drawn for rejection sampling).
 // Thread-compatible: one thread (the engine's) calls a source at a time.
 #pragma once
 

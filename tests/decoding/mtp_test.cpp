@@ -15,7 +15,6 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
-#include <mutex>
 #include <sstream>
 
 #include <nlohmann/json.hpp>

@@ -537,7 +537,7 @@ void qwen35_hf(hf::Config& cfg, hf::Conversion& c) {
       if (auto it = kMtp.find(name); it != kMtp.end())
         return hf::Target{"blk." + std::to_string(n_layers) + "." + it->second.first, it->second.second};
       const auto layer = hf::split_layer_name("model." + name.substr(4));  // mtp.layers.K.rest
-      if (!layer || layer->first >= n_mtp) return std::nullopt;
+      if (!layer || layer->first >= n_mtp) return hf::Target{};  // not the block llama.cpp reads: dropped
       name = "model.layers." + std::to_string(n_layers + layer->first) + "." + layer->second;
     }
     static const std::map<std::string, hf::Target> kGlobal = {
