@@ -8,7 +8,8 @@
 // on llama.cpp's schedule), and so accepts the same counts; the engine with --spec mtp gives
 // llama.cpp's greedy tokens; speculation with MTP equals plain decoding (B = 1 and 4, greedy
 // and seeded sampling, f16 / q4_0 / turbo caches); models without MTP layers and bad
-// combinations are refused by name.
+// combinations are refused by name; prompt-cache hits stay lossless; with rejection sampling
+// the output distribution is plain decoding's; the model as a Hugging Face folder drafts the same.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -23,6 +24,7 @@
 #include "engine/engine.h"
 #include "engine/setup.h"
 #include "model/model.h"
+#include "state/prompt_cache.h"
 #include "../engine/engine_test_util.h"
 #include "llama_schedule.h"
 #include "../fixture_tool.h"
@@ -198,6 +200,32 @@ TEST_F(MtpTest, SpeculationEqualsPlainDecoding) {
     }
   }
   EXPECT_EQ(runs, 12);
+}
+
+// From the prompt cache the MTP block has no hidden states for the cached positions (zeros):
+// the tokens stay plain decoding's.
+TEST_F(MtpTest, PromptCacheHitsStayLossless) {
+  auto target = load("mtp_a");
+  ASSERT_NE(target, nullptr);
+  auto reqs = repeating_requests(static_cast<int32_t>(target->info().n_vocab), 20);
+  std::vector<std::vector<int32_t>> plain;
+  {
+    auto e = Engine::create(*target, engine_options({}, 1, nullptr, 4));
+    ASSERT_TRUE(e.is_ok());
+    plain = run_each(**e, reqs);
+  }
+  PromptCacheOptions po;
+  po.ram_bytes = int64_t{1} << 26;
+  po.fingerprint = "mtp-test";
+  EngineOptions o = engine_options({}, 4, mtp(*target), 4);
+  o.prompt_cache = std::shared_ptr<PromptCache>(PromptCache::create(po).value());
+  auto e = Engine::create(*target, o);
+  ASSERT_TRUE(e.is_ok()) << e.message();
+  EXPECT_EQ(run_all(**e, reqs), plain);
+  std::vector<RequestSummary> sums;
+  EXPECT_EQ(run_all(**e, reqs, &sums), plain);
+  for (const auto& s : sums) EXPECT_GT(s.cached_tokens, 0);
+  EXPECT_GT((*e)->stats().accepted, 0u);
 }
 
 // Rejection sampling with the MTP block's distribution (--spec-accept rejection): drafts are
