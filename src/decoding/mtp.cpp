@@ -124,18 +124,11 @@ Result<std::unique_ptr<MtpHead>> MtpHead::load(Model& target) {
   auto eps = hparam_float(f, a + "attention.layer_norm_rms_epsilon", 0.0, 0.5, kWho);
   if (!eps) return eps.status();
   s.eps = static_cast<float>(*eps);
-  auto fb = hparam_float(f, a + "rope.freq_base", 1.0, 1e12, kWho, 10000.0);
-  if (!fb) return fb.status();
-  m->base_ = static_cast<float>(*fb);
-  if (auto st = f.get_string(a + "rope.scaling.type"); st && *st == "linear") {
-    auto fac = hparam_float(f, a + "rope.scaling.factor", 0.0, 1e6, kWho);
-    if (!fac) return fac.status();
-    m->freq_scale_ = static_cast<float>(1.0 / *fac);
-  }
-  auto sec = f.get_i32_array(a + "rope.dimension_sections");
-  if (!sec || sec->size() != 4) return mtp_error("missing or invalid metadata key '" + a + "rope.dimension_sections'");
-  const int32_t sections[4] = {(*sec)[0], (*sec)[1], (*sec)[2], (*sec)[3]};
-  m->rope_mask_ = qwen35::rope_mask(sections, s.n_rot);
+  auto rope = qwen35::read_rope(f, kWho);  // (the trunk's: its loader checked them)
+  if (!rope) return rope.status();
+  m->base_ = rope->base;
+  m->freq_scale_ = rope->freq_scale;
+  m->rope_mask_ = qwen35::rope_mask(rope->sections, s.n_rot);
 
   // The block's tensors: blk.N after the N trunk layers.
   const int64_t E = m->E_, hd = s.head_dim, QD = s.n_heads * hd, KD = s.n_kv_heads * hd, F = m->F_;

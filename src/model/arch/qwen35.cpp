@@ -41,6 +41,29 @@
 
 namespace specula::qwen35 {
 
+Result<RopeParams> read_rope(const gguf::GgufFile& f, const char* who) {
+  const std::string a = "qwen35.", w = who;
+  RopeParams r;
+  auto fb = hparam_float(f, a + "rope.freq_base", 1.0, 1e12, who, r.base);
+  if (!fb) return fb.status();
+  r.base = static_cast<float>(*fb);
+  if (auto st = f.get_string(a + "rope.scaling.type"); st && *st != "none") {
+    if (*st != "linear") return Status::error(w + " unsupported rope.scaling.type '" + *st + "' (supported: none, linear)");
+    auto fac = hparam_float(f, a + "rope.scaling.factor", 0.0, 1e6, who);
+    if (!fac) return fac.status();
+    r.freq_scale = static_cast<float>(1.0 / *fac);
+  }
+  auto sec = f.get_i32_array(a + "rope.dimension_sections");
+  if (!sec) return Status::error(w + " missing or invalid metadata key '" + a + "rope.dimension_sections': " + sec.message());
+  if (sec->size() != 4) return Status::error(w + " rope.dimension_sections has " + std::to_string(sec->size()) + " entries, expected 4");
+  for (int i = 0; i < 4; ++i) {
+    if ((*sec)[i] < 0) return Status::error(w + " rope.dimension_sections has a negative entry");
+    r.sections[i] = (*sec)[i];
+    r.section_dims += (*sec)[i];
+  }
+  return r;
+}
+
 std::vector<float> rope_mask(const int32_t sections[4], int64_t n_rot) {
   int64_t sect_dims = 0;
   for (int i = 0; i < 4; ++i) sect_dims += sections[i];
@@ -229,24 +252,12 @@ Result<std::unique_ptr<Model>> Qwen35::create(ModelContext ctx) {
   if (!eps) return eps.status();
   p.eps = static_cast<float>(*eps);
   p.gdn.eps = p.eps;
-  auto fb = hparam_float(f, a + "rope.freq_base", 1.0, 1e12, "[qwen35]", p.rope_base);
-  if (!fb) return fb.status();
-  p.rope_base = static_cast<float>(*fb);
-  if (auto st = f.get_string(a + "rope.scaling.type"); st && *st != "none") {
-    if (*st != "linear") return Status::error("[qwen35] unsupported rope.scaling.type '" + *st + "' (supported: none, linear)");
-    auto fac = hparam_float(f, a + "rope.scaling.factor", 0.0, 1e6, "[qwen35]");
-    if (!fac) return fac.status();
-    p.rope_freq_scale = static_cast<float>(1.0 / *fac);
-  }
-  auto sec = f.get_i32_array(a + "rope.dimension_sections");
-  if (!sec) return Status::error("[qwen35] missing or invalid metadata key '" + a + "rope.dimension_sections': " + sec.message());
-  if (sec->size() != 4) return Status::error("[qwen35] rope.dimension_sections has " + std::to_string(sec->size()) + " entries, expected 4");
-  int64_t sect_dims = 0;
-  for (int i = 0; i < 4; ++i) {
-    if ((*sec)[i] < 0) return Status::error("[qwen35] rope.dimension_sections has a negative entry");
-    p.sections[i] = (*sec)[i];
-    sect_dims += (*sec)[i];
-  }
+  auto rope = qwen35::read_rope(f, "[qwen35]");
+  if (!rope) return rope.status();
+  p.rope_base = rope->base;
+  p.rope_freq_scale = rope->freq_scale;
+  std::copy(std::begin(rope->sections), std::end(rope->sections), p.sections);
+  const int64_t sect_dims = rope->section_dims;
   if (p.n_layers <= 0 || p.n_layers > 4096 || p.n_heads > 4096 || p.n_kv_heads <= 0 || p.n_heads % p.n_kv_heads != 0 ||
       p.head_dim <= 0 || p.head_dim > 4096 || p.n_embd > kMax || p.n_ff > kMax || p.n_rot <= 0 || p.n_rot % 2 != 0 ||
       p.n_rot > p.head_dim || sect_dims <= 0 || sect_dims > p.head_dim)

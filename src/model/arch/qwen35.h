@@ -13,13 +13,27 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "formats/gguf.h"
 #include "kernels/kernels.h"
 #include "model/attention.h"
 #include "model/model.h"
 #include "ops/ops.h"
+#include "specula/status.h"
 #include "state/state_rows.h"
 
 namespace specula::qwen35 {
+
+// The rope metadata of a qwen35 file: qwen35.rope.freq_base (default 10000),
+// rope.scaling.type none | linear (rope.scaling.factor: freq_scale = 1 / factor) and
+// rope.dimension_sections (4 non-negative entries; section_dims their sum). Errors (prefixed
+// with `who`) name the key: missing or misshapen sections, another scaling type, a value
+// out of range.
+struct RopeParams {
+  float base = 10000.0f, freq_scale = 1.0f;
+  int32_t sections[4] = {0, 0, 0, 0};
+  int64_t section_dims = 0;
+};
+Result<RopeParams> read_rope(const gguf::GgufFile& f, const char* who);
 
 // [n_rot / 2]: 1 where pair i rotates with the position, 0 where it stays at position 0.
 std::vector<float> rope_mask(const int32_t sections[4], int64_t n_rot);
