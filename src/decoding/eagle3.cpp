@@ -288,27 +288,19 @@ class Eagle3Head final : public FeatureHead {
     for (int64_t i = 0; i < M * E; ++i) y[i] += o_[i];
   }
 
-  // logits over the target vocabulary of n pre-norm rows y [n, E]: RMSNorm, the output
-  // projection (or the target's), draft indices placed at their target ids through d2t.
+  // logits of n pre-norm rows y [n, E]: RMSNorm, then the output projection (the draft
+  // vocabulary, its ids through d2t) or the target's.
   void logits(const float* y, int64_t n, float* out) override {
     const Head& h = *h_;
-    const int64_t E = h.E;
-    yn_.resize(static_cast<size_t>(n * E));
-    ops::rms_norm(y, h.output_norm.data(), n, E, h.eps, yn_.data());
-    if (h.output.data == nullptr) {
-      target_->project_logits(yn_.data(), n, out);
-      return;
-    }
-    if (h.d2t.empty()) {
+    yn_.resize(static_cast<size_t>(n * h.E));
+    ops::rms_norm(y, h.output_norm.data(), n, h.E, h.eps, yn_.data());
+    if (h.output.data != nullptr)
       ops::matmul(*pool_, *kt_, h.output, yn_.data(), n, out, ws_);
-      return;
-    }
-    draft_logits_.resize(static_cast<size_t>(n * h.Vd));
-    ops::matmul(*pool_, *kt_, h.output, yn_.data(), n, draft_logits_.data(), ws_);
-    std::fill(out, out + n * h.Vt, -std::numeric_limits<float>::infinity());
-    for (int64_t m = 0; m < n; ++m)
-      for (int64_t i = 0; i < h.Vd; ++i) out[m * h.Vt + h.d2t[static_cast<size_t>(i)]] = draft_logits_[m * h.Vd + i];
+    else
+      target_->project_logits(yn_.data(), n, out);
   }
+  int64_t logits_width() const override { return h_->output.data != nullptr ? h_->Vd : h_->Vt; }
+  const int32_t* logit_ids() const override { return h_->d2t.empty() ? nullptr : h_->d2t.data(); }
 
   Model* target_;
   std::unique_ptr<Head> h_;
@@ -316,7 +308,7 @@ class Eagle3Head final : public FeatureHead {
   std::shared_ptr<ThreadPool> pool_;
   ops::Workspace ws_;
   AttentionScratch attn_scratch_;
-  std::vector<float> cat_, q_, k_, v_, attn_, o_, gate_, up_, cos_, sin_, yn_, draft_logits_;
+  std::vector<float> cat_, q_, k_, v_, attn_, o_, gate_, up_, cos_, sin_, yn_;
 };
 
 // Hugging Face EAGLE-3 folders (config.json architectures LlamaForCausalLMEagle3 /

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <span>
 
 #include "decoding/draft_rows.h"
@@ -344,20 +345,36 @@ class FeatureDraft final : public DraftSource {
     return Status::ok();
   }
   // The next draft of rows[at[k]] from output k of y [at.size(), E], appended to its
-  // proposals (and its distribution to q, for rows drawn for rejection sampling).
+  // proposals: the argmax (ties: the lowest target id), or for rows drawn for rejection
+  // sampling a draw over the target vocabulary, its distribution appended to q.
   void pick(std::span<const DraftRow> rows, std::span<const size_t> at, const float* y,
             std::vector<std::vector<int32_t>>& proposals, std::vector<std::vector<TokenDist>>& q) {
-    const int64_t V = h_->vocab(), n = static_cast<int64_t>(at.size());
-    logits_.resize(static_cast<size_t>(n * V));
+    const int64_t W = h_->logits_width(), V = h_->vocab(), n = static_cast<int64_t>(at.size());
+    const int32_t* ids = h_->logit_ids();
+    logits_.resize(static_cast<size_t>(n * W));
     h_->logits(y, n, logits_.data());
     for (int64_t k = 0; k < n; ++k) {
       const DraftRow& r = rows[at[k]];
+      const float* l = logits_.data() + k * W;
       RowInfo* info = find(r.id);
+      if (!DraftSampler::wanted(r) || info == nullptr) {
+        int64_t best = 0;
+        for (int64_t i = 1; i < W; ++i) {
+          const bool lower_id = ids != nullptr && ids[i] < ids[best];
+          if (l[i] > l[best] || (l[i] == l[best] && lower_id)) best = i;
+        }
+        proposals[at[k]].push_back(ids != nullptr ? ids[best] : static_cast<int32_t>(best));
+        if (DraftSampler::wanted(r)) q[at[k]].emplace_back();  // (no row: q(x) = 0, always rejected)
+        continue;
+      }
+      if (ids != nullptr) {  // the draft vocabulary placed at its target ids
+        full_.assign(static_cast<size_t>(V), -std::numeric_limits<float>::infinity());
+        for (int64_t i = 0; i < W; ++i) full_[static_cast<size_t>(ids[i])] = l[i];
+        l = full_.data();
+      }
       TokenDist dist;
-      const int32_t id = info != nullptr ? info->drafter.pick(r, logits_.data() + k * V, static_cast<int32_t>(V), &dist)
-                                         : DraftSampler::argmax(logits_.data() + k * V, static_cast<int32_t>(V));
-      proposals[at[k]].push_back(id);
-      if (DraftSampler::wanted(r)) q[at[k]].push_back(std::move(dist));
+      proposals[at[k]].push_back(info->drafter.pick(r, l, static_cast<int32_t>(V), &dist));
+      q[at[k]].push_back(std::move(dist));
     }
   }
 
@@ -371,7 +388,7 @@ class FeatureDraft final : public DraftSource {
   std::vector<DraftRow> shift_rows_;
   std::vector<int64_t> shift_pos_;
   VerifyContext shift_vc_;
-  std::vector<float> x_, g_, y_step_, logits_;
+  std::vector<float> x_, g_, y_step_, logits_, full_;
 };
 
 }  // namespace

@@ -61,9 +61,12 @@ class FeatureHead {
   // positions are layout.pos; the caller advances the rows afterwards): y [M, E].
   virtual void layer(const Batch& batch, const BatchLayout& layout, StateRows& state, const int32_t* ids,
                      const float* g, float* y) = 0;
-  // The head's logits over the target's vocabulary for n outputs y [n, E]: out [n, vocab()]
-  // (ids a draft vocabulary leaves out: -infinity).
+  // The head's logits for n outputs y [n, E]: out [n, logits_width()], column i the logit of
+  // target id logit_ids()[i] (null: of id i; a draft vocabulary smaller than the target's
+  // leaves the other ids out: they are never drafted).
   virtual void logits(const float* y, int64_t n, float* out) = 0;
+  virtual int64_t logits_width() const { return vocab(); }
+  virtual const int32_t* logit_ids() const { return nullptr; }
 };
 
 // The draft source around `head`: its rows use `cache` and hold at most max_length

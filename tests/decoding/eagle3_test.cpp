@@ -247,6 +247,40 @@ TEST_F(Eagle3Test, DraftsEqualLlamaCppsDraftEagle3) {
   EXPECT_EQ(heads, 1);
 }
 
+// Rejection sampling: a sampled row's drafts are drawn from the head's distribution over the
+// target vocabulary (a draft vocabulary placed through d2t) and come with it.
+TEST_F(Eagle3Test, SampledDraftsComeWithTheirDistribution) {
+  const auto& h = reference()["heads"]["llama_b_head"];
+  auto target = load(target_path("llama_b"));
+  ASSERT_NE(target, nullptr);
+  auto source = head(*target, "llama_b_head");
+  ASSERT_NE(source, nullptr);
+  const auto seq = h["cases"][0]["sequence"].get<std::vector<int32_t>>();
+  SamplingParams sp;
+  sp.temperature = 1.0f;
+  sp.top_k = 8;
+  sp.seed = 5;
+  const DraftRow rows[2] = {{1, std::span<const int32_t>(seq.data(), 9), 3, &sp},
+                            {2, std::span<const int32_t>(seq.data(), 9), 3, nullptr}};
+  std::vector<std::vector<int32_t>> proposals;
+  std::vector<std::vector<TokenDist>> q;
+  ASSERT_TRUE(source->draft_sampled(rows, proposals, q).is_ok());
+  ASSERT_EQ(proposals[0].size(), 3u);
+  ASSERT_EQ(q[0].size(), 3u);
+  for (size_t j = 0; j < 3; ++j) {
+    double total = 0, mine = 0;
+    for (const auto& [id, p] : q[0][j]) {
+      total += p;
+      if (id == proposals[0][j]) mine = p;
+    }
+    EXPECT_NEAR(total, 1.0, 1e-3);
+    EXPECT_GT(mine, 0.0);
+    EXPECT_LE(q[0][j].size(), 8u);
+  }
+  EXPECT_TRUE(q[1].empty());  // the greedy row: argmax drafts, exact-match acceptance
+  EXPECT_EQ(proposals[1].size(), 3u);
+}
+
 TEST_F(Eagle3Test, TapsOfARaggedBatchEqualEachRowAlone) {
   auto m = load(target_path("llama_b"));
   ASSERT_NE(m, nullptr);
