@@ -5,8 +5,8 @@
 //
 // Per token p the target's forward gives a feature g_p [E] (FeatureHead::features: EAGLE-3
 // fc(taps_p); MTP the final-normed hidden state h_p). The head's KV row holds, at position
-// p, the pair (token x_{p+1}, g_p); its layer maps a pair to an output y [E] whose pick
-// (argmax) predicts x_{p+2}, and y stands in for g at the next draft position (the chain
+// p, the pair (token x_{p+1}, g_p); its layer maps a pair to an output y [E] whose argmax
+// predicts x_{p+2}, and y stands in for g at the next draft position (the chain
 // feeds (d_j, y_{j-1})). RoPE scores depend on position differences only, so whether the
 // pair sits at p (here, EAGLE-3's graph) or p + 1 (llama.cpp's MTP context) changes nothing.
 // Rounds, per row with context x_0 .. x_{n-1} (x_{n-1} pending, not yet fed to the target):
@@ -36,7 +36,7 @@
 
 namespace specula {
 
-// One head: what it reads of the target's forward, its layer and its pick.
+// One head: what it reads of the target's forward, its layer and its logits.
 class FeatureHead {
  public:
   virtual ~FeatureHead() = default;
