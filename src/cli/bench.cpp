@@ -206,6 +206,7 @@ int run_bench(const RuntimeConfig& config, const BenchArgs& a) {
   const char* name = model.info().name.c_str();
   nlohmann::json out = {{"model", model.info().name}, {"threads", threads}, {"isa", kernels::active().isa},
                         {"cpu_features", kernels::cpu_features()}, {"packed_bytes", model.info().packed_bytes},
+                        {"decode_prefetch", kernels::active().decode_prefetch},
                         {"reps", a.reps}, {"kv_cache", state->describe()},
                         {"kv_bytes_per_token", state->bytes_per_token()}, {"depth", a.depth}};
   std::printf("kernels: %s (CPU features: %s); %s\n", kernels::active().isa, kernels::cpu_features(),
@@ -239,9 +240,11 @@ std::string describe_packed(const ModelInfo& info) {
     std::snprintf(buf, sizeof buf, "weights used as stored (%s)",
                   info.repack ? "no repacked gemm for their types in this tier" : "repacking off: SPECULA_REPACK=0");
   } else {
-    std::snprintf(buf, sizeof buf, "weights repacked for %s: %lld tensors, %.1f MiB extra memory (packed in %.2f s)",
+    std::snprintf(buf, sizeof buf,
+                  "weights repacked for %s: %lld tensors, %.1f MiB extra memory (packed in %.2f s); decode prefetch %s",
                   kernels::active().isa, static_cast<long long>(info.packed_tensors),
-                  static_cast<double>(info.packed_bytes) / (1 << 20), info.pack_seconds);
+                  static_cast<double>(info.packed_bytes) / (1 << 20), info.pack_seconds,
+                  kernels::active().decode_prefetch ? "on" : "off");
   }
   return buf;
 }

@@ -24,6 +24,7 @@ RuntimeConfig RuntimeConfig::from_environment() {
   if (c.cache_dir.empty()) c.cache_dir.append(home).append("/.cache/specula");
   c.isa = env("SPECULA_ISA");
   c.repack = env("SPECULA_REPACK") != "0";
+  c.decode_prefetch = env("SPECULA_DECODE_PREFETCH");
   c.hf_endpoint = env("HF_ENDPOINT");
   if (c.hf_endpoint.empty()) c.hf_endpoint = "https://huggingface.co";
   while (!c.hf_endpoint.empty() && c.hf_endpoint.back() == '/') c.hf_endpoint.pop_back();

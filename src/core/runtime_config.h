@@ -8,6 +8,8 @@
 //                    (default ~/.cache/specula)
 //   SPECULA_ISA      generic | avx2 | avxvnni | avx512: force a kernel tier (kernels/dispatch.cpp)
 //   SPECULA_REPACK   0: do not repack weights at load (model/model.cpp)
+//   SPECULA_DECODE_PREFETCH  0 | 1: force the packed decode tile's software prefetch off / on
+//                    (default: on for Intel CPUs, off for others; kernels/dispatch.cpp)
 //   HF_ENDPOINT      Hugging Face hub (or mirror) URL for `specula pull` (default https://huggingface.co)
 //   HF_TOKEN         token sent to the hub (gated repositories)
 //   HOME             where the defaults above live
@@ -27,6 +29,7 @@ struct RuntimeConfig {
   std::string cache_dir;    // SPECULA_CACHE, else $HOME/.cache/specula
   std::string isa;          // SPECULA_ISA ("" = the best tier cpuid allows)
   bool repack = true;       // SPECULA_REPACK != "0"
+  std::string decode_prefetch;  // SPECULA_DECODE_PREFETCH ("" = chosen by CPU vendor)
   std::string hf_endpoint;  // HF_ENDPOINT without trailing '/', else https://huggingface.co
   std::string hf_token;     // HF_TOKEN ("" = none)
   std::string aip_mode;           // AIP_MODE ("PREDICTION" turns the Vertex AI routes on)

@@ -3,6 +3,8 @@
 // the OS; opmask/ZMM state for AVX-512), leaf 7 (AVX2, BMI2, AVX512F/DQ/BW/VL, AVX512_VNNI,
 // AMX), leaf 7.1 (AVX-VNNI). SPECULA_ISA is read once here, never on the hot path.
 // Tiers, best first: avx512 (AVX-512 VNNI), avxvnni (AVX2 + AVX-VNNI), avx2, generic.
+// The packed tiers' decode prefetch (packed_gemm.h's gemm vs gemm_prefetch) follows the CPU
+// vendor (cpuid leaf 0), unless SPECULA_DECODE_PREFETCH says otherwise.
 #include <cpuid.h>
 
 #include <cstdio>
@@ -121,6 +123,28 @@ const KernelTable& choose() {
   }
   return best();
 }
+
+bool cpu_is_intel() {
+  unsigned a, b, c, d;
+  if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
+  char v[13];
+  std::memcpy(v, &b, 4);
+  std::memcpy(v + 4, &d, 4);
+  std::memcpy(v + 8, &c, 4);
+  v[12] = '\0';
+  return std::strcmp(v, "GenuineIntel") == 0;
+}
+
+bool decode_prefetch() {
+  const std::string& e = runtime_config().decode_prefetch;  // SPECULA_DECODE_PREFETCH
+  if (e == "0") return false;
+  if (e == "1") return true;
+  if (!e.empty()) std::fprintf(stderr, "[kernels] SPECULA_DECODE_PREFETCH=%s is not 0 or 1; choosing by CPU\n", e.c_str());
+  // Measured (packed_gemm.inc): software prefetch helps decode on Intel (Sapphire Rapids)
+  // and slows it on AMD (Zen 4), whose hardware prefetchers keep the streams busy alone.
+  return cpu_is_intel();
+}
+
 }  // namespace
 
 const KernelTable* avx2_table() {
@@ -133,6 +157,7 @@ const KernelTable* avx2_table() {
 // must never be emitted from an AVX-512 translation unit, where the compiler may use
 // instructions a non-AVX-512 CPU lacks.
 void add_packed_gemms(KernelTable& k, PackedGemm (*packed_gemm)(DType)) {
+  k.decode_prefetch = decode_prefetch();
   for (int i = 0; i < kNumDTypeSlots; ++i) {
     const PackedGemm p = packed_gemm(static_cast<DType>(i));
     if (p.gemm == nullptr) continue;
@@ -140,7 +165,7 @@ void add_packed_gemms(KernelTable& k, PackedGemm (*packed_gemm)(DType)) {
     tk.pack_rows = kPackRows;
     tk.packed_bytes = p.bytes;
     tk.pack = p.pack;
-    tk.gemm_packed = p.gemm;
+    tk.gemm_packed = k.decode_prefetch ? p.gemm_prefetch : p.gemm;
   }
 }
 

@@ -65,6 +65,8 @@ struct TypeKernels {
 
 struct KernelTable {
   const char* isa = "generic";
+  // Whether the packed decode gemms prefetch in software (packed_gemm.h; SPECULA_DECODE_PREFETCH).
+  bool decode_prefetch = false;
   TypeKernels types[kNumDTypeSlots];
   // Dense f32 helpers for attention and norms.
   float (*dot_f32)(int64_t n, const float* a, const float* b) = nullptr;     // sum a*b

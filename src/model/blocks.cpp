@@ -676,17 +676,19 @@ void Transformer::attention_block(int64_t il, const Batch& batch, StateRows& sta
       }
     });
   } else {
-    ops::matmul(pool, kt, L.wq, xn_.data(), M, q_.data(), ws_);
+    if (lc.kv_source >= 0)
+      ops::matmul(pool, kt, L.wq, xn_.data(), M, q_.data(), ws_);
+    else if (lc.v_from_k)
+      ops::matmul_many(pool, kt, xn_.data(), M, {{&L.wq, q_.data()}, {&L.wk, k_.data()}}, ws_);
+    else
+      ops::matmul_many(pool, kt, xn_.data(), M, {{&L.wq, q_.data()}, {&L.wk, k_.data()}, {&L.wv, v_.data()}}, ws_);
     add_lora(il, LoraTarget::kQ, xn_.data(), E, q_.data(), QD);
     if (lc.kv_source < 0) {
-      ops::matmul(pool, kt, L.wk, xn_.data(), M, k_.data(), ws_);
       add_lora(il, LoraTarget::kK, xn_.data(), E, k_.data(), KD);
-      if (lc.v_from_k) {
+      if (lc.v_from_k)
         std::copy(k_.data(), k_.data() + M * KD, v_.data());
-      } else {
-        ops::matmul(pool, kt, L.wv, xn_.data(), M, v_.data(), ws_);
+      else
         add_lora(il, LoraTarget::kV, xn_.data(), E, v_.data(), KD);
-      }
     }
   }
   const RopeConfig* rope = lc.rope >= 0 ? &c_.ropes[lc.rope] : nullptr;
@@ -801,9 +803,8 @@ void Transformer::ffn_dense(int64_t il, const LayerConfig& lc, const LayerWeight
       }
     });
   } else {
-    ops::matmul(pool, kt, L.w_gate, xn_.data(), M, gate_.data(), ws_);
+    ops::matmul_many(pool, kt, xn_.data(), M, {{&L.w_gate, gate_.data()}, {&L.w_up, up_.data()}}, ws_);
     add_lora(il, LoraTarget::kGate, xn_.data(), c_.n_embd, gate_.data(), F);
-    ops::matmul(pool, kt, L.w_up, xn_.data(), M, up_.data(), ws_);
     add_lora(il, LoraTarget::kUp, xn_.data(), c_.n_embd, up_.data(), F);
     if (lc.act == Activation::kSilu) {
       // Split the elementwise SwiGLU over all M*F elements (decode has M = 1).

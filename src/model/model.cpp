@@ -7,12 +7,14 @@
 
 #include <algorithm>
 #include <cstring>
+#include <cstdint>
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <sys/mman.h>
 #include <map>
 #include <mutex>
 
@@ -394,37 +396,69 @@ Result<TensorView> output_weight(const gguf::GgufFile& f, const kernels::KernelT
 void pack_weights(ModelContext& ctx, const std::vector<TensorView*>& matrices) {
   const auto t0 = std::chrono::steady_clock::now();
   const kernels::KernelTable& kt = *ctx.kernels;
-  std::vector<std::pair<const TensorView*, const void*>> done;  // a view listed twice is packed once
+  // 1. Which views get a packed copy (a view listed twice is packed once) and where in one
+  //    arena: one allocation, 64-byte aligned pieces, backed by 2 MiB pages where the
+  //    kernel allows (decode streams the whole arena every token: fewer TLB misses; measured
+  //    on Qwen2.5 1.5B Q4_K_M decode, Zen 4: 24.0 -> 25.6 tokens/s, median of 4 alternated runs).
+  struct Job {
+    TensorView* view;
+    size_t offset;  // into the arena; SIZE_MAX: share `same`'s copy, or none
+    size_t bytes;
+    const TensorView* same;
+  };
+  std::vector<Job> jobs;
+  size_t total = 0;
   for (TensorView* v : matrices) {
-    const kernels::TypeKernels& tk = kt.of(v->dtype);
-    auto seen = std::find_if(done.begin(), done.end(), [&](const auto& d) {
-      return d.first->data == v->data && d.first->dtype == v->dtype && d.first->rows == v->rows &&
-             d.first->cols == v->cols && d.first->row_stride == v->row_stride;
+    auto seen = std::find_if(jobs.begin(), jobs.end(), [&](const Job& j) {
+      const TensorView* d = j.view;
+      return d->data == v->data && d->dtype == v->dtype && d->rows == v->rows && d->cols == v->cols &&
+             d->row_stride == v->row_stride;
     });
-    if (seen != done.end()) {
-      v->packed = seen->second;
+    if (seen != jobs.end()) {
+      jobs.push_back(Job{v, SIZE_MAX, 0, seen->view});
       continue;
     }
+    const kernels::TypeKernels& tk = kt.of(v->dtype);
     const size_t bytes = tk.pack != nullptr ? tk.packed_bytes(v->rows, v->cols) : 0;
     if (!ctx.repack || tk.pack == nullptr || v->packed != nullptr || bytes == 0) {
-      done.emplace_back(v, v->packed);
+      jobs.push_back(Job{v, SIZE_MAX, 0, nullptr});
       ctx.packed->matmul_bytes += v->row_stride * static_cast<size_t>(v->rows);
       continue;
     }
+    jobs.push_back(Job{v, total, bytes, nullptr});
+    total += (bytes + 63) / 64 * 64;
     ctx.packed->matmul_bytes += bytes;
-    std::unique_ptr<uint8_t, AlignedFree> buf(static_cast<uint8_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)));
+  }
+  uint8_t* arena = nullptr;
+  if (total > 0) {
+    constexpr size_t kHugePage = size_t{2} << 20;
+    const size_t alloc = (total + kHugePage - 1) / kHugePage * kHugePage;
+    std::unique_ptr<uint8_t, AlignedFree> buf(static_cast<uint8_t*>(std::aligned_alloc(kHugePage, alloc)));
     SPECULA_CHECK(buf != nullptr);
+#ifdef MADV_HUGEPAGE
+    madvise(buf.get(), alloc, MADV_HUGEPAGE);  // advice only: without transparent huge pages nothing changes
+#endif
+    arena = buf.get();
+    ctx.packed->buffers.push_back(std::move(buf));
+  }
+  // 2. Pack (rows split over the pool), then point each view at its copy.
+  for (Job& j : jobs) {
+    TensorView* v = j.view;
+    if (j.same != nullptr) {
+      v->packed = j.same->packed;
+      continue;
+    }
+    if (j.offset == SIZE_MAX) continue;
+    const kernels::TypeKernels& tk = kt.of(v->dtype);
     const int64_t groups = (v->rows + tk.pack_rows - 1) / tk.pack_rows;
-    uint8_t* out = buf.get();
+    uint8_t* out = arena + j.offset;
     ctx.pool->run([&](int ith, int nth) {
       auto [g0, g1] = ThreadPool::split(groups, ith, nth);
       if (g1 > g0) tk.pack(v->data, v->row_stride, v->rows, v->cols, g0, g1, out);
     });
     v->packed = out;
-    done.emplace_back(v, out);
-    ctx.packed->bytes += bytes;
+    ctx.packed->bytes += j.bytes;
     ctx.packed->tensors += 1;
-    ctx.packed->buffers.push_back(std::move(buf));
   }
   ctx.packed->seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }

@@ -17,39 +17,82 @@ void* Workspace::bytes(size_t n) {
   return buf_.get();
 }
 
+namespace {
+
+// Weight rows per chunk handed out (dynamically: 2 cores rarely finish together).
+// Decode (M = 1): about four chunks per thread, each a few long sequential streams in the
+// kernel (the hardware prefetchers need long streams: on Zen 4 a Qwen 1.5B [1536 x 1536]
+// Q4_K matmul took 51 us in chunks of N / 16 rows and 40 us in chunks of N / 8); prefill:
+// small chunks, the kernel tiles over M.
+int64_t chunk_rows(int64_t N, int64_t M, int n_threads) {
+  if (M >= 16) return 32;
+  if (M == 1) return std::clamp<int64_t>(N / (4 * n_threads) / 64 * 64, 64, 4096);
+  return 64;
+}
+
+}  // namespace
+
 void matmul(ThreadPool& pool, const kernels::KernelTable& kt, const TensorView& w, const float* x,
             int64_t M, float* y, Workspace& ws) {
-  const kernels::TypeKernels& tk = kt.of(w.dtype);
-  SPECULA_CHECK(tk.supported && tk.gemm != nullptr);
-  const int64_t K = w.cols, N = w.rows;
-  const kernels::TypeKernels& ak = kt.of(tk.vec_dot_type);
-  const size_t xq_stride = row_bytes(tk.vec_dot_type, K);
+  matmul_many(pool, kt, x, M, {MatmulOut{&w, y}}, ws);
+}
+
+void matmul_many(ThreadPool& pool, const kernels::KernelTable& kt, const float* x, int64_t M,
+                 std::initializer_list<MatmulOut> outs, Workspace& ws) {
+  constexpr size_t kMaxOuts = 4;
+  SPECULA_CHECK(outs.size() >= 1 && outs.size() <= kMaxOuts);
+  const MatmulOut* o = outs.begin();
+  const int64_t K = o[0].w->cols;
+  const DType dot_type = kt.of(o[0].w->dtype).vec_dot_type;
+  for (const MatmulOut& e : outs) {
+    if (kt.of(e.w->dtype).vec_dot_type != dot_type) {  // no shared activation form: one at a time
+      for (const MatmulOut& f : outs) matmul_many(pool, kt, x, M, {f}, ws);
+      return;
+    }
+  }
+  struct Part {
+    const kernels::TypeKernels* tk;
+    const TensorView* w;
+    float* y;
+    int64_t chunk, first;  // rows per chunk; index of its first chunk in the job
+    bool packed;
+  };
+  Part parts[kMaxOuts];
+  const size_t n = outs.size();
+  int64_t n_chunks = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const TensorView& w = *o[i].w;
+    const kernels::TypeKernels& tk = kt.of(w.dtype);
+    SPECULA_CHECK(tk.supported && tk.gemm != nullptr && w.cols == K);
+    const int64_t chunk = chunk_rows(w.rows, M, pool.n_threads());
+    const bool packed = w.packed != nullptr && tk.gemm_packed != nullptr;
+    SPECULA_CHECK(!packed || chunk % tk.pack_rows == 0);
+    parts[i] = Part{&tk, &w, o[i].y, chunk, n_chunks, packed};
+    n_chunks += (w.rows + chunk - 1) / chunk;
+  }
+  const kernels::TypeKernels& ak = kt.of(dot_type);
+  const size_t xq_stride = row_bytes(dot_type, K);
   uint8_t* xq = static_cast<uint8_t*>(ws.bytes(xq_stride * static_cast<size_t>(M) + 64));
-  const uint8_t* wdata = static_cast<const uint8_t*>(w.data);
-  // Chunks of weight rows handed out dynamically: 2 cores rarely finish together.
-  // Decode: large chunks (each is RD streams in the kernel) but at least ~8 per thread so
-  // the two cores finish together; prefill: small chunks, the kernel tiles over M.
-  const int64_t chunk = M >= 16 ? 32
-                        : M == 1 ? std::clamp<int64_t>(N / (8 * pool.n_threads()) / 64 * 64, 64, 4096)
-                                 : 64;
-  const int64_t n_chunks = (N + chunk - 1) / chunk;
-  std::atomic<int64_t> next{0};
   pool.run([&](int ith, int nth) {
     // 1. quantize activations, rows split across threads
     auto [m0, m1] = ThreadPool::split(M, ith, nth);
     for (int64_t i = m0; i < m1; ++i) ak.quantize_row(x + i * K, xq + i * xq_stride, K);
   });
-  const bool packed = w.packed != nullptr && tk.gemm_packed != nullptr;
-  SPECULA_CHECK(!packed || chunk % tk.pack_rows == 0);
+  std::atomic<int64_t> next{0};
   pool.run([&](int, int) {
+    size_t p = 0;
     for (;;) {
       const int64_t c = next.fetch_add(1, std::memory_order_relaxed);
       if (c >= n_chunks) break;
-      const int64_t r0 = c * chunk, r1 = std::min(N, r0 + chunk);
-      if (packed)
-        tk.gemm_packed(K, w.packed, r0, r1 - r0, xq, xq_stride, M, y + r0, N);
+      while (p + 1 < n && c >= parts[p + 1].first) ++p;
+      const Part& part = parts[p];
+      const TensorView& w = *part.w;
+      const int64_t r0 = (c - part.first) * part.chunk, r1 = std::min(w.rows, r0 + part.chunk);
+      if (part.packed)
+        part.tk->gemm_packed(K, w.packed, r0, r1 - r0, xq, xq_stride, M, part.y + r0, w.rows);
       else
-        tk.gemm(K, wdata + static_cast<size_t>(r0) * w.row_stride, w.row_stride, r1 - r0, xq, xq_stride, M, y + r0, N);
+        part.tk->gemm(K, static_cast<const uint8_t*>(w.data) + static_cast<size_t>(r0) * w.row_stride, w.row_stride,
+                      r1 - r0, xq, xq_stride, M, part.y + r0, w.rows);
     }
   });
 }

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <vector>
 
 #include "core/tensor.h"
@@ -31,6 +32,19 @@ class Workspace {
 // Every y element is computed identically whatever M (batch invariance).
 void matmul(ThreadPool& pool, const kernels::KernelTable& kt, const TensorView& w, const float* x,
             int64_t M, float* y, Workspace& ws);
+
+// Several weights over the same x [M, K] (a layer's q, k and v; gate and up):
+// outs[i].y [M, N_i] = x · outs[i].w^T, each bitwise what matmul() gives for that weight
+// alone. When every weight quantizes x to the same vec_dot_type, x is quantized once and
+// one pool job runs the row chunks of all the weights (the threads meet twice in all, not
+// twice per weight, and a thread done with one weight goes on to the next); otherwise it
+// is one matmul() per weight. Every w has K columns; y buffers must not overlap x.
+struct MatmulOut {
+  const TensorView* w;
+  float* y;
+};
+void matmul_many(ThreadPool& pool, const kernels::KernelTable& kt, const float* x, int64_t M,
+                 std::initializer_list<MatmulOut> outs, Workspace& ws);
 
 // Row lookup: out [n, K] = dequantized rows ids[i] of table [N, K] (embedding), times scale.
 void get_rows(const kernels::KernelTable& kt, const TensorView& table, const int32_t* ids, int64_t n,
