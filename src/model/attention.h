@@ -49,6 +49,7 @@ struct AttentionScratch {
   KvStage stage;
   std::vector<KvRowView> views;
   std::vector<LayerRow*> layer_rows;
+  std::vector<float> qs, acc, scores;  // one pair's queries, accumulators, scores (keys split across threads)
 };
 
 // q: [M, n_heads, head_dim] f32 (RoPE applied); k_new, v_new: [M, n_kv_heads, head_dim]

@@ -23,6 +23,9 @@ class F32Codec final : public KvCodec {
   explicit F32Codec(int64_t dim) : KvCodec("f32", dim, static_cast<size_t>(dim) * 4) {}
   void encode(const float* x, uint8_t* out) const override { std::memcpy(out, x, bytes()); }
   void decode(const uint8_t* in, float* y) const override { std::memcpy(y, in, bytes()); }
+  void decode_range(const uint8_t* in, int64_t d0, int64_t d1, float* y) const override {
+    std::memcpy(y, in + d0 * 4, static_cast<size_t>(d1 - d0) * 4);
+  }
 };
 
 // Through the kernel table's row converters (dequantize exact; encode = the activation
@@ -33,13 +36,22 @@ class TableCodec final : public KvCodec {
              void (*encode_fn)(const float*, void*, int64_t))
       : KvCodec(std::move(name), dim, row_bytes(type, dim)),
         decode_(kt.of(type).dequantize_row),
-        encode_(encode_fn) {}
+        encode_(encode_fn),
+        type_(type),
+        block_(dtype_info(type).block_size) {}
   void encode(const float* x, uint8_t* out) const override { encode_(x, out, dim()); }
   void decode(const uint8_t* in, float* y) const override { decode_(in, y, dim()); }
+  void decode_range(const uint8_t* in, int64_t d0, int64_t d1, float* y) const override {
+    // Every element of these types is decoded from its own block alone.
+    if (d0 % block_ != 0 || d1 % block_ != 0) return KvCodec::decode_range(in, d0, d1, y);
+    decode_(in + row_bytes(type_, d0), y, d1 - d0);
+  }
 
  private:
   void (*decode_)(const void*, float*, int64_t);
   void (*encode_)(const float*, void*, int64_t);
+  DType type_;
+  int64_t block_;
 };
 
 void encode_f16(const float* x, void* y, int64_t n) {
@@ -252,6 +264,9 @@ class F16LikeCodec final : public KvCodec {
     encode_f16(u, out, dim());
   }
   void decode(const uint8_t* in, float* y) const override { decode_(in, y, dim()); }
+  void decode_range(const uint8_t* in, int64_t d0, int64_t d1, float* y) const override {
+    decode_(in + d0 * 2, y, d1 - d0);
+  }
 
  private:
   std::shared_ptr<const KvCodec> basis_;
@@ -311,6 +326,12 @@ const std::vector<std::pair<std::string, Factory>>& factories() {
 }
 
 }  // namespace
+
+void KvCodec::decode_range(const uint8_t* in, int64_t d0, int64_t d1, float* y) const {
+  float full[kMaxDim];
+  decode(in, full);
+  std::copy(full + d0, full + d1, y);
+}
 
 std::vector<std::string> kv_codec_names() {
   std::vector<std::string> n;

@@ -54,6 +54,10 @@ class KvCodec {
   virtual void encode(const float* x, uint8_t* out) const = 0;
   // in [bytes()] -> y [dim] f32 in the storage basis (the model's basis unless rotated()).
   virtual void decode(const uint8_t* in, float* y) const = 0;
+  // Values [d0, d1) of decode(in) -> y [d1 - d0], bitwise those of decode() (0 <= d0 < d1
+  // <= dim). Plain floats and block codecs (when d0 and d1 fall on block bounds) decode only
+  // the range; otherwise the whole vector is decoded and the range copied.
+  virtual void decode_range(const uint8_t* in, int64_t d0, int64_t d1, float* y) const;
   // In place: model basis -> storage basis (a query before its dot products with stored
   // keys) and back (an accumulation of stored values). Identity unless rotated().
   virtual void to_storage_basis(float* x) const { (void)x; }
