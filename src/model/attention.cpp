@@ -4,7 +4,7 @@
 // group's query heads for each of the row's new tokens — walk its keys and values
 // together, so each stored K/V vector is decoded once for all of them. With one storage
 // tier (no delayed quantization) keys go in blocks of 16 (qk_rows16) and
-// values in blocks of 64 (pv_f32_rows), accumulators in registers; with two tiers key
+// values in blocks of 16 KiB (pv_f32_rows), accumulators in registers; with two tiers key
 // by key (dot_f32_multi / axpy_f32_multi). Per query the operations are exactly those
 // of a lone query (same dot chain, same softmax, same V accumulation order), so results
 // do not depend on how queries are grouped, the batch, or the thread count.
@@ -27,9 +27,10 @@ namespace specula {
 namespace {
 
 constexpr int64_t kQueryBlock = 64;  // queries processed together (bounds the scores buffer)
-constexpr int64_t kKeyBlock = 64;    // value rows decoded together for the P·V product
+constexpr int64_t kBlockFloats = 4096;  // a block of decoded value rows: 16 KiB, stays in L1
 constexpr int64_t kScoresMax = int64_t{1} << 21;  // floats of one task's scores (8 MiB)
 constexpr int64_t kSplitMinKeys = 256;  // fewer keys: a pair's work is too small to share
+constexpr int64_t kPrefetchKeys = 16;   // keys ahead whose stored vectors are prefetched
 
 struct Query {
   int64_t m = 0, h = 0;   // token index in the step, query head
@@ -75,6 +76,16 @@ struct Pair {
     for (int64_t d = 0; d < hd; ++d) qd[d] = fp16_to_fp32(fp32_to_fp16(qd[d]));
   }
 
+  // Asks the memory system for the stored vectors of kv head g at positions [j0, j1) (the
+  // next block's, while this one is computed: at long contexts the K/V reads are a
+  // stream from DRAM that the hardware prefetcher does not run far enough ahead of).
+  void prefetch_rows(const KvTierView& t, int64_t j0, int64_t j1) const {
+    for (int64_t j = j0; j < j1; ++j) {
+      const uint8_t* p = t.at(j, vw->base, g);
+      for (size_t o = 0; o < t.head_bytes; o += 64) __builtin_prefetch(p + o);
+    }
+  }
+
   // One key tier: scores[i * span + (j - jlo)] of keys j in [j0, j1), blocks of 16 decoded
   // keys from j0 against every query that sees one of them (qk_rows16: bitwise the per-key
   // dot_f32_multi, so neither the blocks nor the range change a score).
@@ -88,6 +99,7 @@ struct Pair {
     tb.aptr.resize(static_cast<size_t>(nq));
     for (int64_t jb = j0; jb < j1; jb += 16) {
       const int64_t je = std::min(j1, jb + 16);
+      prefetch_rows(vw->k, jb + kPrefetchKeys, std::min(j1, je + kPrefetchKeys));
       for (int64_t j = jb; j < je; ++j) vw->k_codec->decode(vw->k.at(j, vw->base, g), tb.ktbuf.data() + (j - jb) * hd);
       int64_t n_live = 0;
       for (int64_t i = 0; i < nq; ++i) {
@@ -119,20 +131,22 @@ struct Pair {
   }
 
   // One value tier: acc[i * hd + d] += Σ_j probs[i * span + (j - jlo)] · v_j[d] for d in
-  // [d0, d1), blocks of kKeyBlock decoded value rows with each query's accumulator held in
+  // [d0, d1), blocks of decoded value rows (kBlockFloats) with each query's accumulator held in
   // registers across the block (pv_f32_rows: bitwise the per-key axpy in key order; each
   // element's chain is its own, so splitting [0, hd) does not change it).
   void weight_values(const Query* qv, int64_t nq, int64_t jlo, int64_t jhi, int64_t span, const float* probs,
                      float* acc, int64_t d0, int64_t d1, ThreadBufs& tb) const {
     const int64_t w = d1 - d0;
-    tb.vblock.resize(static_cast<size_t>(kKeyBlock * w));
+    const int64_t rows = std::clamp<int64_t>(kBlockFloats / w, 8, 64);
+    tb.vblock.resize(static_cast<size_t>(rows * w));
     tb.k0.resize(static_cast<size_t>(nq));
     tb.k1.resize(static_cast<size_t>(nq));
     tb.qptr.resize(static_cast<size_t>(nq));
     tb.aptr.resize(static_cast<size_t>(nq));
     const KvCodec& vc = *vw->v_codec;
-    for (int64_t jb = jlo; jb <= jhi; jb += kKeyBlock) {
-      const int64_t je = std::min(jhi + 1, jb + kKeyBlock);
+    for (int64_t jb = jlo; jb <= jhi; jb += rows) {
+      const int64_t je = std::min(jhi + 1, jb + rows);
+      prefetch_rows(vw->v, je, std::min(jhi + 1, je + rows));
       for (int64_t j = jb; j < je; ++j) {
         float* dst = tb.vblock.data() + (j - jb) * w;
         if (w == hd)
