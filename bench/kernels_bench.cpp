@@ -171,8 +171,7 @@ BENCHMARK(BM_Avx2_IQ4_XS_QwenFfnUp)->Arg(1)->Arg(4)->Arg(64)->Arg(512)->Unit(ben
 // The AVX-512 table's repacked gemms on the Qwen 1.5B and Gemma shapes (decode, verify
 // widths, prefill 64 / 512): packed once outside the timed loop; bytes/s counts the
 // packed bytes read.
-void run_packed(benchmark::State& state, DType t, int64_t n, int64_t K) {
-  const KernelTable* k = avx512_table();
+void run_packed(benchmark::State& state, const KernelTable* k, DType t, int64_t n, int64_t K) {
   if (k == nullptr || k->of(t).gemm_packed == nullptr) {
     state.SkipWithError("no packed gemm for this type on this CPU");
     return;
@@ -194,17 +193,24 @@ void run_packed(benchmark::State& state, DType t, int64_t n, int64_t K) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(bytes));
   state.SetItemsProcessed(static_cast<int64_t>(state.iterations()) * 2 * n * K * m);
 }
-void BM_Avx512_Q4_K_QwenFfnUp(benchmark::State& state) { run_packed(state, DType::Q4_K, 8960, 1536); }
+void BM_Avx512_Q4_K_QwenFfnUp(benchmark::State& state) { run_packed(state, avx512_table(), DType::Q4_K, 8960, 1536); }
 BENCHMARK(BM_Avx512_Q4_K_QwenFfnUp)->DenseRange(1, 8)->Arg(64)->Arg(512)->Unit(benchmark::kMicrosecond);
-void BM_Avx512_Q6_K_QwenFfnDown(benchmark::State& state) { run_packed(state, DType::Q6_K, 1536, 8960); }
+void BM_Avx512_Q6_K_QwenFfnDown(benchmark::State& state) { run_packed(state, avx512_table(), DType::Q6_K, 1536, 8960); }
 BENCHMARK(BM_Avx512_Q6_K_QwenFfnDown)->DenseRange(1, 8)->Arg(64)->Arg(512)->Unit(benchmark::kMicrosecond);
 // Gemma 3 270M: the Q8_0 output projection (decode) and Q5_0 ffn_up (decode / prefill).
-void BM_Avx512_Q8_0_Output(benchmark::State& state) { run_packed(state, DType::Q8_0, 262144, 640); }
+// The avx2 tier's packed gemms (vpdpbusd emulated with vpmaddubsw + vpmaddwd): same shapes.
+void BM_Avx2Packed_Q4_K_QwenFfnUp(benchmark::State& state) { run_packed(state, avx2_table(), DType::Q4_K, 8960, 1536); }
+BENCHMARK(BM_Avx2Packed_Q4_K_QwenFfnUp)->Arg(1)->Arg(4)->Arg(64)->Arg(512)->Unit(benchmark::kMicrosecond);
+void BM_Avx2Packed_Q6_K_QwenFfnDown(benchmark::State& state) { run_packed(state, avx2_table(), DType::Q6_K, 1536, 8960); }
+BENCHMARK(BM_Avx2Packed_Q6_K_QwenFfnDown)->Arg(1)->Arg(4)->Arg(64)->Arg(512)->Unit(benchmark::kMicrosecond);
+void BM_Avx2Packed_F16_FfnUp(benchmark::State& state) { run_packed(state, avx2_table(), DType::F16, 2048, 640); }
+BENCHMARK(BM_Avx2Packed_F16_FfnUp)->Arg(1)->Arg(64)->Unit(benchmark::kMicrosecond);
+void BM_Avx512_Q8_0_Output(benchmark::State& state) { run_packed(state, avx512_table(), DType::Q8_0, 262144, 640); }
 BENCHMARK(BM_Avx512_Q8_0_Output)->Arg(1)->Unit(benchmark::kMillisecond)->MinTime(1.0);
-void BM_Avx512_Q5_0_FfnUp(benchmark::State& state) { run_packed(state, DType::Q5_0, 2048, 640); }
+void BM_Avx512_Q5_0_FfnUp(benchmark::State& state) { run_packed(state, avx512_table(), DType::Q5_0, 2048, 640); }
 BENCHMARK(BM_Avx512_Q5_0_FfnUp)->Arg(1)->Arg(64)->Arg(512)->Unit(benchmark::kMicrosecond);
 // An F16 matrix of the same shape (f16 / bf16 GGUF conversions), packed vs the AVX2 gemm.
-void BM_Avx512_F16_FfnUp(benchmark::State& state) { run_packed(state, DType::F16, 2048, 640); }
+void BM_Avx512_F16_FfnUp(benchmark::State& state) { run_packed(state, avx512_table(), DType::F16, 2048, 640); }
 BENCHMARK(BM_Avx512_F16_FfnUp)->Arg(1)->Arg(64)->Unit(benchmark::kMicrosecond);
 void BM_Avx2_F16_FfnUp(benchmark::State& state) { run_gemm(state, avx2_table(), DType::F16, 2048, 640); }
 BENCHMARK(BM_Avx2_F16_FfnUp)->Arg(1)->Arg(64)->Unit(benchmark::kMicrosecond);

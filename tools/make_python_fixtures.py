@@ -5,9 +5,10 @@ per model (Gemma 3 270M, Qwen2.5-Coder 0.5B Instruct, from ~/.cache/specula/mode
   - tokenize: llama-cpp-python's ids for a set of texts (add_bos=True, special=False), and
     its detokenize of those ids (special=False and True);
   - completions: for a set of prompts, the greedy continuation (max_tokens 32, temperature 0)
-    with, per generated token, its text, the margin between the two most likely tokens and
-    the runner-up's text (logprobs=2), so that a test can tell a real difference from a
-    near tie;
+    with, per generated token, its text, the margin between the two most likely tokens, the
+    runner-up's text and every candidate of llama.cpp's top 5 within NEAR_TIE of the top
+    (`near`: [text, gap]), so that a test can tell a real difference from a near tie (two
+    CPUs' kernels round differently: where three candidates lie within 0.1 either may win);
   - script (Qwen): the output of python/tests/llama_cpp_script.py (completion, chat, stream,
     tools, json_schema, embeddings) run with llama-cpp-python itself.
 Needs tools/install_reference.sh (llama-cpp-python built from source). Run from anywhere:
@@ -31,19 +32,24 @@ PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a time, i
            "import numpy as np\n\n", "Q: What is 12 times 12?\nA:"]
 
 
+NEAR_TIE = 1.0  # python/tests/conftest.py's
+
+
 def completions(llm):
     out = []
     for p in PROMPTS:
-        r = llm.create_completion(p, max_tokens=32, temperature=0.0, logprobs=2)
+        r = llm.create_completion(p, max_tokens=32, temperature=0.0, logprobs=5)
         c = r["choices"][0]
         lp = c["logprobs"]
-        margins, runner_up = [], []
+        margins, runner_up, near = [], [], []
         for top in lp["top_logprobs"]:
             ranked = sorted(top.items(), key=lambda kv: -kv[1])
             margins.append(round(float(ranked[0][1] - ranked[1][1]), 5) if len(ranked) > 1 else 99.0)
             runner_up.append(ranked[1][0] if len(ranked) > 1 else None)
+            near.append([[t, round(float(ranked[0][1] - v), 5)] for t, v in ranked[1:]
+                         if ranked[0][1] - v < NEAR_TIE])
         out.append({"prompt": p, "text": c["text"], "tokens": lp["tokens"], "margins": margins,
-                    "runner_up": runner_up, "finish_reason": c["finish_reason"]})
+                    "runner_up": runner_up, "near": near, "finish_reason": c["finish_reason"]})
     return out
 
 

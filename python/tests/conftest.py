@@ -52,22 +52,30 @@ def first_difference(a: str, b: str) -> int:
     return n if len(a) != len(b) else -1
 
 
-# How close llama.cpp's top two must be for the engines to pick either: both quantize
-# activations to 8 bits and sit ~0.3 logit (mean, up to several on rare positions) from a
-# float64 evaluation of the same weights (docs/BENCHMARKS.md "Accuracy"; the C++ oracle
-# tests use 0.25 on their prompts), so two honest engines may swap a top two this close.
-NEAR_TIE = 0.5
+# How close to llama.cpp's top a candidate must be for the engines to pick either: both
+# quantize activations to 8 bits and sit ~0.3 logit (mean, up to several on rare positions)
+# from a float64 evaluation of the same weights (docs/BENCHMARKS.md "Accuracy"), and a gap
+# between two logits carries both engines' errors. Measured on an AVX2 machine (Gemma 3 270M,
+# "import numpy as np" at 'torch.nn.'): float64 puts 'utils' 0.23 above 'init', llama.cpp
+# 0.89 above, specula 0.21-0.26 below (generic kernels: 0.09 above) — a near tie of the exact
+# model that llama.cpp's numbers alone put at 0.89.
+NEAR_TIE = 1.0
 
 
 def near_tie_at(ref_completion: dict, got: str, char_index: int) -> bool:
-    """Whether specula's text, differing from llama.cpp's from char_index on, took llama.cpp's
-    runner-up at a near tie: the differing token is one where llama.cpp's top-2 margin is
-    under NEAR_TIE, and specula's text there starts with llama.cpp's second choice."""
+    """Whether specula's text, differing from llama.cpp's from char_index on, took another of
+    llama.cpp's candidates at a near tie: the differing token is one where specula's text
+    there starts with a candidate of llama.cpp's top 5 within NEAR_TIE of its top (`near`;
+    fixtures without it: the runner-up, when the top-2 margin is under NEAR_TIE)."""
     pos = 0
-    for tok, margin, second in zip(ref_completion["tokens"], ref_completion["margins"],
-                                   ref_completion.get("runner_up", [None] * len(ref_completion["tokens"]))):
+    n = len(ref_completion["tokens"])
+    runner_up = ref_completion.get("runner_up", [None] * n)
+    near = ref_completion.get("near")
+    for i, (tok, margin) in enumerate(zip(ref_completion["tokens"], ref_completion["margins"])):
         if char_index < pos + max(1, len(tok)):
-            took_second = second is not None and got[pos:].startswith(second)
+            if near is not None:
+                return any(got[pos:].startswith(t) for t, gap in near[i] if gap < NEAR_TIE)
+            took_second = runner_up[i] is not None and got[pos:].startswith(runner_up[i])
             return margin < NEAR_TIE and took_second
         pos += len(tok)
     return False

@@ -147,10 +147,6 @@ bool decode_prefetch() {
 
 }  // namespace
 
-const KernelTable* avx2_table() {
-  static const KernelTable* t = cpu_has_avx2_fma_f16c() ? avx2::table_if_built() : nullptr;
-  return t;
-}
 
 // The tables built on the AVX2 one are assembled here, in a translation unit compiled
 // without ISA flags: code shared through headers (KernelTable's copy, its inline members)
@@ -175,6 +171,16 @@ KernelTable packed_tier(const char* isa, PackedGemm (*packed_gemm)(DType)) {
   k.isa = isa;
   add_packed_gemms(k, packed_gemm);
   return k;
+}
+
+// The AVX2 row kernels plus the packed gemms with vpdpbusd emulated (kernels/avx2/gemm_packed.cpp).
+const KernelTable* avx2_table() {
+  static const KernelTable* t = []() -> const KernelTable* {
+    if (!cpu_has_avx2_fma_f16c()) return nullptr;
+    static const KernelTable k = packed_tier("avx2", avx2::packed_gemm);
+    return &k;
+  }();
+  return t;
 }
 
 const KernelTable* avx512_table() {

@@ -131,7 +131,9 @@ struct KernelTable {
 
 // The reference table (always available).
 const KernelTable& generic_table();
-// The AVX2+FMA+F16C table, or nullptr if this CPU/OS cannot run it or it was not built.
+// The AVX2+FMA+F16C table, or nullptr if this CPU/OS cannot run it or it was not built:
+// row kernels for every type, plus packed-weight gemms (Q4_K, Q5_K, Q6_K, Q4_0, Q4_1, F16,
+// BF16) with vpdpbusd emulated exactly by vpmaddubsw + vpmaddwd (bitwise the VNNI tiers').
 const KernelTable* avx2_table();
 // The AVX-512 table (F, BW, VL, DQ and VNNI, with the OS saving ZMM state), or nullptr:
 // the AVX2 table plus packed-weight gemms (Q4_K, Q5_K, Q6_K, Q4_0, Q4_1, Q5_0, Q8_0, F16, BF16) with

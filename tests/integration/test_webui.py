@@ -135,8 +135,10 @@ def main():
             check("stopped" in stopped, f"the stopped answer is not marked: {stopped[-200:]!r}")
             # A complete answer with the page's settings (max tokens 8), with its statistics.
             browser.js("localStorage.setItem('specula.settings', JSON.stringify({max_tokens: '8', temperature: '0'}));"
-                       "location.reload(); true")
-            browser.wait_for("document.readyState === 'complete' && !!document.getElementById('send')", 60, "reload")
+                       "window.__old_page = true; location.reload(); true")
+            # Until the reload replaces it, the old page still answers 'complete': wait for the new one.
+            browser.wait_for("!window.__old_page && document.readyState === 'complete' && "
+                             "!!document.getElementById('send')", 60, "reload")
             n_before = browser.js("document.querySelectorAll('.message').length")
             check(n_before >= 2, f"the conversation was not kept across the reload ({n_before} messages)")
             browser.js("document.getElementById('input').value = 'Say hello.';"

@@ -1,19 +1,24 @@
-// tests/kernels/packed_gemm_test.cpp — the packed-weight gemms of the avx512 and avxvnni
-// tables against the generic reference.
+// tests/kernels/packed_gemm_test.cpp — the packed-weight gemms of the avx512, avxvnni and
+// avx2 tables against the generic reference.
 //
 // For each tier this CPU runs: pack + gemm_packed vs the generic gemm (NMSE) on random
 // valid blocks for ragged row counts (n_rows not a multiple of the 16-row group), odd
 // block counts and m = 1..9, 17, 64; batch invariance (a row's output bitwise the same at
 // m = 1, inside any m, and whatever the split of rows into 16-aligned ranges, as threads
-// split them); outputs past n_rows never written; and avxvnni bitwise equal to avx512
-// where both run. The rest of these tables is the AVX2 one (avx2_test). Tiers the CPU
-// lacks are skipped with a message naming its features.
+// split them); outputs past n_rows never written; the largest quants against the most
+// negative / positive activation bytes (the avx2 tier emulates vpdpbusd with the saturating
+// vpmaddubsw: exact only within its bound); and avxvnni and avx2 bitwise equal to avx512
+// where they run. The avx2 tier has no packed Q5_0 / Q8_0 (bytes above 127). The row
+// kernels of these tables are the AVX2 ones (avx2_test). Tiers the CPU lacks are skipped
+// with a message naming its features.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdlib>
 #include <memory>
 #include <random>
+#include <string>
+#include <cstring>
 #include <vector>
 
 #include "core/tensor.h"
@@ -28,15 +33,23 @@ std::vector<const KernelTable*> packed_tables() {
   std::vector<const KernelTable*> t;
   if (avx512_table() != nullptr) t.push_back(avx512_table());
   if (avxvnni_table() != nullptr) t.push_back(avxvnni_table());
+  if (avx2_table() != nullptr) t.push_back(avx2_table());
   return t;
 }
 
 #define SKIP_WITHOUT_PACKED()     \
   if (packed_tables().empty()) \
-  GTEST_SKIP() << "no AVX-512 VNNI or AVX-VNNI on this CPU (" << cpu_features() << ")"
+  GTEST_SKIP() << "no AVX2 on this CPU (" << cpu_features() << ")"
 
 const DType kPackedTypes[] = {DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q4_0, DType::Q4_1,
                               DType::Q5_0, DType::Q8_0, DType::F16,  DType::BF16};
+
+// Whether table k packs type t: every packed type in the VNNI tiers, all but the legacy
+// byte form (Q5_0, Q8_0) in the avx2 tier.
+bool packs(const KernelTable& k, DType t) {
+  const bool avx2 = std::string(k.isa) == "avx2";
+  return !(avx2 && (t == DType::Q5_0 || t == DType::Q8_0));
+}
 
 // The packed form of w [N, K] in a 64-byte aligned buffer (gemm_packed's requirement),
 // packed in two group ranges as two threads would.
@@ -67,6 +80,7 @@ TEST(PackedGemm, TablesAreAvx2PlusPackedGemms) {
       EXPECT_EQ(a.types[i].vec_dot_type, generic_table().types[i].vec_dot_type);
     }
     for (DType t : kPackedTypes) {
+      if (!packs(a, t)) continue;
       const TypeKernels& tk = a.of(t);
       EXPECT_EQ(tk.pack_rows, 16);
       EXPECT_NE(tk.pack, nullptr);
@@ -74,7 +88,10 @@ TEST(PackedGemm, TablesAreAvx2PlusPackedGemms) {
       EXPECT_NE(tk.packed_bytes, nullptr);
     }
     // Types without a packed form run the AVX2 entries unchanged.
-    for (DType t : {DType::Q2_K, DType::Q3_K, DType::IQ4_NL, DType::IQ4_XS}) {
+    std::vector<DType> unpacked = {DType::Q2_K, DType::Q3_K, DType::IQ4_NL, DType::IQ4_XS};
+    for (DType t : kPackedTypes)
+      if (!packs(a, t)) unpacked.push_back(t);
+    for (DType t : unpacked) {
       SCOPED_TRACE(dtype_name(t));
       const TypeKernels& tk = a.of(t);
       ASSERT_NE(avx2_table(), nullptr);
@@ -93,6 +110,7 @@ TEST(PackedGemm, MatchesGeneric) {
     std::mt19937 rng(42);
     const KernelTable& k = *table;
     for (DType t : kPackedTypes) {
+      if (!packs(k, t)) continue;
       const TypeKernels& tk = k.of(t);
       for (int64_t K : {256, 768, 2304, 96 /* legacy types: an odd block count */, 100 /* halves: a ragged unit */}) {
           if (K % dtype_info(t).block_size != 0) continue;
@@ -122,6 +140,7 @@ TEST(PackedGemm, IsBatchInvariant) {
     std::mt19937 rng(7);
     const KernelTable& k = *table;
     for (DType t : kPackedTypes) {
+      if (!packs(k, t)) continue;
       SCOPED_TRACE(dtype_name(t));
       const TypeKernels& tk = k.of(t);
       const int64_t K = dtype_info(t).block_size == 32 ? 480 : dtype_info(t).block_size == 1 ? 300 : 512, n_rows = 83, m = 70;  // 6 groups, the last one ragged
@@ -161,24 +180,94 @@ TEST(PackedGemm, IsBatchInvariant) {
 }
 
 
-// The avxvnni tier runs the avx512 tier's lanes on YMM pairs: same packed bytes, same
-// results bit for bit, at every m.
-TEST(PackedGemm, AvxVnniEqualsAvx512Bitwise) {
-  if (avx512_table() == nullptr || avxvnni_table() == nullptr)
-    GTEST_SKIP() << "needs both AVX-512 VNNI and AVX-VNNI (" << cpu_features() << ")";
-  std::mt19937 rng(23);
-  for (DType t : kPackedTypes) {
-    SCOPED_TRACE(dtype_name(t));
-    const int64_t K = dtype_info(t).block_size == 32 ? 352 : dtype_info(t).block_size == 1 ? 200 : 768, n_rows = 37;
-    const auto w = random_weights(t, K, n_rows, rng);
-    const Packed pa(avx512_table()->of(t), w, t, n_rows, K), pb(avxvnni_table()->of(t), w, t, n_rows, K);
-    for (int64_t m : {1, 3, 8, 21}) {
-      const auto xq = quantized_acts(t, K, m, rng);
+// The largest stored quants (every nibble / fifth / sixth bit set, the largest sub-block
+// scales) against activation blocks of -128 (a constant negative row quantizes to -128 in
+// Q8_K) and of +127, and alternating: the int16 pair sums of the avx2 tier's vpmaddubsw
+// are at their largest here, so a saturating sum would show as a large error.
+TEST(PackedGemm, LargestQuantsAreExact) {
+  SKIP_WITHOUT_PACKED();
+  std::mt19937 rng(5);
+  for (const KernelTable* table : packed_tables()) {
+    SCOPED_TRACE(table->isa);
+    for (DType t : {DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q4_0, DType::Q4_1}) {
+      SCOPED_TRACE(dtype_name(t));
+      const int64_t K = dtype_info(t).block_size == 32 ? 256 : 512, n_rows = 20;
+      auto w = random_weights(t, K, n_rows, rng);
+      const int64_t nb = K / dtype_info(t).block_size * n_rows;
+      for (int64_t b = 0; b < nb; ++b) {
+        uint8_t* blk = w.data() + static_cast<size_t>(b) * row_bytes(t, dtype_info(t).block_size);
+        switch (t) {
+          case DType::Q4_K: {
+            auto* q = reinterpret_cast<BlockQ4_K*>(blk);
+            std::memset(q->qs, 0xFF, sizeof q->qs);
+            std::memset(q->scales, 0xFF, sizeof q->scales);
+            break;
+          }
+          case DType::Q5_K: {
+            auto* q = reinterpret_cast<BlockQ5_K*>(blk);
+            std::memset(q->qs, 0xFF, sizeof q->qs);
+            std::memset(q->qh, 0xFF, sizeof q->qh);
+            std::memset(q->scales, 0xFF, sizeof q->scales);
+            break;
+          }
+          case DType::Q6_K: {
+            auto* q = reinterpret_cast<BlockQ6_K*>(blk);
+            std::memset(q->ql, 0xFF, sizeof q->ql);
+            std::memset(q->qh, 0xFF, sizeof q->qh);
+            std::memset(q->scales, 0x7F, sizeof q->scales);
+            break;
+          }
+          case DType::Q4_0: std::memset(reinterpret_cast<BlockQ4_0*>(blk)->qs, 0xFF, kQK / 2); break;
+          default: std::memset(reinterpret_cast<BlockQ4_1*>(blk)->qs, 0xFF, kQK / 2); break;
+        }
+      }
+      const TypeKernels& tk = table->of(t);
+      const Packed p(tk, w, t, n_rows, K);
+      const DType vt = generic_table().of(t).vec_dot_type;
       const size_t xs = activation_row_bytes(t, K);
-      std::vector<float> ya(static_cast<size_t>(m * n_rows)), yb = ya;
-      packed_gemm(avx512_table()->of(t), pa, K, 0, n_rows, xq, xs, m, ya, n_rows);
-      packed_gemm(avxvnni_table()->of(t), pb, K, 0, n_rows, xq, xs, m, yb, n_rows);
-      for (size_t i = 0; i < ya.size(); ++i) ASSERT_EQ(ya[i], yb[i]) << "m=" << m << " index " << i;
+      std::vector<float> x(static_cast<size_t>(3 * K));
+      for (int64_t k = 0; k < K; ++k) {
+        x[k] = -1.0f;
+        x[K + k] = 1.0f;
+        x[2 * K + k] = (k & 1) ? -1.0f : 1.0f;
+      }
+      std::vector<uint8_t> xq(xs * 3);
+      for (int i = 0; i < 3; ++i) generic_table().of(vt).quantize_row(x.data() + i * K, xq.data() + xs * i, K);
+      for (int64_t m : {1, 3}) {
+        const int64_t ldy = n_rows + 1;
+        std::vector<float> ya(static_cast<size_t>(m * ldy), -7.0f), yg = ya;
+        packed_gemm(tk, p, K, 0, n_rows, xq, xs, m, ya, ldy);
+        generic_table().of(t).gemm(K, w.data(), row_bytes(t, K), n_rows, xq.data(), xs, m, yg.data(), ldy);
+        expect_gemm_matches(ya, yg, m, ldy, n_rows);
+      }
+    }
+  }
+}
+
+// The avxvnni and avx2 tiers run the avx512 tier's lanes on YMM pairs (avx2 with vpdpbusd
+// emulated exactly): same packed bytes, same results bit for bit, at every m.
+TEST(PackedGemm, YmmTiersEqualAvx512Bitwise) {
+  if (avx512_table() == nullptr) GTEST_SKIP() << "needs AVX-512 VNNI (" << cpu_features() << ")";
+  std::vector<const KernelTable*> ymm;
+  if (avxvnni_table() != nullptr) ymm.push_back(avxvnni_table());
+  if (avx2_table() != nullptr) ymm.push_back(avx2_table());
+  std::mt19937 rng(23);
+  for (const KernelTable* other : ymm) {
+    SCOPED_TRACE(other->isa);
+    for (DType t : kPackedTypes) {
+      if (!packs(*other, t)) continue;
+      SCOPED_TRACE(dtype_name(t));
+      const int64_t K = dtype_info(t).block_size == 32 ? 352 : dtype_info(t).block_size == 1 ? 200 : 768, n_rows = 37;
+      const auto w = random_weights(t, K, n_rows, rng);
+      const Packed pa(avx512_table()->of(t), w, t, n_rows, K), pb(other->of(t), w, t, n_rows, K);
+      for (int64_t m : {1, 3, 8, 21}) {
+        const auto xq = quantized_acts(t, K, m, rng);
+        const size_t xs = activation_row_bytes(t, K);
+        std::vector<float> ya(static_cast<size_t>(m * n_rows)), yb = ya;
+        packed_gemm(avx512_table()->of(t), pa, K, 0, n_rows, xq, xs, m, ya, n_rows);
+        packed_gemm(other->of(t), pb, K, 0, n_rows, xq, xs, m, yb, n_rows);
+        for (size_t i = 0; i < ya.size(); ++i) ASSERT_EQ(ya[i], yb[i]) << "m=" << m << " index " << i;
+      }
     }
   }
 }

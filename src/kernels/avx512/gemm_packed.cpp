@@ -27,6 +27,8 @@ struct V {
   using I = __m512i;
   using F = __m512;
   static constexpr int kStreams = 4;
+  static constexpr bool kFullRangeU8 = true;  // vpdpbusd: any unsigned weight byte
+  static constexpr bool kI16Runs = false;     // vpdpbusd sums into int32 directly
   struct K45 { static constexpr int kRP = 2, kCP = 4, kCS = 8; };
   struct K6 { static constexpr int kRP = 1, kCP = 6, kCS = 4; };
   struct Q8 { static constexpr int kRP = 2, kCP = 6, kCS = 8; };

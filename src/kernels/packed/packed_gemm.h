@@ -1,4 +1,4 @@
-// kernels/packed/packed_gemm.h — the packed-weight gemms of the avx512 and avxvnni tiers
+// kernels/packed/packed_gemm.h — the packed-weight gemms of the avx512, avxvnni and avx2 tiers
 // (packed_gemm.inc, compiled once per ISA): a weight type's size / pack / gemm entries for
 // kernels.h's TypeKernels (packed_bytes, pack, gemm_packed), 16 weight rows per group.
 #pragma once
@@ -32,6 +32,9 @@ PackedGemm packed_gemm(DType t);
 }
 namespace avxvnni {
 PackedGemm packed_gemm(DType t);
+}
+namespace avx2 {
+PackedGemm packed_gemm(DType t);  // no Q5_0 / Q8_0 (kernels/avx2/gemm_packed.cpp)
 }
 
 }  // namespace specula::kernels
