@@ -39,7 +39,8 @@ function nearTieAt(ref, got, at) {
     const tok = ref.tokens[i];
     if (at < pos + Math.max(1, tok.length)) {
       const rest = got.slice(pos);
-      if (ref.near) return ref.near[i].some(([t, gap]) => gap < NEAR_TIE && rest.startsWith(t));
+      // A candidate that is a prefix of llama.cpp's token explains no divergence after it.
+      if (ref.near) return ref.near[i].some(([t, gap]) => gap < NEAR_TIE && rest.startsWith(t) && !tok.startsWith(t));
       const second = ref.runner_up?.[i];
       return ref.margins[i] < NEAR_TIE && second != null && rest.startsWith(second);
     }

@@ -65,7 +65,8 @@ NEAR_TIE = 1.0
 def near_tie_at(ref_completion: dict, got: str, char_index: int) -> bool:
     """Whether specula's text, differing from llama.cpp's from char_index on, took another of
     llama.cpp's candidates at a near tie: the differing token is one where specula's text
-    there starts with a candidate of llama.cpp's top 5 within NEAR_TIE of its top (`near`;
+    there starts with a candidate of llama.cpp's top 5 within NEAR_TIE of its top, not a
+    prefix of llama.cpp's own token (`near`;
     fixtures without it: the runner-up, when the top-2 margin is under NEAR_TIE)."""
     pos = 0
     n = len(ref_completion["tokens"])
@@ -74,7 +75,10 @@ def near_tie_at(ref_completion: dict, got: str, char_index: int) -> bool:
     for i, (tok, margin) in enumerate(zip(ref_completion["tokens"], ref_completion["margins"])):
         if char_index < pos + max(1, len(tok)):
             if near is not None:
-                return any(got[pos:].startswith(t) for t, gap in near[i] if gap < NEAR_TIE)
+                # A candidate that is a prefix of llama.cpp's token (' ' of ' capital') would
+                # accept any divergence after it: it explains none.
+                return any(got[pos:].startswith(t) and not tok.startswith(t)
+                           for t, gap in near[i] if gap < NEAR_TIE)
             took_second = runner_up[i] is not None and got[pos:].startswith(runner_up[i])
             return margin < NEAR_TIE and took_second
         pos += len(tok)
