@@ -168,7 +168,7 @@ BENCHMARK(BM_Avx2_IQ4_NL_QwenFfnUp)->Arg(1)->Arg(4)->Arg(64)->Arg(512)->Unit(ben
 void BM_Avx2_IQ4_XS_QwenFfnUp(benchmark::State& state) { run_gemm(state, avx2_table(), DType::IQ4_XS, 8960, 1536); }
 BENCHMARK(BM_Avx2_IQ4_XS_QwenFfnUp)->Arg(1)->Arg(4)->Arg(64)->Arg(512)->Unit(benchmark::kMicrosecond);
 
-// The AVX-512 table's repacked gemms on the Qwen 1.5B and Gemma shapes (decode, verify
+// A table's repacked gemms (avx512, or avx2's with vpdpbusd emulated) on the Qwen 1.5B and Gemma shapes (decode, verify
 // widths, prefill 64 / 512): packed once outside the timed loop; bytes/s counts the
 // packed bytes read.
 void run_packed(benchmark::State& state, const KernelTable* k, DType t, int64_t n, int64_t K) {

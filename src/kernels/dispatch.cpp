@@ -147,7 +147,6 @@ bool decode_prefetch() {
 
 }  // namespace
 
-
 // The tables built on the AVX2 one are assembled here, in a translation unit compiled
 // without ISA flags: code shared through headers (KernelTable's copy, its inline members)
 // must never be emitted from an AVX-512 translation unit, where the compiler may use
